@@ -1,0 +1,89 @@
+/**
+ * The Bun binding of the runtime boundary (`bun:ffi`). Typed locally so `deno check` needs no Bun
+ * type declarations.
+ * @module
+ */
+import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
+
+interface BunFFI {
+  dlopen(
+    path: string,
+    defs: Record<string, { args: readonly string[]; returns: string; optional?: boolean }>,
+  ): { symbols: Record<string, (...args: unknown[]) => unknown>; close(): void };
+  toArrayBuffer(address: number, byteOffset: number, byteLength: number): ArrayBuffer;
+  ptr(view: ArrayBufferView): number;
+  CString: new (address: number) => { toString(): string };
+}
+
+interface BunGlobal {
+  gc(force: boolean): void;
+}
+
+interface NodeProcess {
+  env: Record<string, string | undefined>;
+  platform: string;
+  arch: string;
+}
+
+function bunRequire<T>(id: string): T {
+  return (import.meta as unknown as { require(id: string): T }).require(id);
+}
+
+function bindSymbols<T extends SymbolTable>(raw: Record<string, (...args: unknown[]) => unknown>, table: T): Bound<T> {
+  const bound: Record<string, unknown> = {};
+  for (const [name, spec] of Object.entries(table)) {
+    const fn = raw[name];
+    if (fn == null) continue;
+    bound[name] = spec.returns === "usize" ? (...args: unknown[]) => Number(fn(...args)) : fn;
+  }
+  return bound as Bound<T>;
+}
+
+/** The Bun implementation of {@link Runtime}. */
+export function bunRuntime(): Runtime {
+  const ffi = bunRequire<BunFFI>("bun:ffi");
+  const fs = bunRequire<{ existsSync(path: string): boolean }>("node:fs");
+  const proc = (globalThis as unknown as { process: NodeProcess }).process;
+  const bun = (globalThis as unknown as { Bun: BunGlobal }).Bun;
+  return {
+    name: "bun",
+    open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
+      const defs: Record<string, { args: readonly string[]; returns: string }> = {};
+      for (const [name, spec] of Object.entries(table)) defs[name] = { args: spec.args, returns: spec.returns };
+      const lib = ffi.dlopen(path, defs);
+      return { path, symbols: bindSymbols(lib.symbols, table), close: () => lib.close() };
+    },
+    arrayBuffer(address: number, byteLength: number): ArrayBuffer {
+      return ffi.toArrayBuffer(address, 0, byteLength);
+    },
+    addressOf(view: ArrayBufferView): number {
+      // Small arrays may move out of the GC heap the first time their buffer is touched; do it
+      // before taking the address so the address stays valid.
+      void view.buffer;
+      return ffi.ptr(view);
+    },
+    pointerValue(pointer: unknown): number | bigint | undefined {
+      if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
+      if (pointer === null) return 0;
+      return undefined;
+    },
+    env(name: string): string | undefined {
+      return proc.env[name];
+    },
+    exists(path: string): boolean {
+      return fs.existsSync(path);
+    },
+    unrefTimer(timer: unknown): void {
+      (timer as { unref?: () => void }).unref?.();
+    },
+    gc(): boolean {
+      bun.gc(true);
+      return true;
+    },
+    cString(address: number): string {
+      return String(new ffi.CString(address));
+    },
+    os: proc.platform === "win32" ? "windows" : proc.platform,
+    arch: proc.arch === "x64" ? "x86_64" : proc.arch === "arm64" ? "aarch64" : proc.arch,
+  };
+}

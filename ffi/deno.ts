@@ -1,0 +1,87 @@
+/**
+ * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`).
+ * @module
+ */
+import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
+
+function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table: T): Bound<T> {
+  const bound: Record<string, unknown> = {};
+  for (const [name, spec] of Object.entries(table)) {
+    const fn = raw[name] as ((...args: unknown[]) => unknown) | null | undefined;
+    if (fn == null) continue;
+    // Deno returns 64-bit results as bigint; the table promises numbers (addresses < 2^53).
+    bound[name] = spec.returns === "usize" ? (...args: unknown[]) => Number(fn(...args) as bigint) : fn;
+  }
+  return bound as Bound<T>;
+}
+
+/** The Deno implementation of {@link Runtime}. */
+export function denoRuntime(): Runtime {
+  return {
+    name: "deno",
+    open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
+      const defs: Record<string, Deno.ForeignFunction> = {};
+      for (const [name, spec] of Object.entries(table)) {
+        defs[name] = {
+          parameters: spec.args as Deno.NativeType[],
+          result: spec.returns as Deno.NativeResultType,
+          optional: spec.optional ?? false,
+        };
+      }
+      const lib = Deno.dlopen(path, defs);
+      return {
+        path,
+        symbols: bindSymbols(lib.symbols as Record<string, unknown>, table),
+        close: () => lib.close(),
+      };
+    },
+    arrayBuffer(address: number, byteLength: number): ArrayBuffer {
+      return Deno.UnsafePointerView.getArrayBuffer(Deno.UnsafePointer.create(BigInt(address))!, byteLength);
+    },
+    addressOf(view: ArrayBufferView): number {
+      return Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(view as Uint8Array<ArrayBuffer>)));
+    },
+    pointerValue(pointer: unknown): number | bigint | undefined {
+      if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
+      if (pointer === null) return 0;
+      if (typeof pointer === "object") {
+        try {
+          return Deno.UnsafePointer.value(pointer as Deno.PointerObject);
+        } catch {
+          return undefined;
+        }
+      }
+      return undefined;
+    },
+    env(name: string): string | undefined {
+      try {
+        if (Deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") return undefined;
+        return Deno.env.get(name);
+      } catch {
+        return undefined;
+      }
+    },
+    exists(path: string): boolean {
+      try {
+        Deno.statSync(path);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    unrefTimer(timer: unknown): void {
+      Deno.unrefTimer(timer as number);
+    },
+    gc(): boolean {
+      const gc = (globalThis as { gc?: () => void }).gc;
+      if (gc === undefined) return false;
+      gc();
+      return true;
+    },
+    cString(address: number): string {
+      return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(BigInt(address))!);
+    },
+    os: Deno.build.os,
+    arch: Deno.build.arch,
+  };
+}

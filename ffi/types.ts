@@ -1,0 +1,64 @@
+/**
+ * The neutral description of a native symbol table. Both runtime bindings translate the same
+ * table, so the Deno and Bun paths cannot drift apart.
+ * @module
+ */
+
+/** Argument and result types the bindings understand. */
+export type NativeType = "u8" | "i32" | "u32" | "f64" | "usize" | "buffer" | "void";
+
+/** One foreign function. */
+export interface SymbolSpec {
+  readonly args: readonly NativeType[];
+  readonly returns: NativeType;
+  /** The library may lack it (older builds, optional features). */
+  readonly optional?: boolean;
+}
+
+/** A whole library's symbols. */
+export type SymbolTable = Readonly<Record<string, SymbolSpec>>;
+
+type ArgValue<T extends NativeType> = T extends "buffer" ? ArrayBufferView | null
+  : T extends "usize" ? number | bigint
+  : number;
+
+type ResultValue<T extends NativeType> = T extends "void" ? void : number;
+
+type ArgList<A extends readonly NativeType[]> = { [K in keyof A]: ArgValue<A[K]> };
+
+/** The callable functions a table binds to. `usize` results come back as numbers. */
+export type Bound<T extends SymbolTable> = {
+  [K in keyof T]: (...args: ArgList<T[K]["args"]>) => ResultValue<T[K]["returns"]>;
+};
+
+/** An opened library: its functions and a way to close it. */
+export interface OpenLibrary<T extends SymbolTable> {
+  readonly path: string;
+  readonly symbols: Bound<T>;
+  close(): void;
+}
+
+/** What each runtime binding provides; nothing outside ffi/ knows which runtime is running. */
+export interface Runtime {
+  readonly name: "deno" | "bun";
+  open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T>;
+  /** A zero-copy ArrayBuffer over native memory. The caller guarantees the memory outlives it. */
+  arrayBuffer(address: number, byteLength: number): ArrayBuffer;
+  /** The address of a TypedArray's first byte (stable while the array is reachable). */
+  addressOf(view: ArrayBufferView): number;
+  /** Normalises a pointer value of this runtime (or a number/bigint) to a number or bigint. */
+  pointerValue(pointer: unknown): number | bigint | undefined;
+  /** Reads an environment variable, or undefined when unset or not permitted. */
+  env(name: string): string | undefined;
+  /** Whether a file exists (false when reading is not permitted). */
+  exists(path: string): boolean;
+  /** Lets a timer run without keeping the process alive. */
+  unrefTimer(timer: unknown): void;
+  /** Forces a full garbage collection when the runtime allows it (tests, leak checks). */
+  gc(): boolean;
+  /** Reads a NUL-terminated UTF-8 string at `address`. */
+  cString(address: number): string;
+  /** OS and CPU names as Deno spells them ("linux", "darwin", "windows"; "x86_64", "aarch64"). */
+  readonly os: string;
+  readonly arch: string;
+}

@@ -1,0 +1,37 @@
+/**
+ * Zero-copy tensor exchange for Deno and Bun through DLPack: import tensors of both DLPack
+ * generations as views over the same memory, check them, and release every producer exactly once.
+ *
+ * ```ts
+ * import { importDLPack } from "./mod.ts";
+ * const view = importDLPack({ versioned: address });
+ * console.log(view.dtype, view.shape, view.array());
+ * view.dispose();
+ * ```
+ * @module
+ */
+export { DLPackError, type ErrorCode } from "./src/errors.ts";
+export {
+  type AnyTypedArray,
+  type ArrayOf,
+  arrayConstructorOf,
+  type Complex,
+  type DLDataType,
+  type DType,
+  dtypeOfArray,
+  DTYPES,
+  fromDLDataType,
+  isDType,
+  type MiniFloatDType,
+  type Scalar,
+  type ScalarOf,
+  toDLDataType,
+} from "./src/dtypes.ts";
+export { type Device, deviceCode, deviceName, type DeviceType, formatDevice, isHostAccessible } from "./src/devices.ts";
+export { type AddressLike } from "./src/address.ts";
+export { type Access, BufferView, type DLPackVersion, type Flags, type Tuple, type TypedView } from "./src/view.ts";
+export { Owner } from "./src/owner.ts";
+export { type Requirements } from "./src/requirements.ts";
+export { type DLPackSource, fromDLPack, importDLPack, type ImportOptions, type ManagedAddress } from "./src/import.ts";
+export { type Stats, stats } from "./src/stats.ts";
+export { MAX_RANK } from "./src/description.ts";

@@ -1,0 +1,170 @@
+/**
+ * The reused scratch buffer native calls describe tensors into (zig/src/describe.zig's
+ * `Description`), its field offsets, and the mapping of native status codes to errors.
+ * @module
+ */
+import { DLPackError, type ErrorCode } from "./errors.ts";
+
+/** Must equal `MAX_RANK` in zig/src/dlpack.zig. */
+export const MAX_RANK = 64;
+const BYTES = 120 + 16 * MAX_RANK;
+
+// Offsets in units of each view (see the comptime asserts beside `Description`).
+export const I32 = { status: 0, dim: 1, ndim: 2, deviceType: 3, deviceId: 4, major: 5, minor: 6 } as const;
+export const U32 = {
+  flags: 7,
+  code: 8,
+  bits: 9,
+  lanes: 10,
+  layout: 11,
+  addressLo: 12,
+  addressHi: 13,
+  ownerLo: 14,
+  ownerHi: 15,
+} as const;
+export const I64 = { found: 8, limit: 9 } as const;
+export const F64 = { byteOffset: 10, size: 11, nbytes: 12, minOffset: 13, maxOffset: 14, shape: 15, strides: 15 + MAX_RANK } as const;
+
+export const LAYOUT_C = 1;
+export const LAYOUT_F = 2;
+
+/** One scratch per JS realm (workers get their own module instance, hence their own scratch). */
+export class Scratch {
+  readonly buffer: ArrayBuffer = new ArrayBuffer(BYTES);
+  readonly bytes: Uint8Array<ArrayBuffer> = new Uint8Array(this.buffer);
+  readonly i32: Int32Array<ArrayBuffer> = new Int32Array(this.buffer);
+  readonly u32: Uint32Array<ArrayBuffer> = new Uint32Array(this.buffer);
+  readonly i64: BigInt64Array<ArrayBuffer> = new BigInt64Array(this.buffer);
+  readonly f64: Float64Array<ArrayBuffer> = new Float64Array(this.buffer);
+
+  /** Element 0's address, exact below 2^53 (which every 64-bit OS's user space is). */
+  address(): number {
+    return join(this.u32[U32.addressLo], this.u32[U32.addressHi]);
+  }
+
+  /** The native owner record's address. */
+  owner(): number {
+    return join(this.u32[U32.ownerLo], this.u32[U32.ownerHi]);
+  }
+}
+
+function join(lo: number, hi: number): number {
+  if (hi >= 0x200000) {
+    throw new DLPackError("overflow", `address 0x${hi.toString(16)}${lo.toString(16).padStart(8, "0")} is beyond 2^53`);
+  }
+  return hi * 0x1_0000_0000 + lo;
+}
+
+/** The scratch every native call of this realm writes into. */
+export const scratch: Scratch = new Scratch();
+
+/** Native status codes (zig/src/describe.zig `Status`). */
+export const Status = {
+  ok: 0,
+  nullManaged: 1,
+  version: 2,
+  flags: 3,
+  rank: 4,
+  dtype: 5,
+  device: 6,
+  shape: 7,
+  overflow: 8,
+  nullData: 9,
+  byteOffset: 10,
+  outOfMemory: 11,
+  invalidArgument: 12,
+  strides: 13,
+} as const;
+
+const DTYPE_BITS: Readonly<Record<number, string>> = {
+  0: "8, 16, 32 or 64",
+  1: "8, 16, 32 or 64",
+  2: "16, 32 or 64",
+  4: "16",
+  5: "32, 64 or 128",
+  6: "8",
+  15: "6",
+  16: "6",
+  17: "4",
+};
+
+function describeDtypeRefusal(code: number, bits: number, lanes: number): string {
+  const triple = `code ${code}, bits ${bits}, lanes ${lanes}`;
+  if (lanes !== 1) return `vector dtypes are not supported (${triple}; lanes must be 1)`;
+  if (code === 3) return `opaque handles have no element type (${triple})`;
+  if (code >= 7 && code <= 14) return `float8 codes need bits 8 (got ${triple})`;
+  const allowed = DTYPE_BITS[code];
+  if (allowed !== undefined) return `dtype code ${code} needs bits ${allowed} (got ${triple})`;
+  return `unknown dtype code ${code} (${triple}); known codes are 0-2 and 4-17`;
+}
+
+/** The error for a native refusal, read from the scratch the call wrote. `released` says whether
+ * the producer's deleter already ran (raw imports) or was left to its capsule (Python). */
+export function refusalError(status: number, s: Scratch, released: boolean): DLPackError {
+  const found = s.i64[I64.found];
+  const limit = s.i64[I64.limit];
+  const dim = s.i32[I32.dim];
+  let code: ErrorCode;
+  let message: string;
+  switch (status) {
+    case Status.nullManaged:
+      return new DLPackError("null_data", "the managed tensor pointer is NULL (nothing to import, no deleter to call)");
+    case Status.version:
+      code = "version";
+      message = `DLPack major version ${found} is not supported: this library reads major ${limit} (any minor)`;
+      break;
+    case Status.flags:
+      code = "flags";
+      message = `reserved flag bits set: flags 0x${BigInt.asUintN(64, found).toString(16)}, ` +
+        `only READ_ONLY (1), IS_COPIED (2) and IS_SUBBYTE_TYPE_PADDED (4) are defined`;
+      break;
+    case Status.rank:
+      code = "rank";
+      message = `ndim ${s.i32[I32.ndim]} is outside 0..${limit}`;
+      break;
+    case Status.dtype: {
+      code = "dtype";
+      message = describeDtypeRefusal(s.u32[U32.code], s.u32[U32.bits], s.u32[U32.lanes]);
+      break;
+    }
+    case Status.device:
+      code = "device";
+      message = s.i32[I32.deviceId] < 0
+        ? `device id ${s.i32[I32.deviceId]} is negative`
+        : `unknown device type ${s.i32[I32.deviceType]}; DLPack 1.3 defines 1-4 and 7-18`;
+      break;
+    case Status.shape:
+      code = "shape";
+      message = dim >= 0
+        ? `negative extent ${found} in dimension ${dim}`
+        : `shape is NULL for a tensor of ndim ${s.i32[I32.ndim]}`;
+      break;
+    case Status.overflow:
+      code = "overflow";
+      message = `element count, byte span or address range overflows (limit 2^53 bytes and elements, ` +
+        `the largest a JavaScript number indexes exactly)`;
+      break;
+    case Status.nullData:
+      code = "null_data";
+      message = `data is NULL but the tensor has ${found} elements`;
+      break;
+    case Status.byteOffset:
+      code = "byte_offset";
+      message = `fromDLPack is strict: byte_offset must be 0, got ${BigInt.asUintN(64, found)}` +
+        ` (importDLPack folds it into the address)`;
+      break;
+    case Status.strides:
+      code = "strides";
+      message = `invalid strides`;
+      break;
+    case Status.outOfMemory:
+      code = "library";
+      message = "out of memory while recording the import";
+      break;
+    default:
+      code = "library";
+      message = `native call failed with status ${status}`;
+  }
+  const tail = released ? "; the producer's deleter was called" : "; the capsule keeps ownership";
+  return new DLPackError(code, message + tail);
+}

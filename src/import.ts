@@ -1,0 +1,76 @@
+/**
+ * Importing DLPack tensors: `importDLPack` (byte_offset folded into the address) and the strict
+ * `fromDLPack`.
+ * @module
+ */
+import { core } from "../ffi/mod.ts";
+import { refusalError, scratch } from "./description.ts";
+import { DLPackError } from "./errors.ts";
+import { type AddressLike, toAddress } from "./address.ts";
+import { viewFromScratch } from "./native_view.ts";
+import type { BufferView } from "./view.ts";
+import type { Owner } from "./owner.ts";
+
+/** Options of `importDLPack` / `fromDLPack`. */
+export interface ImportOptions {
+  /** Names the producer (recorded as `view.producer`). */
+  readonly producer?: string;
+}
+
+/** A raw managed-tensor address of either generation. */
+export type ManagedAddress = { readonly versioned: AddressLike } | { readonly legacy: AddressLike };
+
+/** Anything `importDLPack` takes. */
+export type DLPackSource = ManagedAddress;
+
+const IMPORT_VERSIONED = 1;
+const IMPORT_STRICT_OFFSET = 2;
+const READ_ONLY = 1;
+
+/** Imports one managed tensor; refusals release the producer (deleter called once) and throw. */
+export function importManaged(
+  address: number | bigint,
+  versioned: boolean,
+  strict: boolean,
+  producer: string | null,
+): BufferView {
+  const options = (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0);
+  const status = core().dlpk_import(address, options, scratch.f64);
+  if (status !== 0) throw refusalError(status, scratch, address !== 0);
+  const flags = scratch.u32[7];
+  return viewFromScratch(scratch, {
+    access: versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
+    producer,
+    ownerName: "external",
+  });
+}
+
+function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
+  const producer = opts?.producer ?? null;
+  if (src !== null && typeof src === "object") {
+    if ("versioned" in src) return importManaged(toAddress(src.versioned, "versioned"), true, strict, producer);
+    if ("legacy" in src) return importManaged(toAddress(src.legacy, "legacy"), false, strict, producer);
+  }
+  throw new DLPackError(
+    "null_data",
+    "importDLPack takes { versioned: address }, { legacy: address }, a Capsule, or an object with __dlpack__()",
+  );
+}
+
+/**
+ * Imports a DLPack tensor as a zero-copy view. The producer's `byte_offset` is folded into
+ * `view.address`. A refused tensor is handed back to its producer (deleter called exactly once)
+ * before the `DLPackError` is thrown.
+ */
+export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView {
+  return importSource(src, false, opts);
+}
+
+/**
+ * The strict import: like `importDLPack`, but a non-zero `byte_offset` is refused too. Returns
+ * the view and its owner share; `owner.release()` (or `using`) disposes the view.
+ */
+export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: BufferView; owner: Owner } {
+  const view = importSource(src, true, opts);
+  return { view, owner: view.keepAlive };
+}

@@ -1,0 +1,41 @@
+/**
+ * Live counts of everything the library holds, for leak tests and for users.
+ * @module
+ */
+import { core } from "../ffi/mod.ts";
+import { sweepPins } from "./owner.ts";
+
+/** What is alive right now. Every count returns to zero once everything is released. */
+export interface Stats {
+  /** Imported tensors whose producer deleter has not run yet. */
+  readonly imports: number;
+  /** Exported structs no consumer has released yet. */
+  readonly exports: number;
+  /** Library allocations (`empty`, `zeros`, copies). */
+  readonly allocations: number;
+  /** JS buffers kept reachable for native consumers. */
+  readonly pinned: number;
+  /** Bytes of library allocations. */
+  readonly allocatedBytes: number;
+  /** Bytes of pinned JS buffers. */
+  readonly pinnedBytes: number;
+  /** Producer deleters the library has called since the process started (not a live count). */
+  readonly deletersCalled: number;
+}
+
+const counters = new Float64Array(8);
+
+/** The live counters (sweeps released pins first). */
+export function stats(): Stats {
+  sweepPins();
+  core().dlpk_stats(counters);
+  return {
+    imports: counters[0],
+    exports: counters[1],
+    allocations: counters[2],
+    allocatedBytes: counters[3],
+    pinned: counters[4],
+    pinnedBytes: counters[5],
+    deletersCalled: counters[6],
+  };
+}

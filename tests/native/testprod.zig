@@ -1,0 +1,226 @@
+//! A foreign producer and consumer for the test suites: builds managed tensors of either
+//! generation from an explicit field list (hostile ones included), counts every deleter call, and
+//! consumes exports the way another library would (calling their deleters, from other threads too).
+
+const std = @import("std");
+const dlpack = @import("dlpack");
+
+var made = std.atomic.Value(u32).init(0);
+var deleted = std.atomic.Value(u32).init(0);
+
+/// Field positions in the i64 spec array the tests fill (tests/support/producer.ts mirrors them).
+const Spec = struct {
+    const versioned = 0;
+    const major = 1;
+    const minor = 2;
+    const flags = 3;
+    const code = 4;
+    const bits = 5;
+    const lanes = 6;
+    const device_type = 7;
+    const device_id = 8;
+    const ndim = 9;
+    const shape_null = 10;
+    const strides_null = 11;
+    const byte_offset = 12;
+    /// 0: allocate `data_bytes` (zeroed), 1: NULL, 2: use `data_address`.
+    const data_mode = 13;
+    const data_bytes = 14;
+    const data_address = 15;
+    /// 0: the counting deleter, 1: a NULL deleter.
+    const deleter_mode = 16;
+    const shape = 17;
+    const strides = 17 + dlpack.MAX_RANK;
+    const len = 17 + 2 * dlpack.MAX_RANK;
+};
+
+/// One allocation holds the struct, its shape/strides arrays and the data.
+const Block = struct {
+    versioned: dlpack.ManagedTensorVersioned,
+    legacy: dlpack.ManagedTensor,
+    shape: [dlpack.MAX_RANK]i64,
+    strides: [dlpack.MAX_RANK]i64,
+    data: ?[]align(64) u8,
+};
+
+fn freeBlock(block: *Block) void {
+    if (block.data) |bytes| std.heap.c_allocator.free(bytes);
+    std.heap.c_allocator.destroy(block);
+    _ = deleted.fetchAdd(1, .acq_rel);
+}
+
+fn versionedDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    freeBlock(@ptrCast(@alignCast(self.manager_ctx.?)));
+}
+
+fn legacyDeleter(self: *dlpack.ManagedTensor) callconv(.c) void {
+    freeBlock(@ptrCast(@alignCast(self.manager_ctx.?)));
+}
+
+/// Returns the managed tensor's address, or 0 when out of memory.
+export fn tp_make(spec: [*]const i64) usize {
+    const block = std.heap.c_allocator.create(Block) catch return 0;
+    const ndim_raw = spec[Spec.ndim];
+    const stored: usize = @intCast(std.math.clamp(ndim_raw, 0, dlpack.MAX_RANK));
+    for (0..stored) |d| {
+        block.shape[d] = spec[Spec.shape + d];
+        block.strides[d] = spec[Spec.strides + d];
+    }
+    block.data = null;
+    var data: ?*anyopaque = null;
+    switch (spec[Spec.data_mode]) {
+        0 => {
+            const n: usize = @intCast(@max(spec[Spec.data_bytes], 1));
+            const bytes = std.heap.c_allocator.alignedAlloc(u8, .@"64", n) catch {
+                std.heap.c_allocator.destroy(block);
+                return 0;
+            };
+            @memset(bytes, 0);
+            block.data = bytes;
+            data = bytes.ptr;
+        },
+        1 => data = null,
+        else => data = @ptrFromInt(@as(usize, @bitCast(spec[Spec.data_address]))),
+    }
+    const tensor = dlpack.Tensor{
+        .data = data,
+        .device = .{ .device_type = @intCast(spec[Spec.device_type]), .device_id = @intCast(spec[Spec.device_id]) },
+        .ndim = @intCast(ndim_raw),
+        .dtype = .{
+            .code = @intCast(spec[Spec.code]),
+            .bits = @intCast(spec[Spec.bits]),
+            .lanes = @intCast(spec[Spec.lanes]),
+        },
+        .shape = if (spec[Spec.shape_null] != 0) null else &block.shape,
+        .strides = if (spec[Spec.strides_null] != 0) null else &block.strides,
+        .byte_offset = @bitCast(spec[Spec.byte_offset]),
+    };
+    const counted = spec[Spec.deleter_mode] == 0;
+    _ = made.fetchAdd(1, .acq_rel);
+    if (spec[Spec.versioned] != 0) {
+        block.versioned = .{
+            .version = .{ .major = @intCast(spec[Spec.major]), .minor = @intCast(spec[Spec.minor]) },
+            .manager_ctx = block,
+            .deleter = if (counted) versionedDeleter else null,
+            .flags = @bitCast(spec[Spec.flags]),
+            .dl_tensor = tensor,
+        };
+        return @intFromPtr(&block.versioned);
+    }
+    block.legacy = .{ .dl_tensor = tensor, .manager_ctx = block, .deleter = if (counted) legacyDeleter else null };
+    return @intFromPtr(&block.legacy);
+}
+
+export fn tp_spec_len() u32 {
+    return Spec.len;
+}
+
+/// The data pointer the producer allocated (before byte_offset).
+export fn tp_data(managed: usize, versioned: u32) usize {
+    const tensor = tensorOf(managed, versioned != 0);
+    return @intFromPtr(tensor.data);
+}
+
+/// Frees a block made with a NULL deleter (nobody else can).
+export fn tp_free_uncounted(managed: usize, versioned: u32) void {
+    const ctx = if (versioned != 0)
+        @as(*dlpack.ManagedTensorVersioned, @ptrFromInt(managed)).manager_ctx
+    else
+        @as(*dlpack.ManagedTensor, @ptrFromInt(managed)).manager_ctx;
+    const block: *Block = @ptrCast(@alignCast(ctx.?));
+    if (block.data) |bytes| std.heap.c_allocator.free(bytes);
+    std.heap.c_allocator.destroy(block);
+}
+
+export fn tp_made() u32 {
+    return made.load(.acquire);
+}
+
+export fn tp_deleted() u32 {
+    return deleted.load(.acquire);
+}
+
+fn tensorOf(managed: usize, versioned: bool) *dlpack.Tensor {
+    if (versioned) return &@as(*dlpack.ManagedTensorVersioned, @ptrFromInt(managed)).dl_tensor;
+    return &@as(*dlpack.ManagedTensor, @ptrFromInt(managed)).dl_tensor;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The consumer side: what another library does with a tensor this library exported.
+
+/// Copies the fields a consumer sees into `out` (i64 words: data, device type, device id, ndim,
+/// code, bits, lanes, byte_offset, flags, version major, minor, then shape and strides). Returns
+/// ndim, or -1 when the strides pointer is NULL for ndim > 0.
+export fn tp_inspect(managed: usize, versioned: u32, out: [*]i64) i32 {
+    const t = tensorOf(managed, versioned != 0);
+    out[0] = @bitCast(@as(u64, @intFromPtr(t.data)));
+    out[1] = t.device.device_type;
+    out[2] = t.device.device_id;
+    out[3] = t.ndim;
+    out[4] = t.dtype.code;
+    out[5] = t.dtype.bits;
+    out[6] = t.dtype.lanes;
+    out[7] = @bitCast(t.byte_offset);
+    if (versioned != 0) {
+        const m: *dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
+        out[8] = @bitCast(m.flags);
+        out[9] = m.version.major;
+        out[10] = m.version.minor;
+    } else {
+        out[8] = 0;
+        out[9] = -1;
+        out[10] = -1;
+    }
+    const ndim: usize = @intCast(@max(t.ndim, 0));
+    for (0..@min(ndim, dlpack.MAX_RANK)) |d| {
+        out[11 + d] = if (t.shape) |s| s[d] else -1;
+        out[11 + dlpack.MAX_RANK + d] = if (t.strides) |s| s[d] else 0;
+    }
+    if (ndim > 0 and t.strides == null) return -1;
+    return t.ndim;
+}
+
+/// Calls the tensor's deleter, as a consumer does when it is done.
+export fn tp_consume(managed: usize, versioned: u32) void {
+    dlpack.deleteManaged(managed, versioned != 0);
+}
+
+fn consumeWorker(managed: usize, versioned: bool) void {
+    dlpack.deleteManaged(managed, versioned);
+}
+
+/// Calls the deleter from a new thread and waits for it: exports must tolerate any thread.
+export fn tp_consume_on_thread(managed: usize, versioned: u32) i32 {
+    const thread = std.Thread.spawn(.{}, consumeWorker, .{ managed, versioned != 0 }) catch return -1;
+    thread.join();
+    return 0;
+}
+
+const Batch = struct {
+    items: []const usize,
+    versioned: bool,
+    fn run(self: Batch) void {
+        for (self.items) |m| dlpack.deleteManaged(m, self.versioned);
+    }
+};
+
+/// Releases `count` tensors from `threads` threads at once (each thread takes an interleaved share).
+export fn tp_consume_many(managed: [*]const f64, count: u32, versioned: u32, threads: u32) i32 {
+    const n_threads: usize = std.math.clamp(threads, 1, 64);
+    const all = std.heap.c_allocator.alloc(usize, count) catch return -1;
+    defer std.heap.c_allocator.free(all);
+    for (all, 0..) |*slot, i| slot.* = @intFromFloat(managed[i]);
+    var handles: [64]std.Thread = undefined;
+    const chunk = (all.len + n_threads - 1) / n_threads;
+    var started: usize = 0;
+    while (started < n_threads) : (started += 1) {
+        const lo = @min(started * chunk, all.len);
+        const hi = @min(lo + chunk, all.len);
+        handles[started] = std.Thread.spawn(.{}, Batch.run, .{Batch{ .items = all[lo..hi], .versioned = versioned != 0 }}) catch {
+            Batch.run(.{ .items = all[lo..], .versioned = versioned != 0 });
+            break;
+        };
+    }
+    for (handles[0..started]) |h| h.join();
+    return 0;
+}

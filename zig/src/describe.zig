@@ -1,0 +1,482 @@
+//! Import validation: reads a managed tensor of either generation, checks every field before any
+//! byte of tensor data is touched, and writes a flat `Description` the JS side reads in one go.
+
+const std = @import("std");
+const dlpack = @import("dlpack.zig");
+
+const MAX_RANK = dlpack.MAX_RANK;
+
+/// Status codes crossing the ABI. The TS side maps each to a `DLPackError` code.
+pub const Status = enum(i32) {
+    ok = 0,
+    null_managed = 1,
+    version = 2,
+    flags = 3,
+    rank = 4,
+    dtype = 5,
+    device = 6,
+    shape = 7,
+    overflow = 8,
+    null_data = 9,
+    byte_offset = 10,
+    out_of_memory = 11,
+    invalid_argument = 12,
+    strides = 13,
+    _,
+};
+
+/// Views never exceed 2^53 elements or bytes: JS numbers index exactly up to there.
+pub const MAX_EXACT: u64 = 1 << 53;
+
+pub const LAYOUT_C: u32 = 1;
+pub const LAYOUT_F: u32 = 2;
+
+/// What the JS side learns about a tensor. Written into a caller-owned buffer; the 32-bit words
+/// come first, then 64-bit integers (error details only), then f64 values (exact below 2^53).
+pub const Description = extern struct {
+    status: i32,
+    /// The dimension a refusal concerns, or -1.
+    detail_dim: i32,
+    ndim: i32,
+    device_type: i32,
+    device_id: i32,
+    /// -1 for the legacy struct.
+    version_major: i32,
+    version_minor: i32,
+    flags: u32,
+    dtype_code: u32,
+    dtype_bits: u32,
+    dtype_lanes: u32,
+    layout: u32,
+    address_lo: u32,
+    address_hi: u32,
+    owner_lo: u32,
+    owner_hi: u32,
+    /// What was found, for the error message.
+    detail_found: i64,
+    /// What was allowed, for the error message.
+    detail_limit: i64,
+    byte_offset: f64,
+    size: f64,
+    nbytes: f64,
+    /// Lowest and highest element offsets from element 0 (min <= 0 <= max for non-empty tensors).
+    min_offset: f64,
+    max_offset: f64,
+    shape: [MAX_RANK]f64,
+    strides: [MAX_RANK]f64,
+
+    pub fn setAddress(self: *Description, value: u64) void {
+        self.address_lo = @truncate(value);
+        self.address_hi = @truncate(value >> 32);
+    }
+
+    pub fn setOwner(self: *Description, value: usize) void {
+        self.owner_lo = @truncate(value);
+        self.owner_hi = @truncate(@as(u64, value) >> 32);
+    }
+
+    fn refuse(self: *Description, status: Status, dim: i32, found: i64, limit: i64) Status {
+        self.status = @intFromEnum(status);
+        self.detail_dim = dim;
+        self.detail_found = found;
+        self.detail_limit = limit;
+        return status;
+    }
+};
+
+comptime {
+    // The TS reader hard-codes these offsets (src/description.ts).
+    std.debug.assert(@offsetOf(Description, "detail_found") == 64);
+    std.debug.assert(@offsetOf(Description, "byte_offset") == 80);
+    std.debug.assert(@offsetOf(Description, "shape") == 120);
+    std.debug.assert(@offsetOf(Description, "strides") == 120 + 8 * MAX_RANK);
+    std.debug.assert(@sizeOf(Description) == 120 + 16 * MAX_RANK);
+}
+
+pub const Options = struct {
+    versioned: bool,
+    /// `fromDLPack`: a non-zero byte_offset is refused.
+    strict_offset: bool = false,
+};
+
+/// Validates `managed` and fills `out`. Never calls a deleter: ownership decisions belong to the
+/// caller, which knows whether a refusal must release the producer (raw import) or leave it to a
+/// capsule destructor (Python).
+pub fn describe(managed: usize, options: Options, out: *Description) Status {
+    out.status = 0;
+    out.detail_dim = -1;
+    out.detail_found = 0;
+    out.detail_limit = 0;
+    out.version_major = -1;
+    out.version_minor = -1;
+    out.flags = 0;
+    if (managed == 0) return out.refuse(.null_managed, -1, 0, 0);
+
+    var tensor: *const dlpack.Tensor = undefined;
+    if (options.versioned) {
+        const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
+        // A foreign major may lay out everything after `flags` differently: read nothing more.
+        if (m.version.major != dlpack.VERSION_MAJOR) {
+            return out.refuse(.version, -1, m.version.major, dlpack.VERSION_MAJOR);
+        }
+        out.version_major = @intCast(m.version.major);
+        out.version_minor = @intCast(@min(m.version.minor, std.math.maxInt(i32)));
+        if (m.flags & ~dlpack.FLAGS_KNOWN != 0) {
+            return out.refuse(.flags, -1, @bitCast(m.flags), @bitCast(dlpack.FLAGS_KNOWN));
+        }
+        out.flags = @truncate(m.flags);
+        tensor = &m.dl_tensor;
+    } else {
+        const m: *const dlpack.ManagedTensor = @ptrFromInt(managed);
+        tensor = &m.dl_tensor;
+    }
+    return describeTensor(tensor, options, out);
+}
+
+fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) Status {
+    out.dtype_code = t.dtype.code;
+    out.dtype_bits = t.dtype.bits;
+    out.dtype_lanes = t.dtype.lanes;
+    out.device_type = t.device.device_type;
+    out.device_id = t.device.device_id;
+    out.ndim = t.ndim;
+
+    if (t.ndim < 0 or t.ndim > MAX_RANK) return out.refuse(.rank, -1, t.ndim, MAX_RANK);
+    const ndim: usize = @intCast(t.ndim);
+    if (!t.dtype.isSupported()) return out.refuse(.dtype, -1, t.dtype.code, 0);
+    if (!dlpack.DeviceType.isKnown(t.device.device_type)) {
+        return out.refuse(.device, -1, t.device.device_type, 0);
+    }
+    if (t.device.device_id < 0) return out.refuse(.device, -1, t.device.device_id, 0);
+    if (ndim > 0 and t.shape == null) return out.refuse(.shape, -1, 0, 0);
+
+    // Extents and the element count. Shape is copied out first so a producer that mutates its
+    // arrays concurrently cannot make the checks and the description disagree.
+    var shape: [MAX_RANK]i64 = undefined;
+    var strides: [MAX_RANK]i64 = undefined;
+    var size: u64 = 1;
+    var size_overflowed = false;
+    for (0..ndim) |d| {
+        const extent = t.shape.?[d];
+        if (extent < 0) return out.refuse(.shape, @intCast(d), extent, 0);
+        shape[d] = extent;
+        const product = @mulWithOverflow(size, @as(u64, @intCast(extent)));
+        if (product[1] != 0) size_overflowed = true;
+        size = product[0];
+    }
+    // A zero extent anywhere makes the count 0 even if a partial product overflowed.
+    const empty = for (shape[0..ndim]) |e| {
+        if (e == 0) break true;
+    } else false;
+    if (empty) size = 0 else if (size_overflowed or size > MAX_EXACT) {
+        return out.refuse(.overflow, -1, 0, @intCast(MAX_EXACT));
+    }
+
+    if (t.strides) |given| {
+        for (0..ndim) |d| strides[d] = given[d];
+    } else {
+        // NULL strides mean C order (pre-1.2 producers, 0-d tensors).
+        var step: i64 = 1;
+        var d = ndim;
+        while (d > 0) {
+            d -= 1;
+            strides[d] = step;
+            // Saturates only for empty tensors, whose strides address nothing.
+            step = step *| shape[d];
+        }
+    }
+
+    // Element offsets reachable from element 0, exact in i128 whatever the producer sent.
+    var min_offset: i128 = 0;
+    var max_offset: i128 = 0;
+    if (!empty) {
+        for (0..ndim) |d| {
+            const reach = @as(i128, shape[d] - 1) * strides[d];
+            if (reach < 0) min_offset += reach else max_offset += reach;
+        }
+    }
+
+    const bits: u64 = t.dtype.bits;
+    const padded = out.flags & dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED != 0;
+    // Bits per element slot in memory: sub-byte types are packed unless the producer padded them.
+    const slot_bits: u64 = if (bits < 8 and padded) 8 else bits;
+    const nbytes_bits = @as(u128, size) * slot_bits;
+    const nbytes: u64 = @intCast((nbytes_bits + 7) / 8);
+
+    // Span in bytes relative to element 0, and the absolute address range it covers.
+    const lo_bits = min_offset * slot_bits;
+    const hi_bits = (max_offset + 1) * slot_bits;
+    const lo_bytes: i128 = @divFloor(lo_bits, 8);
+    const hi_bytes: i128 = @divFloor(hi_bits + 7, 8);
+    if (!empty and (hi_bytes - lo_bytes > MAX_EXACT or -lo_bytes > MAX_EXACT or hi_bytes > MAX_EXACT)) {
+        return out.refuse(.overflow, -1, 0, @intCast(MAX_EXACT));
+    }
+
+    const data: u64 = @intFromPtr(t.data);
+    if (data == 0 and size != 0) return out.refuse(.null_data, -1, @intCast(size), 0);
+    if (options.strict_offset and t.byte_offset != 0) {
+        return out.refuse(.byte_offset, -1, @bitCast(t.byte_offset), 0);
+    }
+    const address_sum = @addWithOverflow(data, t.byte_offset);
+    if (address_sum[1] != 0) return out.refuse(.overflow, -1, @bitCast(t.byte_offset), 0);
+    const address = address_sum[0];
+    if (!empty) {
+        const first = @as(i128, address) + lo_bytes;
+        const end = @as(i128, address) + hi_bytes;
+        if (first < 0 or end > std.math.maxInt(u64)) return out.refuse(.overflow, -1, 0, 0);
+    }
+
+    out.setAddress(address);
+    out.byte_offset = @floatFromInt(t.byte_offset);
+    out.size = @floatFromInt(size);
+    out.nbytes = @floatFromInt(nbytes);
+    out.min_offset = @floatFromInt(min_offset);
+    out.max_offset = @floatFromInt(max_offset);
+    for (0..ndim) |d| {
+        out.shape[d] = @floatFromInt(shape[d]);
+        // Strides of extent-1 or empty dims never address memory and may be anything; clamp what
+        // cannot be an exact f64 rather than report a rounded value that looks meaningful.
+        out.strides[d] = @floatFromInt(std.math.clamp(strides[d], -@as(i64, MAX_EXACT), @as(i64, MAX_EXACT)));
+    }
+    out.layout = layoutOf(shape[0..ndim], strides[0..ndim], empty);
+    return .ok;
+}
+
+/// numpy's contiguity rules: extent-1 dims carry no stride requirement, empty tensors are both.
+pub fn layoutOf(shape: []const i64, strides: []const i64, empty: bool) u32 {
+    if (empty) return LAYOUT_C | LAYOUT_F;
+    var layout: u32 = 0;
+    var expected: i64 = 1;
+    var d = shape.len;
+    const c_ok = while (d > 0) {
+        d -= 1;
+        if (shape[d] == 1) continue;
+        if (strides[d] != expected) break false;
+        expected *= shape[d];
+    } else true;
+    if (c_ok) layout |= LAYOUT_C;
+    expected = 1;
+    const f_ok = for (shape, strides) |extent, stride| {
+        if (extent == 1) continue;
+        if (stride != expected) break false;
+        expected *= extent;
+    } else true;
+    if (f_ok) layout |= LAYOUT_F;
+    return layout;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests: every acceptance and refusal rule, on hand-built structs.
+
+const testing = std.testing;
+
+const Fixture = struct {
+    managed: dlpack.ManagedTensorVersioned,
+    legacy: dlpack.ManagedTensor,
+    shape: [MAX_RANK + 2]i64 = [_]i64{0} ** (MAX_RANK + 2),
+    strides: [MAX_RANK + 2]i64 = [_]i64{0} ** (MAX_RANK + 2),
+    data: [64]u8 align(16) = [_]u8{0} ** 64,
+    out: Description = undefined,
+
+    fn init(self: *Fixture, dtype: dlpack.DataType, shape: []const i64, strides: ?[]const i64) void {
+        @memcpy(self.shape[0..shape.len], shape);
+        if (strides) |s| @memcpy(self.strides[0..s.len], s);
+        const tensor = dlpack.Tensor{
+            .data = &self.data,
+            .device = .{ .device_type = 1, .device_id = 0 },
+            .ndim = @intCast(shape.len),
+            .dtype = dtype,
+            .shape = &self.shape,
+            .strides = if (strides != null) &self.strides else null,
+            .byte_offset = 0,
+        };
+        self.managed = .{ .version = .{ .major = 1, .minor = 3 }, .manager_ctx = null, .deleter = null, .flags = 0, .dl_tensor = tensor };
+        self.legacy = .{ .dl_tensor = tensor, .manager_ctx = null, .deleter = null };
+    }
+
+    fn run(self: *Fixture) Status {
+        return describe(@intFromPtr(&self.managed), .{ .versioned = true }, &self.out);
+    }
+
+    fn runLegacy(self: *Fixture) Status {
+        return describe(@intFromPtr(&self.legacy), .{ .versioned = false }, &self.out);
+    }
+};
+
+const f32_t = dlpack.DataType{ .code = 2, .bits = 32, .lanes = 1 };
+
+test "C-contiguous float32 with NULL strides" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{ 2, 3 }, null);
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, 3), f.out.strides[0]);
+    try testing.expectEqual(@as(f64, 1), f.out.strides[1]);
+    try testing.expectEqual(@as(f64, 6), f.out.size);
+    try testing.expectEqual(@as(f64, 24), f.out.nbytes);
+    try testing.expectEqual(LAYOUT_C, f.out.layout & LAYOUT_C);
+    try testing.expectEqual(@as(i32, 1), f.out.version_major);
+    try testing.expectEqual(@as(i32, 3), f.out.version_minor);
+}
+
+test "legacy struct reports no version" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{4}, &.{1});
+    try testing.expectEqual(Status.ok, f.runLegacy());
+    try testing.expectEqual(@as(i32, -1), f.out.version_major);
+}
+
+test "0-d tensor with NULL shape and strides" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{}, null);
+    f.managed.dl_tensor.shape = null;
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, 1), f.out.size);
+    try testing.expectEqual(@as(f64, 4), f.out.nbytes);
+}
+
+test "size-0 tensors accept NULL and non-NULL data" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{ 3, 0 }, &.{ 7, 1 });
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, 0), f.out.size);
+    f.managed.dl_tensor.data = null;
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(u32, LAYOUT_C | LAYOUT_F), f.out.layout);
+}
+
+test "negative, zero and transposed strides" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{ 2, 3 }, &.{ -3, 1 });
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, -3), f.out.min_offset);
+    try testing.expectEqual(@as(f64, 2), f.out.max_offset);
+    try testing.expectEqual(@as(u32, 0), f.out.layout);
+
+    f.init(f32_t, &.{ 4, 3 }, &.{ 0, 1 });
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, 2), f.out.max_offset);
+
+    f.init(f32_t, &.{ 2, 3 }, &.{ 1, 2 });
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(LAYOUT_F, f.out.layout);
+}
+
+test "size-1 dims with odd strides stay contiguous" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{ 1, 3, 1 }, &.{ 12345, 1, -99 });
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(LAYOUT_C, f.out.layout & LAYOUT_C);
+}
+
+test "byte_offset is folded into the address; strict mode refuses it" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{2}, &.{1});
+    f.managed.dl_tensor.byte_offset = 8;
+    try testing.expectEqual(Status.ok, f.run());
+    const address = @as(u64, f.out.address_hi) << 32 | f.out.address_lo;
+    try testing.expectEqual(@intFromPtr(&f.data) + 8, address);
+    try testing.expectEqual(Status.byte_offset, describe(@intFromPtr(&f.managed), .{ .versioned = true, .strict_offset = true }, &f.out));
+}
+
+test "every refusal rule" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{2}, &.{1});
+
+    try testing.expectEqual(Status.null_managed, describe(0, .{ .versioned = true }, &f.out));
+
+    f.managed.version.major = 0;
+    try testing.expectEqual(Status.version, f.run());
+    f.managed.version.major = 2;
+    try testing.expectEqual(Status.version, f.run());
+    f.managed.version.major = 1;
+
+    f.managed.flags = 8;
+    try testing.expectEqual(Status.flags, f.run());
+    f.managed.flags = dlpack.FLAGS_KNOWN;
+    try testing.expectEqual(Status.ok, f.run());
+    f.managed.flags = 0;
+
+    f.managed.dl_tensor.ndim = -1;
+    try testing.expectEqual(Status.rank, f.run());
+    f.managed.dl_tensor.ndim = 65;
+    try testing.expectEqual(Status.rank, f.run());
+    f.managed.dl_tensor.ndim = 1;
+
+    const bad_types = [_]dlpack.DataType{
+        .{ .code = 99, .bits = 8, .lanes = 1 },
+        .{ .code = 15, .bits = 8, .lanes = 1 },
+        .{ .code = 17, .bits = 8, .lanes = 1 },
+        .{ .code = 0, .bits = 7, .lanes = 1 },
+        .{ .code = 2, .bits = 32, .lanes = 2 },
+    };
+    for (bad_types) |dt| {
+        f.managed.dl_tensor.dtype = dt;
+        try testing.expectEqual(Status.dtype, f.run());
+    }
+    f.managed.dl_tensor.dtype = f32_t;
+
+    f.managed.dl_tensor.device.device_type = 99;
+    try testing.expectEqual(Status.device, f.run());
+    f.managed.dl_tensor.device.device_type = 1;
+
+    f.shape[0] = -1;
+    try testing.expectEqual(Status.shape, f.run());
+    try testing.expectEqual(@as(i32, 0), f.out.detail_dim);
+    f.shape[0] = 2;
+
+    f.managed.dl_tensor.data = null;
+    try testing.expectEqual(Status.null_data, f.run());
+    f.managed.dl_tensor.data = &f.data;
+
+    f.managed.dl_tensor.shape = null;
+    try testing.expectEqual(Status.shape, f.run());
+}
+
+test "element count and span overflow are refused" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{ 1 << 32, 1 << 32 }, &.{ 0, 0 });
+    try testing.expectEqual(Status.overflow, f.run());
+
+    f.init(f32_t, &.{ 2, 2 }, &.{ std.math.maxInt(i64), 1 });
+    try testing.expectEqual(Status.overflow, f.run());
+
+    f.init(f32_t, &.{ 2, 2 }, &.{ std.math.minInt(i64), 1 });
+    try testing.expectEqual(Status.overflow, f.run());
+
+    f.init(f32_t, &.{2}, &.{1});
+    f.managed.dl_tensor.byte_offset = std.math.maxInt(u64);
+    try testing.expectEqual(Status.overflow, f.run());
+
+    // A huge shape with a zero extent is an empty tensor, not an overflow.
+    f.init(f32_t, &.{ std.math.maxInt(i64), 0 }, &.{ 1, 1 });
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, 0), f.out.size);
+}
+
+test "sub-byte types: packed by default, padded with the flag" {
+    var f: Fixture = undefined;
+    f.init(.{ .code = 17, .bits = 4, .lanes = 1 }, &.{5}, null);
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, 3), f.out.nbytes);
+    f.managed.flags = dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED;
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, 5), f.out.nbytes);
+}
+
+test "every supported dtype is accepted" {
+    var f: Fixture = undefined;
+    const types = [_]dlpack.DataType{
+        .{ .code = 6, .bits = 8, .lanes = 1 },   .{ .code = 0, .bits = 8, .lanes = 1 },
+        .{ .code = 0, .bits = 16, .lanes = 1 },  .{ .code = 0, .bits = 32, .lanes = 1 },
+        .{ .code = 0, .bits = 64, .lanes = 1 },  .{ .code = 1, .bits = 8, .lanes = 1 },
+        .{ .code = 1, .bits = 16, .lanes = 1 },  .{ .code = 1, .bits = 32, .lanes = 1 },
+        .{ .code = 1, .bits = 64, .lanes = 1 },  .{ .code = 2, .bits = 16, .lanes = 1 },
+        .{ .code = 2, .bits = 64, .lanes = 1 },  .{ .code = 4, .bits = 16, .lanes = 1 },
+        .{ .code = 5, .bits = 64, .lanes = 1 },  .{ .code = 5, .bits = 128, .lanes = 1 },
+        .{ .code = 16, .bits = 6, .lanes = 1 },
+    };
+    for (types) |dt| {
+        f.init(dt, &.{2}, &.{1});
+        try testing.expectEqual(Status.ok, f.run());
+    }
+}

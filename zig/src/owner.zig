@@ -1,0 +1,173 @@
+//! Atomic-refcounted owner records. Every byte of memory a view or an export points into is kept
+//! alive by exactly one owner; the owner gives the memory back (producer deleter, free, or a JS
+//! unpin) exactly once, when its last reference goes, on whatever thread that happens.
+
+const std = @import("std");
+const dlpack = @import("dlpack.zig");
+const stats = @import("stats.zig");
+
+pub const Kind = enum(u8) {
+    /// payload: a `DLManagedTensorVersioned*` from a producer.
+    versioned,
+    /// payload: a legacy `DLManagedTensor*` from a producer.
+    legacy,
+    /// payload: memory from `std.c.malloc`/`posix_memalign` that this library allocated.
+    native,
+    /// payload: an id the JS side maps to a buffer (or any object) it keeps reachable. Released pins
+    /// are queued for JS to sweep, because a deleter may run on any thread and must never call JS.
+    pin,
+};
+
+pub const Owner = struct {
+    refs: std.atomic.Value(u32),
+    kind: Kind,
+    payload: usize,
+    bytes: usize,
+    /// Link in the released-pins stack; only used once `refs` reached zero.
+    next: ?*Owner = null,
+};
+
+/// Creates an owner holding one reference. Returns null when out of memory (the caller then
+/// decides what happens to the payload).
+pub fn create(kind: Kind, payload: usize, bytes: usize) ?*Owner {
+    const owner = std.heap.c_allocator.create(Owner) catch return null;
+    owner.* = .{ .refs = std.atomic.Value(u32).init(1), .kind = kind, .payload = payload, .bytes = bytes };
+    switch (kind) {
+        .versioned, .legacy => stats.add(.imports, 1),
+        .native => {
+            stats.add(.allocations, 1);
+            stats.add(.allocation_bytes, @intCast(bytes));
+        },
+        .pin => {
+            stats.add(.pins, 1);
+            stats.add(.pinned_bytes, @intCast(bytes));
+        },
+    }
+    return owner;
+}
+
+pub fn retain(owner: *Owner) void {
+    const previous = owner.refs.fetchAdd(1, .monotonic);
+    // Retaining a dead owner is a use-after-free in the caller; the counter cannot recover from it.
+    std.debug.assert(previous > 0);
+}
+
+/// Drops one reference; the last one gives the payload back.
+pub fn release(owner: *Owner) void {
+    const previous = owner.refs.fetchSub(1, .acq_rel);
+    std.debug.assert(previous > 0);
+    if (previous != 1) return;
+    switch (owner.kind) {
+        .versioned, .legacy => {
+            dlpack.deleteManaged(owner.payload, owner.kind == .versioned);
+            stats.add(.imports, -1);
+            stats.add(.deleters_called, 1);
+            std.heap.c_allocator.destroy(owner);
+        },
+        .native => {
+            std.c.free(@ptrFromInt(owner.payload));
+            stats.add(.allocations, -1);
+            stats.add(.allocation_bytes, -@as(i64, @intCast(owner.bytes)));
+            std.heap.c_allocator.destroy(owner);
+        },
+        // The record lives on until JS has read its id off the stack.
+        .pin => pushReleasedPin(owner),
+    }
+}
+
+var released_pins: std.atomic.Value(?*Owner) = std.atomic.Value(?*Owner).init(null);
+
+fn pushReleasedPin(owner: *Owner) void {
+    // A Treiber push. Only `drainReleasedPins` pops, and it takes the whole stack in one swap, so
+    // there is no ABA hazard.
+    var head = released_pins.load(.monotonic);
+    while (true) {
+        owner.next = head;
+        head = released_pins.cmpxchgWeak(head, owner, .release, .monotonic) orelse return;
+    }
+}
+
+/// Writes up to `out.len` released pin ids and frees their records. Returns how many were written;
+/// anything beyond `out.len` stays queued for the next call.
+pub fn drainReleasedPins(out: []f64) usize {
+    var list = released_pins.swap(null, .acquire);
+    var written: usize = 0;
+    while (list) |owner| {
+        if (written == out.len) break;
+        list = owner.next;
+        out[written] = @floatFromInt(owner.payload);
+        written += 1;
+        stats.add(.pins, -1);
+        stats.add(.pinned_bytes, -@as(i64, @intCast(owner.bytes)));
+        std.heap.c_allocator.destroy(owner);
+    }
+    while (list) |owner| {
+        list = owner.next;
+        pushReleasedPin(owner);
+    }
+    return written;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+var test_deleted: std.atomic.Value(u32) = std.atomic.Value(u32).init(0);
+
+fn testDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    _ = test_deleted.fetchAdd(1, .monotonic);
+    std.heap.c_allocator.destroy(self);
+}
+
+test "last release calls the deleter exactly once" {
+    test_deleted.store(0, .monotonic);
+    const m = try std.heap.c_allocator.create(dlpack.ManagedTensorVersioned);
+    m.* = std.mem.zeroes(dlpack.ManagedTensorVersioned);
+    m.deleter = testDeleter;
+    const owner = create(.versioned, @intFromPtr(m), 0).?;
+    retain(owner);
+    retain(owner);
+    release(owner);
+    release(owner);
+    try std.testing.expectEqual(@as(u32, 0), test_deleted.load(.monotonic));
+    release(owner);
+    try std.testing.expectEqual(@as(u32, 1), test_deleted.load(.monotonic));
+}
+
+test "released pins are drained in batches and nothing is lost" {
+    var ids: [5]*Owner = undefined;
+    for (&ids, 0..) |*slot, i| slot.* = create(.pin, 100 + i, 8).?;
+    for (ids) |owner| release(owner);
+    var out: [2]f64 = undefined;
+    var seen: usize = 0;
+    var sum: f64 = 0;
+    while (true) {
+        const n = drainReleasedPins(&out);
+        if (n == 0) break;
+        for (out[0..n]) |id| sum += id;
+        seen += n;
+    }
+    try std.testing.expectEqual(@as(usize, 5), seen);
+    try std.testing.expectEqual(@as(f64, 100 + 101 + 102 + 103 + 104), sum);
+}
+
+test "pins released from many threads are all drained" {
+    const per_thread = 2000;
+    const thread_count = 8;
+    const Worker = struct {
+        fn run(base: usize) void {
+            var i: usize = 0;
+            while (i < per_thread) : (i += 1) release(create(.pin, base + i, 0).?);
+        }
+    };
+    var threads: [thread_count]std.Thread = undefined;
+    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{i * per_thread});
+    for (threads) |t| t.join();
+    var out: [256]f64 = undefined;
+    var seen: usize = 0;
+    while (true) {
+        const n = drainReleasedPins(&out);
+        if (n == 0) break;
+        seen += n;
+    }
+    try std.testing.expectEqual(@as(usize, per_thread * thread_count), seen);
+}

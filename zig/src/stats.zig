@@ -1,0 +1,42 @@
+//! Process-wide live counters. They exist so leak tests (and users) can see that every import,
+//! export, allocation and pinned JS buffer was released; deleters on any thread update them.
+
+const std = @import("std");
+
+pub const Counter = enum(u8) {
+    imports,
+    exports,
+    allocations,
+    allocation_bytes,
+    pins,
+    pinned_bytes,
+    deleters_called,
+};
+
+pub const COUNT = @typeInfo(Counter).@"enum".fields.len;
+
+var counters: [COUNT]std.atomic.Value(i64) = [_]std.atomic.Value(i64){std.atomic.Value(i64).init(0)} ** COUNT;
+
+pub fn add(counter: Counter, delta: i64) void {
+    _ = counters[@intFromEnum(counter)].fetchAdd(delta, .monotonic);
+}
+
+pub fn get(counter: Counter) i64 {
+    return counters[@intFromEnum(counter)].load(.monotonic);
+}
+
+/// Writes every counter as an f64 (what the JS side reads without BigInt conversions).
+pub fn snapshot(out: *[COUNT]f64) void {
+    for (out, 0..) |*slot, i| slot.* = @floatFromInt(counters[i].load(.monotonic));
+}
+
+test "counters add and snapshot" {
+    const before = get(.pins);
+    add(.pins, 3);
+    add(.pins, -1);
+    try std.testing.expectEqual(before + 2, get(.pins));
+    var out: [COUNT]f64 = undefined;
+    snapshot(&out);
+    try std.testing.expectEqual(@as(f64, @floatFromInt(before + 2)), out[@intFromEnum(Counter.pins)]);
+    add(.pins, -2);
+}
