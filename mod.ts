@@ -13,8 +13,8 @@
 export { DLPackError, type ErrorCode } from "./src/errors.ts";
 export {
   type AnyTypedArray,
-  type ArrayOf,
   arrayConstructorOf,
+  type ArrayOf,
   type Complex,
   type DLDataType,
   type DType,
@@ -26,10 +26,19 @@ export {
   type Scalar,
   type ScalarOf,
   toDLDataType,
+  type TypedArrayConstructor,
 } from "./src/dtypes.ts";
 export { type Device, deviceCode, deviceName, type DeviceType, formatDevice, isHostAccessible } from "./src/devices.ts";
 export { type AddressLike } from "./src/address.ts";
-export { type Access, BufferView, type DLPackVersion, type Flags, type Tuple, type TypedView } from "./src/view.ts";
+export {
+  type Access,
+  BufferView,
+  type BuildTuple,
+  type DLPackVersion,
+  type Flags,
+  type Tuple,
+  type TypedView,
+} from "./src/view.ts";
 export { Owner } from "./src/owner.ts";
 export { type Requirements } from "./src/requirements.ts";
 export { type DLPackSource, fromDLPack, importDLPack, type ImportOptions, type ManagedAddress } from "./src/import.ts";

@@ -49,7 +49,13 @@ export function findLibrary(envVar: string, stem = "dlpack"): string {
   const override = rt.env(envVar);
   if (override !== undefined && override !== "") {
     if (rt.exists(override)) return override;
-    tried.push(`${envVar}=${override} (no such file)`);
+    // An explicit override that points nowhere is a configuration error, not a hint to fall back.
+    throw new DLPackError(
+      "library",
+      `${envVar}=${override}: no such file. Unset it to use the local build, or point it at a built ${
+        libraryFileName(rt.os, stem)
+      }.`,
+    );
   } else {
     tried.push(`${envVar} (not set)`);
   }

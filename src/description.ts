@@ -23,7 +23,15 @@ export const U32 = {
   ownerHi: 15,
 } as const;
 export const I64 = { found: 8, limit: 9 } as const;
-export const F64 = { byteOffset: 10, size: 11, nbytes: 12, minOffset: 13, maxOffset: 14, shape: 15, strides: 15 + MAX_RANK } as const;
+export const F64 = {
+  byteOffset: 10,
+  size: 11,
+  nbytes: 12,
+  minOffset: 13,
+  maxOffset: 14,
+  shape: 15,
+  strides: 15 + MAX_RANK,
+} as const;
 
 export const LAYOUT_C = 1;
 export const LAYOUT_F = 2;

@@ -25,7 +25,9 @@ export type DeviceType =
 
 /** Where a tensor lives. */
 export interface Device {
+  /** The kind of device. */
   readonly type: DeviceType;
+  /** The device ordinal (0 for CPU, pinned and managed memory). */
   readonly id: number;
 }
 
@@ -55,7 +57,10 @@ const HOST_ACCESSIBLE = new Set<DeviceType>(["cpu", "cudaHost", "cudaManaged", "
 export function deviceCode(type: DeviceType): number {
   const code = CODES[type];
   if (code === undefined) {
-    throw new DLPackError("device", `unknown device type ${JSON.stringify(type)}; expected one of ${Object.keys(CODES).join(", ")}`);
+    throw new DLPackError(
+      "device",
+      `unknown device type ${JSON.stringify(type)}; expected one of ${Object.keys(CODES).join(", ")}`,
+    );
   }
   return code;
 }

@@ -37,8 +37,11 @@ export type DType =
 
 /** The DLPack triple of a dtype. */
 export interface DLDataType {
+  /** `DLDataTypeCode` (Int 0, UInt 1, Float 2, Bfloat 4, Complex 5, Bool 6, FP8/6/4 7-17). */
   readonly code: number;
+  /** Bits per element (per lane). */
   readonly bits: number;
+  /** Vector lanes; always 1 for the dtypes this library supports. */
   readonly lanes: number;
 }
 
@@ -101,7 +104,8 @@ export interface DTypeInfo {
   readonly slots: number;
 }
 
-type TypedArrayConstructor = {
+/** A TypedArray constructor as the dtype table uses it. */
+export type TypedArrayConstructor = {
   new (buffer: ArrayBuffer, byteOffset?: number, length?: number): AnyTypedArray;
   readonly BYTES_PER_ELEMENT: number;
 };

@@ -14,6 +14,7 @@ export interface Requirements {
   readonly dtype?: DType | readonly DType[];
   /** Extents; `null` accepts any extent in that dimension. Implies the rank. */
   readonly shape?: readonly (number | null)[];
+  /** Number of dimensions. */
   readonly ndim?: number;
   /** Element count. */
   readonly size?: number;
@@ -63,7 +64,9 @@ function checkRequirements(req: Requirements): void {
   }
   if (req.shape !== undefined) {
     for (const e of req.shape) {
-      if (e !== null && (!Number.isInteger(e) || e < 0)) bad(`shape extents must be non-negative integers or null, got ${e}`);
+      if (e !== null && (!Number.isInteger(e) || e < 0)) {
+        bad(`shape extents must be non-negative integers or null, got ${e}`);
+      }
     }
   }
   for (const field of ["ndim", "size"] as const) {

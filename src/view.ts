@@ -6,21 +6,21 @@
  */
 import { core, runtime } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
-import {
-  type AnyTypedArray,
-  type ArrayOf,
-  type Complex,
-  type DLDataType,
-  type DType,
-  type DTypeInfo,
-  type MiniFloatDType,
-  type Scalar,
-  type ScalarOf,
+import type {
+  AnyTypedArray,
+  ArrayOf,
+  Complex,
+  DLDataType,
+  DType,
+  DTypeInfo,
+  MiniFloatDType,
+  Scalar,
+  ScalarOf,
 } from "./dtypes.ts";
 import { type Device, formatDevice, isHostAccessible } from "./devices.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "./scalars.ts";
 import { guard, Owner, unguard } from "./owner.ts";
-import { type Requirements, requirementRefusals } from "./requirements.ts";
+import { requirementRefusals, type Requirements } from "./requirements.ts";
 import { LAYOUT_C, LAYOUT_F } from "./description.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
@@ -28,20 +28,26 @@ export type Access = "readwrite" | "readonly" | "unknown";
 
 /** The versioned struct's flags, decoded. */
 export interface Flags {
+  /** READ_ONLY: the consumer must not write. */
   readonly readOnly: boolean;
+  /** IS_COPIED: the producer made a copy for this export. */
   readonly isCopied: boolean;
+  /** IS_SUBBYTE_TYPE_PADDED: sub-byte elements take a whole byte each. */
   readonly subbytePadded: boolean;
 }
 
 /** A DLPack version. */
 export interface DLPackVersion {
+  /** Incompatible ABI changes; this library reads major 1. */
   readonly major: number;
+  /** Compatible additions. */
   readonly minor: number;
 }
 
 /** A fixed-length tuple type (`Tuple<number, 2>` is `[number, number]`). */
 export type Tuple<T, N extends number> = number extends N ? T[] : BuildTuple<T, N, []>;
-type BuildTuple<T, N extends number, R extends T[]> = R["length"] extends N ? R : BuildTuple<T, N, [...R, T]>;
+/** Builds {@link Tuple} one element at a time. */
+export type BuildTuple<T, N extends number, R extends T[]> = R["length"] extends N ? R : BuildTuple<T, N, [...R, T]>;
 
 /** What the library records when it creates a view. */
 export interface ViewInit {
@@ -206,7 +212,11 @@ export class BufferView {
   /** The versioned struct's flags (all false for legacy imports). */
   get flags(): Flags {
     const f = this.#flags;
-    return { readOnly: (f & READ_ONLY) !== 0, isCopied: (f & IS_COPIED) !== 0, subbytePadded: (f & SUBBYTE_PADDED) !== 0 };
+    return {
+      readOnly: (f & READ_ONLY) !== 0,
+      isCopied: (f & IS_COPIED) !== 0,
+      subbytePadded: (f & SUBBYTE_PADDED) !== 0,
+    };
   }
 
   /** Whether the elements are laid out in C (row-major) order with no gaps. */
@@ -283,7 +293,9 @@ export class BufferView {
     if (!isHostAccessible(this.#device.type)) {
       throw new DLPackError(
         "device",
-        `array() needs host-accessible memory; this view is on ${formatDevice(this.#device)} (copy it to the host first)`,
+        `array() needs host-accessible memory; this view is on ${
+          formatDevice(this.#device)
+        } (copy it to the host first)`,
       );
     }
     const Ctor = this.#info.array;
@@ -362,7 +374,9 @@ export class BufferView {
         a[at] = numberToBfloat16(expectNumber(value, info.name));
         return;
       case "complex": {
-        if (!Array.isArray(value) || value.length !== 2 || typeof value[0] !== "number" || typeof value[1] !== "number") {
+        if (
+          !Array.isArray(value) || value.length !== 2 || typeof value[0] !== "number" || typeof value[1] !== "number"
+        ) {
           throw typeError(info.name, "[real, imaginary]", value);
         }
         a[at * 2] = value[0];
@@ -370,7 +384,11 @@ export class BufferView {
         return;
       }
       case "minifloat":
-        this.#writeBits(a as Uint8Array, at, encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name)));
+        this.#writeBits(
+          a as Uint8Array,
+          at,
+          encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name)),
+        );
         return;
     }
   }
@@ -380,7 +398,10 @@ export class BufferView {
     this.#live();
     const shape = this.#shape;
     if (index.length !== shape.length) {
-      throw new DLPackError("shape", `${what}() needs ${shape.length} indices for a ${shape.length}-d view, got ${index.length}`);
+      throw new DLPackError(
+        "shape",
+        `${what}() needs ${shape.length} indices for a ${shape.length}-d view, got ${index.length}`,
+      );
     }
     const strides = this.#strides;
     let at = -this.#minOffset;
@@ -480,7 +501,10 @@ export class BufferView {
   assumeWritable(): this {
     this.#live();
     if (this.#access === "readonly") {
-      throw new DLPackError("readonly", "the producer marked this tensor READ_ONLY; assumeWritable() cannot override that");
+      throw new DLPackError(
+        "readonly",
+        "the producer marked this tensor READ_ONLY; assumeWritable() cannot override that",
+      );
     }
     this.#access = "readwrite";
     return this;
@@ -532,7 +556,9 @@ export class BufferView {
 
   /** @internal A one-line description for logs. */
   toString(): string {
-    return `BufferView(${this.dtype}, [${this.#shape.join(", ")}], ${formatDevice(this.#device)}${this.disposed ? ", disposed" : ""})`;
+    return `BufferView(${this.dtype}, [${this.#shape.join(", ")}], ${formatDevice(this.#device)}${
+      this.disposed ? ", disposed" : ""
+    })`;
   }
 }
 
@@ -548,12 +574,20 @@ function typeError(dtype: DType, expected: string, got: unknown): DLPackError {
 
 /** A view whose dtype and rank TypeScript knows (from `BufferView.as`). */
 export interface TypedView<D extends DType, N extends number> extends BufferView {
+  /** The dtype, known statically. */
   readonly dtype: D;
+  /** The rank, known statically. */
   readonly ndim: N;
+  /** One extent per dimension. */
   readonly shape: Readonly<Tuple<number, N>> & readonly number[];
+  /** One stride (in elements) per dimension. */
   readonly strides: Readonly<Tuple<number, N>> & readonly number[];
+  /** The zero-copy TypedArray of this dtype. */
   array(): ArrayOf<D>;
+  /** A contiguous C-order copy. */
   toArray(): ArrayOf<D>;
+  /** Reads the element at exactly `ndim` indices. */
   get(...index: Tuple<number, N>): ScalarOf<D>;
+  /** Writes the element at exactly `ndim` indices. */
   set(value: ScalarOf<D>, ...index: Tuple<number, N>): void;
 }

@@ -224,3 +224,9 @@ export fn tp_consume_many(managed: [*]const f64, count: u32, versioned: u32, thr
     for (handles[0..started]) |h| h.join();
     return 0;
 }
+
+/// Makes this library look like a libdlpack of another ABI, so the loader's mismatch error can be
+/// tested (DLPACK_LIB pointed here).
+export fn dlpk_abi_version() u32 {
+    return 0xFFFF;
+}

@@ -1,0 +1,46 @@
+// Library lookup and the ABI check, in fresh processes (the loaded library is cached per process).
+import assert from "node:assert/strict";
+import { ABI_VERSION, corePath, findLibrary, libraryFileName, localBuildPath, runtime } from "../ffi/mod.ts";
+import { DLPackError } from "../mod.ts";
+import { runScript, test } from "./support/harness.ts";
+
+const probe = new URL("./support/load_probe.ts", import.meta.url).pathname;
+
+test("the library loads from the local build and reports its ABI", () => {
+  assert.equal(corePath(), localBuildPath(runtime().os));
+  assert.equal(ABI_VERSION, 1);
+  assert.equal(libraryFileName("linux"), "libdlpack.so");
+  assert.equal(libraryFileName("darwin"), "libdlpack.dylib");
+  assert.equal(libraryFileName("windows"), "dlpack.dll");
+});
+
+test("a missing library is a clear error listing what was tried and how to build", () => {
+  assert.throws(() => findLibrary("DLPACK_TEST_UNSET_VARIABLE", "no_such_library"), (e: unknown) => {
+    assert.ok(e instanceof DLPackError && e.code === "library");
+    assert.match(
+      e.message,
+      /libno_such_library\.so not found; tried: DLPACK_TEST_UNSET_VARIABLE \(not set\); .*zig-out\/lib\/libno_such_library\.so \(not built\)/,
+    );
+    assert.match(e.message, /Build it with tools\/build\.sh/);
+    return true;
+  });
+});
+
+test("DLPACK_LIB pointing nowhere is an error, not a silent fallback", () => {
+  const out = runScript(probe, { DLPACK_LIB: "/nonexistent/libdlpack.so" });
+  assert.equal(out.code, 0, out.stderr);
+  assert.match(out.stdout, /library: DLPACK_LIB=\/nonexistent\/libdlpack\.so: no such file/);
+});
+
+test("DLPACK_LIB pointing at a build is used", () => {
+  const out = runScript(probe, { DLPACK_LIB: corePath() });
+  assert.equal(out.code, 0, out.stderr);
+  assert.equal(out.stdout.trim(), `loaded ${corePath()}`);
+});
+
+test("a library of another ABI version is refused with a clear error", () => {
+  const other = findLibrary("DLPACK_TESTPROD_LIB", "dlpack_testprod");
+  const out = runScript(probe, { DLPACK_LIB: other });
+  assert.equal(out.code, 0, out.stderr);
+  assert.match(out.stdout, /library: .*speaks native ABI 65535, this module needs 1: rebuild it/);
+});

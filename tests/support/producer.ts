@@ -1,0 +1,122 @@
+/**
+ * The test suites' foreign producer/consumer (tests/native/testprod.zig): builds managed tensors
+ * from explicit fields, hostile ones included, and counts deleter calls.
+ * @module
+ */
+import { findLibrary, openLibrary, runtime } from "../../ffi/mod.ts";
+import { type DType, toDLDataType } from "../../mod.ts";
+
+const lib = openLibrary(
+  findLibrary("DLPACK_TESTPROD_LIB", "dlpack_testprod"),
+  {
+    tp_make: { args: ["buffer"], returns: "usize" },
+    tp_spec_len: { args: [], returns: "u32" },
+    tp_data: { args: ["usize", "u32"], returns: "usize" },
+    tp_free_uncounted: { args: ["usize", "u32"], returns: "void" },
+    tp_made: { args: [], returns: "u32" },
+    tp_deleted: { args: [], returns: "u32" },
+    tp_inspect: { args: ["usize", "u32", "buffer"], returns: "i32" },
+    tp_consume: { args: ["usize", "u32"], returns: "void" },
+    tp_consume_on_thread: { args: ["usize", "u32"], returns: "i32" },
+    tp_consume_many: { args: ["buffer", "u32", "u32", "u32"], returns: "i32" },
+  } as const,
+);
+
+/** The raw functions of the test library. */
+export const tp = lib.symbols;
+
+const RANK = 64;
+const SPEC_LEN = 17 + 2 * RANK;
+if (tp.tp_spec_len() !== SPEC_LEN) throw new Error("tests/native/testprod.zig and producer.ts disagree on the spec");
+
+type Int = number | bigint;
+
+/** Every field of a managed tensor the producer can set. Defaults: a valid, versioned, CPU,
+ * C-contiguous tensor with a counting deleter and zeroed data. */
+export interface TensorSpec {
+  versioned?: boolean;
+  version?: [number, number];
+  flags?: Int;
+  dtype?: DType | { code: number; bits: number; lanes: number };
+  device?: [number, number];
+  shape?: Int[] | null;
+  /** Overrides ndim (for hostile ranks); shape/strides arrays hold at most 64 entries. */
+  ndim?: number;
+  strides?: Int[] | null;
+  byteOffset?: Int;
+  /** "alloc" (default), "null", or an explicit address. */
+  data?: "alloc" | "null" | Int;
+  /** Bytes to allocate (default: enough for the span plus byteOffset). */
+  dataBytes?: number;
+  deleter?: "counted" | "null";
+}
+
+/** A tensor the producer made. */
+export interface Made {
+  readonly address: number;
+  readonly versioned: boolean;
+  /** The data pointer the producer allocated (0 when NULL). */
+  readonly data: number;
+  /** The import source for `importDLPack`. */
+  readonly source: { versioned: number } | { legacy: number };
+  /** The allocated data bytes (zero-copy), for writing test values. */
+  bytes(length: number): Uint8Array<ArrayBuffer>;
+}
+
+function dlOf(dtype: TensorSpec["dtype"]): { code: number; bits: number; lanes: number } {
+  if (dtype === undefined) return { code: 2, bits: 32, lanes: 1 };
+  return typeof dtype === "string" ? toDLDataType(dtype) : dtype;
+}
+
+function defaultBytes(spec: TensorSpec, dl: { bits: number }): number {
+  const shape = (spec.shape ?? []).map(Number);
+  const strides = spec.strides === null || spec.strides === undefined ? undefined : spec.strides.map(Number);
+  let span = 1;
+  if (strides === undefined) span = shape.reduce((a, b) => a * b, 1);
+  else if (shape.every((e) => e > 0)) span = 1 + shape.reduce((a, e, d) => a + (e - 1) * Math.abs(strides[d]), 0);
+  const bytes = Math.ceil((span * Math.max(dl.bits, 8)) / 8) + Number(spec.byteOffset ?? 0);
+  return Math.min(Math.max(bytes, 1), 1 << 24);
+}
+
+/** Makes a managed tensor. */
+export function make(spec: TensorSpec = {}): Made {
+  const dl = dlOf(spec.dtype);
+  const versioned = spec.versioned ?? true;
+  const w = new BigInt64Array(SPEC_LEN);
+  const shape = spec.shape === undefined ? [4] : spec.shape;
+  w[0] = versioned ? 1n : 0n;
+  w[1] = BigInt(spec.version?.[0] ?? 1);
+  w[2] = BigInt(spec.version?.[1] ?? 3);
+  w[3] = BigInt.asIntN(64, BigInt(spec.flags ?? 0));
+  w[4] = BigInt(dl.code);
+  w[5] = BigInt(dl.bits);
+  w[6] = BigInt(dl.lanes);
+  w[7] = BigInt(spec.device?.[0] ?? 1);
+  w[8] = BigInt(spec.device?.[1] ?? 0);
+  w[9] = BigInt(spec.ndim ?? shape?.length ?? 0);
+  w[10] = shape === null ? 1n : 0n;
+  w[11] = spec.strides === undefined || spec.strides === null ? 1n : 0n;
+  w[12] = BigInt.asIntN(64, BigInt(spec.byteOffset ?? 0));
+  const data = spec.data ?? "alloc";
+  w[13] = data === "alloc" ? 0n : data === "null" ? 1n : 2n;
+  w[14] = BigInt(spec.dataBytes ?? defaultBytes({ ...spec, shape }, dl));
+  w[15] = typeof data === "number" || typeof data === "bigint" ? BigInt.asIntN(64, BigInt(data)) : 0n;
+  w[16] = spec.deleter === "null" ? 1n : 0n;
+  shape?.slice(0, RANK).forEach((e, d) => (w[17 + d] = BigInt.asIntN(64, BigInt(e))));
+  spec.strides?.slice(0, RANK).forEach((s, d) => (w[17 + RANK + d] = BigInt.asIntN(64, BigInt(s))));
+  const address = tp.tp_make(w);
+  if (address === 0) throw new Error("test producer out of memory");
+  const dataAddress = tp.tp_data(address, versioned ? 1 : 0);
+  return {
+    address,
+    versioned,
+    data: dataAddress,
+    source: versioned ? { versioned: address } : { legacy: address },
+    bytes: (length: number) => new Uint8Array(runtime().arrayBuffer(dataAddress, length)),
+  };
+}
+
+/** How many tensors the producer's deleters released so far. */
+export function deleted(): number {
+  return tp.tp_deleted();
+}

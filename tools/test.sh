@@ -1,0 +1,63 @@
+#!/bin/sh
+# The README's second command: installs the pinned toolchains if needed, builds, then runs the Zig
+# unit tests, the static checks, and the same TS test files under `deno test` and `bun test`.
+# Ends with one summary line: "N passed, N failed, N skipped".
+set -u
+ROOT=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
+cd "$ROOT"
+"$ROOT/tools/build.sh" || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+export PATH="$ROOT/.tools/bin:$PATH"
+LOG="$ROOT/.scratch/test-logs"
+mkdir -p "$LOG"
+
+failed_suites=""
+step() { # <name> <command...>: runs a step, records its exit status
+  name=$1; shift
+  echo
+  echo "== $name =="
+  ( "$@" ) >"$LOG/$name.log" 2>&1
+  code=$?
+  cat "$LOG/$name.log"
+  [ $code -eq 0 ] || failed_suites="$failed_suites $name"
+  return 0
+}
+
+step zig-test sh -c 'cd zig && zig build test --summary all'
+step deno-check deno check mod.ts ffi/ src/ tests/ examples/
+step deno-lint deno lint
+step deno-fmt deno fmt --check
+step deno-doc deno doc --lint mod.ts
+step deno-test deno test --allow-ffi --allow-read --allow-env --allow-run --v8-flags=--expose-gc tests/
+step bun-test bun test ./tests
+
+# Counts: Zig's "N/M tests passed", Deno's "ok | N passed | M failed (| K ignored)", Bun's "N pass / M fail / K skip".
+zig_passed=$(grep -o '[0-9]*/[0-9]* tests passed' "$LOG/zig-test.log" | tail -n 1 | cut -d/ -f1)
+zig_total=$(grep -o '[0-9]*/[0-9]* tests passed' "$LOG/zig-test.log" | tail -n 1 | cut -d/ -f2 | cut -d' ' -f1)
+deno_line=$(sed 's/\x1b\[[0-9;]*m//g' "$LOG/deno-test.log" | grep -E '^(ok|FAILED) \|' | tail -n 1)
+deno_passed=$(echo "$deno_line" | grep -o '[0-9]* passed' | cut -d' ' -f1)
+deno_failed=$(echo "$deno_line" | grep -o '[0-9]* failed' | cut -d' ' -f1)
+deno_skipped=$(echo "$deno_line" | grep -o '[0-9]* ignored' | cut -d' ' -f1)
+bun_passed=$(grep -E '^ *[0-9]+ pass$' "$LOG/bun-test.log" | tail -n 1 | tr -dc 0-9)
+bun_failed=$(grep -E '^ *[0-9]+ fail$' "$LOG/bun-test.log" | tail -n 1 | tr -dc 0-9)
+bun_skipped=$(grep -E '^ *[0-9]+ skip$' "$LOG/bun-test.log" | tail -n 1 | tr -dc 0-9)
+
+n() { echo "${1:-0}"; }
+passed=$(( $(n "$zig_passed") + $(n "$deno_passed") + $(n "$bun_passed") ))
+failed=$(( $(n "$zig_total") - $(n "$zig_passed") + $(n "$deno_failed") + $(n "$bun_failed") ))
+skipped=$(( $(n "$deno_skipped") + $(n "$bun_skipped") ))
+# A step that failed without failing a counted test (a check, a crash) still counts as a failure.
+for s in $failed_suites; do
+  case $s in
+    zig-test) [ "$(n "$zig_total")" -gt "$(n "$zig_passed")" ] || failed=$((failed + 1)) ;;
+    deno-test) [ "$(n "$deno_failed")" -gt 0 ] || failed=$((failed + 1)) ;;
+    bun-test) [ "$(n "$bun_failed")" -gt 0 ] || failed=$((failed + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+  esac
+done
+
+echo
+echo "== summary =="
+echo "zig: $(n "$zig_passed")/$(n "$zig_total") passed; deno: $(n "$deno_passed") passed, $(n "$deno_failed") failed, $(n "$deno_skipped") skipped; bun: $(n "$bun_passed") passed, $(n "$bun_failed") failed, $(n "$bun_skipped") skipped"
+[ -z "$failed_suites" ] || echo "failed steps:$failed_suites"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ -z "$failed_suites" ]
