@@ -41,6 +41,25 @@ export {
 } from "./src/view.ts";
 export { Owner } from "./src/owner.ts";
 export { type Requirements } from "./src/requirements.ts";
-export { type DLPackSource, fromDLPack, importDLPack, type ImportOptions, type ManagedAddress } from "./src/import.ts";
+export {
+  type DLPackProvider,
+  type DLPackSource,
+  fromDLPack,
+  importDLPack,
+  type ImportOptions,
+  type ManagedAddress,
+} from "./src/import.ts";
+export { Capsule } from "./src/capsule.ts";
+export {
+  type DLPackProtocolOptions,
+  type Exportable,
+  exportDLPack,
+  exportDLPackLegacy,
+  type ExportOptions,
+  share,
+  toDLPack,
+} from "./src/export.ts";
+export { type AllocOptions, DEFAULT_ALIGNMENT, empty, zeros } from "./src/alloc.ts";
+export { type ArrayInterface, fromArrayInterface } from "./src/array_interface.ts";
 export { type Stats, stats } from "./src/stats.ts";
 export { MAX_RANK } from "./src/description.ts";

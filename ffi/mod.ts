@@ -6,11 +6,11 @@
 import { DLPackError } from "../src/errors.ts";
 import { bunRuntime } from "./bun.ts";
 import { denoRuntime } from "./deno.ts";
-import { ABI_VERSION, type Symbols, symbols } from "./symbols.ts";
+import { ABI_VERSION, DESCRIPTION_BYTES, type Symbols, symbols } from "./symbols.ts";
 import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
 
 export type { Bound, NativeType, OpenLibrary, Runtime, SymbolSpec, SymbolTable } from "./types.ts";
-export { ABI_VERSION } from "./symbols.ts";
+export { ABI_VERSION, DESCRIPTION_BYTES } from "./symbols.ts";
 
 let current: Runtime | undefined;
 
@@ -99,8 +99,17 @@ export function core(): Bound<Symbols> {
       `${path} speaks native ABI ${version}, this module needs ${ABI_VERSION}: rebuild it with ${BUILD_COMMAND}`,
     );
   }
-  loaded = openLibrary(path, symbols);
-  return loaded.symbols;
+  const lib = openLibrary(path, symbols);
+  const size = lib.symbols.dlpk_description_size();
+  if (size !== DESCRIPTION_BYTES) {
+    lib.close();
+    throw new DLPackError(
+      "library",
+      `${path} describes tensors in ${size} bytes, this module expects ${DESCRIPTION_BYTES}: rebuild it with ${BUILD_COMMAND}`,
+    );
+  }
+  loaded = lib;
+  return lib.symbols;
 }
 
 /** The path libdlpack was loaded from (loads it if needed). */

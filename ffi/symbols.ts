@@ -6,7 +6,10 @@
 import type { SymbolTable } from "./types.ts";
 
 /** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 1;
+export const ABI_VERSION = 2;
+
+/** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
+export const DESCRIPTION_BYTES = 120 + 16 * 64;
 
 /** libdlpack's functions. */
 export const symbols = {
@@ -18,6 +21,11 @@ export const symbols = {
   dlpk_pin_new: { args: ["f64", "f64", "buffer"], returns: "i32" },
   dlpk_pins_drain: { args: ["buffer", "u32"], returns: "u32" },
   dlpk_stats: { args: ["buffer"], returns: "u32" },
+  dlpk_export: { args: ["u32", "buffer"], returns: "i32" },
+  dlpk_managed_delete: { args: ["usize", "u32"], returns: "void" },
+  dlpk_is_own_export: { args: ["usize", "u32"], returns: "u32" },
+  dlpk_alloc: { args: ["f64", "f64", "u32", "buffer"], returns: "i32" },
+  dlpk_copy: { args: ["buffer", "usize", "u32"], returns: "i32" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

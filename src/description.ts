@@ -5,9 +5,11 @@
  */
 import { DLPackError, type ErrorCode } from "./errors.ts";
 
+import { DESCRIPTION_BYTES } from "../ffi/mod.ts";
+
 /** Must equal `MAX_RANK` in zig/src/dlpack.zig. */
 export const MAX_RANK = 64;
-const BYTES = 120 + 16 * MAX_RANK;
+const BYTES = DESCRIPTION_BYTES;
 
 // Offsets in units of each view (see the comptime asserts beside `Description`).
 export const I32 = { status: 0, dim: 1, ndim: 2, deviceType: 3, deviceId: 4, major: 5, minor: 6 } as const;
@@ -53,6 +55,28 @@ export class Scratch {
   /** The native owner record's address. */
   owner(): number {
     return join(this.u32[U32.ownerLo], this.u32[U32.ownerHi]);
+  }
+
+  /** Writes an address (data for exports and copies) as native calls read it. */
+  setAddress(value: number): void {
+    this.u32[U32.addressLo] = value % 0x1_0000_0000;
+    this.u32[U32.addressHi] = Math.floor(value / 0x1_0000_0000);
+  }
+
+  /** Writes an owner record address. */
+  setOwner(value: number): void {
+    this.u32[U32.ownerLo] = value % 0x1_0000_0000;
+    this.u32[U32.ownerHi] = Math.floor(value / 0x1_0000_0000);
+  }
+
+  /** Writes ndim, shape and strides. */
+  setLayout(shape: readonly number[], strides: readonly number[]): void {
+    this.i32[I32.ndim] = shape.length;
+    const f64 = this.f64;
+    for (let d = 0; d < shape.length; d++) {
+      f64[F64.shape + d] = shape[d];
+      f64[F64.strides + d] = strides[d];
+    }
   }
 }
 

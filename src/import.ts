@@ -10,6 +10,8 @@ import { type AddressLike, toAddress } from "./address.ts";
 import { viewFromScratch } from "./native_view.ts";
 import type { BufferView } from "./view.ts";
 import type { Owner } from "./owner.ts";
+import { Capsule } from "./capsule.ts";
+import type { DLPackProtocolOptions } from "./export.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
@@ -20,8 +22,19 @@ export interface ImportOptions {
 /** A raw managed-tensor address of either generation. */
 export type ManagedAddress = { readonly versioned: AddressLike } | { readonly legacy: AddressLike };
 
+/** An object speaking the DLPack protocol on the JS side (a `BufferView` does). */
+export interface DLPackProvider {
+  /** Returns a capsule the caller then owns. */
+  __dlpack__(opts?: DLPackProtocolOptions): Capsule;
+  /** `[device type code, device id]`. */
+  __dlpack_device__?(): readonly [number, number];
+}
+
 /** Anything `importDLPack` takes. */
-export type DLPackSource = ManagedAddress;
+export type DLPackSource = ManagedAddress | Capsule | DLPackProvider;
+
+/** The protocol version this consumer asks producers for. */
+const MAX_VERSION: readonly [number, number] = [1, 3];
 
 const IMPORT_VERSIONED = 1;
 const IMPORT_STRICT_OFFSET = 2;
@@ -33,6 +46,7 @@ export function importManaged(
   versioned: boolean,
   strict: boolean,
   producer: string | null,
+  keepAlive?: unknown,
 ): BufferView {
   const options = (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0);
   const status = core().dlpk_import(address, options, scratch.f64);
@@ -42,12 +56,25 @@ export function importManaged(
     access: versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
     producer,
     ownerName: "external",
+    keepAlive,
   });
 }
 
 function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
   const producer = opts?.producer ?? null;
+  if (src instanceof Capsule) {
+    const versioned = src.versioned;
+    return importManaged(src.takeAddress(), versioned, strict, producer);
+  }
   if (src !== null && typeof src === "object") {
+    if (typeof (src as DLPackProvider).__dlpack__ === "function") {
+      const capsule = (src as DLPackProvider).__dlpack__({ maxVersion: MAX_VERSION });
+      if (!(capsule instanceof Capsule)) {
+        throw new DLPackError("null_data", "__dlpack__() must return a Capsule");
+      }
+      const name = producer ?? (src as { constructor?: { name?: string } }).constructor?.name ?? null;
+      return importManaged(capsule.takeAddress(), capsule.versioned, strict, name);
+    }
     if ("versioned" in src) return importManaged(toAddress(src.versioned, "versioned"), true, strict, producer);
     if ("legacy" in src) return importManaged(toAddress(src.legacy, "legacy"), false, strict, producer);
   }

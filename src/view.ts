@@ -17,11 +17,14 @@ import type {
   Scalar,
   ScalarOf,
 } from "./dtypes.ts";
-import { type Device, formatDevice, isHostAccessible } from "./devices.ts";
+import { type Device, deviceCode, formatDevice, isHostAccessible } from "./devices.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "./scalars.ts";
 import { guard, Owner, unguard } from "./owner.ts";
 import { requirementRefusals, type Requirements } from "./requirements.ts";
 import { LAYOUT_C, LAYOUT_F } from "./description.ts";
+import { copyOf } from "./alloc.ts";
+import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
+import type { Capsule } from "./capsule.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
 export type Access = "readwrite" | "readonly" | "unknown";
@@ -479,6 +482,27 @@ export class BufferView {
       }
     }
     return out;
+  }
+
+  /** A C-contiguous copy in library-owned native memory (host views; the native strided copy). */
+  copy(): BufferView {
+    this.#live();
+    return copyOf(this);
+  }
+
+  /**
+   * The DLPack protocol's producer side, with the Python keywords in camelCase: a legacy capsule
+   * when `maxVersion` is absent or below [1, 0] (read-only data refused then), a versioned one
+   * otherwise; `copy: true` copies (IS_COPIED), `dlDevice` other than this device and a stream on
+   * host data are refused. `importDLPack(view)` uses it.
+   */
+  __dlpack__(opts?: DLPackProtocolOptions): Capsule {
+    return viewDLPack(this, opts);
+  }
+
+  /** `[device type code, device id]`, as the protocol's `__dlpack_device__()`. */
+  __dlpack_device__(): [number, number] {
+    return [deviceCode(this.#device.type), this.#device.id];
   }
 
   /**

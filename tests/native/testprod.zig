@@ -230,3 +230,64 @@ export fn tp_consume_many(managed: [*]const f64, count: u32, versioned: u32, thr
 export fn dlpk_abi_version() u32 {
     return 0xFFFF;
 }
+
+fn readElement(base: usize, dtype: dlpack.DataType) f64 {
+    return switch (dtype.code) {
+        0 => switch (dtype.bits) {
+            8 => @floatFromInt(@as(*const i8, @ptrFromInt(base)).*),
+            16 => @floatFromInt(@as(*align(1) const i16, @ptrFromInt(base)).*),
+            32 => @floatFromInt(@as(*align(1) const i32, @ptrFromInt(base)).*),
+            64 => @floatFromInt(@as(*align(1) const i64, @ptrFromInt(base)).*),
+            else => std.math.nan(f64),
+        },
+        1, 6 => switch (dtype.bits) {
+            8 => @floatFromInt(@as(*const u8, @ptrFromInt(base)).*),
+            16 => @floatFromInt(@as(*align(1) const u16, @ptrFromInt(base)).*),
+            32 => @floatFromInt(@as(*align(1) const u32, @ptrFromInt(base)).*),
+            64 => @floatFromInt(@as(*align(1) const u64, @ptrFromInt(base)).*),
+            else => std.math.nan(f64),
+        },
+        2 => switch (dtype.bits) {
+            16 => @floatCast(@as(*align(1) const f16, @ptrFromInt(base)).*),
+            32 => @floatCast(@as(*align(1) const f32, @ptrFromInt(base)).*),
+            64 => @as(*align(1) const f64, @ptrFromInt(base)).*,
+            else => std.math.nan(f64),
+        },
+        else => std.math.nan(f64),
+    };
+}
+
+/// Reads every element of a tensor in C order, honouring shape, strides and byte_offset the way a
+/// consumer must, into `out` as f64 (int, uint, bool and float dtypes). Returns the element count,
+/// or -1 when it exceeds `capacity`.
+export fn tp_read_values(managed: usize, versioned: u32, out: [*]f64, capacity: u32) f64 {
+    const t = tensorOf(managed, versioned != 0);
+    const ndim: usize = @intCast(t.ndim);
+    var size: usize = 1;
+    for (0..ndim) |d| size *= @intCast(t.shape.?[d]);
+    if (size > capacity) return -1;
+    if (size == 0) return 0;
+    const itemsize: i64 = t.dtype.bits / 8;
+    const base: i64 = @intCast(@intFromPtr(t.data) + t.byte_offset);
+    var index: [dlpack.MAX_RANK]i64 = [_]i64{0} ** dlpack.MAX_RANK;
+    for (0..size) |k| {
+        var offset: i64 = 0;
+        for (0..ndim) |d| {
+            const stride = if (t.strides) |s| s[d] else blk: {
+                var step: i64 = 1;
+                for (d + 1..ndim) |e| step *= t.shape.?[e];
+                break :blk step;
+            };
+            offset += index[d] * stride;
+        }
+        out[k] = readElement(@intCast(base + offset * itemsize), t.dtype);
+        var d = ndim;
+        while (d > 0) {
+            d -= 1;
+            index[d] += 1;
+            if (index[d] < t.shape.?[d]) break;
+            index[d] = 0;
+        }
+    }
+    return @floatFromInt(size);
+}

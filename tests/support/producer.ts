@@ -19,6 +19,7 @@ const lib = openLibrary(
     tp_consume: { args: ["usize", "u32"], returns: "void" },
     tp_consume_on_thread: { args: ["usize", "u32"], returns: "i32" },
     tp_consume_many: { args: ["buffer", "u32", "u32", "u32"], returns: "i32" },
+    tp_read_values: { args: ["usize", "u32", "buffer", "u32"], returns: "f64" },
   } as const,
 );
 
@@ -119,4 +120,43 @@ export function make(spec: TensorSpec = {}): Made {
 /** How many tensors the producer's deleters released so far. */
 export function deleted(): number {
   return tp.tp_deleted();
+}
+
+/** What a foreign consumer sees of a struct: its fields, as `tp_inspect` reads them. */
+export interface Inspected {
+  data: bigint;
+  device: [number, number];
+  ndim: number;
+  dtype: { code: number; bits: number; lanes: number };
+  byteOffset: bigint;
+  flags: bigint;
+  version: [number, number] | null;
+  shape: number[];
+  strides: number[];
+}
+
+/** Reads a managed tensor the way a C consumer does. */
+export function inspect(address: number | bigint, versioned: boolean): Inspected {
+  const out = new BigInt64Array(11 + 2 * RANK);
+  const ndim = tp.tp_inspect(address, versioned ? 1 : 0, out);
+  if (ndim < 0) throw new Error("consumer found NULL strides");
+  return {
+    data: BigInt.asUintN(64, out[0]),
+    device: [Number(out[1]), Number(out[2])],
+    ndim: Number(out[3]),
+    dtype: { code: Number(out[4]), bits: Number(out[5]), lanes: Number(out[6]) },
+    byteOffset: out[7],
+    flags: out[8],
+    version: out[9] < 0n ? null : [Number(out[9]), Number(out[10])],
+    shape: Array.from(out.slice(11, 11 + ndim), Number),
+    strides: Array.from(out.slice(11 + RANK, 11 + RANK + ndim), Number),
+  };
+}
+
+/** The element values a foreign consumer reads (C order, as f64). */
+export function consumerValues(address: number | bigint, versioned: boolean, capacity = 4096): number[] {
+  const out = new Float64Array(capacity);
+  const n = tp.tp_read_values(address, versioned ? 1 : 0, out, capacity);
+  if (n < 0) throw new Error("tensor too large for consumerValues");
+  return Array.from(out.subarray(0, n));
 }

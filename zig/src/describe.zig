@@ -27,6 +27,7 @@ pub const Status = enum(i32) {
 
 /// Views never exceed 2^53 elements or bytes: JS numbers index exactly up to there.
 pub const MAX_EXACT: u64 = 1 << 53;
+pub const MAX_EXACT_F: f64 = @floatFromInt(MAX_EXACT);
 
 pub const LAYOUT_C: u32 = 1;
 pub const LAYOUT_F: u32 = 2;

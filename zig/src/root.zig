@@ -7,10 +7,12 @@ const dlpack = @import("dlpack.zig");
 const describe = @import("describe.zig");
 const owner = @import("owner.zig");
 const stats = @import("stats.zig");
+const exports = @import("exports.zig");
+const memory = @import("memory.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
@@ -56,6 +58,93 @@ export fn dlpk_import(managed: usize, options: u32, out_address: usize) i32 {
     return @intFromEnum(status);
 }
 
+pub const EXPORT_VERSIONED: u32 = 1;
+/// The export takes over the caller's owner reference instead of adding one.
+pub const EXPORT_ADOPT_OWNER: u32 = 2;
+
+/// Reads an integral f64 the TS side wrote; null when it is not an exact integer in range.
+fn exactInt(value: f64) ?i64 {
+    if (!(value >= -describe.MAX_EXACT_F and value <= describe.MAX_EXACT_F)) return null;
+    if (@floor(value) != value) return null;
+    return @intFromFloat(value);
+}
+
+/// Builds an export from the description at `spec_address`: data address (address_lo/hi), owner,
+/// device, dtype, flags, ndim, shape and strides. On success writes the managed struct's address
+/// into address_lo/hi. The TS side has checked the layout against the memory it points into.
+export fn dlpk_export(options: u32, spec_address: usize) i32 {
+    const spec = descriptionAt(spec_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+    if (spec.ndim < 0 or spec.ndim > dlpack.MAX_RANK) return @intFromEnum(describe.Status.rank);
+    const ndim: usize = @intCast(spec.ndim);
+    var shape: [dlpack.MAX_RANK]i64 = undefined;
+    var strides: [dlpack.MAX_RANK]i64 = undefined;
+    for (0..ndim) |d| {
+        shape[d] = exactInt(spec.shape[d]) orelse return @intFromEnum(describe.Status.shape);
+        strides[d] = exactInt(spec.strides[d]) orelse return @intFromEnum(describe.Status.strides);
+    }
+    const owner_address = @as(usize, spec.owner_hi) << 32 | spec.owner_lo;
+    const managed = exports.create(.{
+        .data = @as(usize, spec.address_hi) << 32 | spec.address_lo,
+        .device = .{ .device_type = spec.device_type, .device_id = spec.device_id },
+        .dtype = .{ .code = @intCast(spec.dtype_code), .bits = @intCast(spec.dtype_bits), .lanes = 1 },
+        .shape = shape[0..ndim],
+        .strides = strides[0..ndim],
+        .flags = spec.flags,
+        .versioned = options & EXPORT_VERSIONED != 0,
+        .adopt_owner = options & EXPORT_ADOPT_OWNER != 0,
+        .owner = if (owner_address == 0) null else @ptrFromInt(owner_address),
+    }) orelse return @intFromEnum(describe.Status.out_of_memory);
+    spec.setAddress(managed);
+    return 0;
+}
+
+/// Calls a managed tensor's deleter (a capsule disposed before anyone took it).
+export fn dlpk_managed_delete(managed: usize, versioned: u32) void {
+    if (managed == 0) return;
+    dlpack.deleteManaged(managed, versioned != 0);
+}
+
+/// Whether `managed` was made by `dlpk_export` (1) or not (0).
+export fn dlpk_is_own_export(managed: usize, versioned: u32) u32 {
+    if (managed == 0) return 0;
+    return @intFromBool(exports.isOwnExport(managed, versioned != 0));
+}
+
+/// Allocates library memory; writes its address and owner into the description at `out_address`.
+export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: usize) i32 {
+    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+    const size = exactInt(bytes) orelse return @intFromEnum(describe.Status.overflow);
+    const align_bytes = exactInt(alignment) orelse return @intFromEnum(describe.Status.invalid_argument);
+    if (size < 0) return @intFromEnum(describe.Status.overflow);
+    if (align_bytes <= 0 or align_bytes > 1 << 20 or !std.math.isPowerOfTwo(align_bytes)) {
+        return @intFromEnum(describe.Status.invalid_argument);
+    }
+    const created = memory.allocate(@intCast(size), @intCast(align_bytes), zero != 0) orelse
+        return @intFromEnum(describe.Status.out_of_memory);
+    out.setAddress(created.payload);
+    out.setOwner(@intFromPtr(created));
+    return 0;
+}
+
+/// Copies the strided tensor the description at `spec_address` describes (address, ndim, shape,
+/// strides) into `dst` in C order, `itemsize` bytes per element.
+export fn dlpk_copy(spec_address: usize, dst: usize, itemsize: u32) i32 {
+    const spec = descriptionAt(spec_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+    if (spec.ndim < 0 or spec.ndim > dlpack.MAX_RANK or itemsize == 0 or dst == 0) {
+        return @intFromEnum(describe.Status.invalid_argument);
+    }
+    const ndim: usize = @intCast(spec.ndim);
+    var shape: [dlpack.MAX_RANK]i64 = undefined;
+    var strides: [dlpack.MAX_RANK]i64 = undefined;
+    for (0..ndim) |d| {
+        shape[d] = exactInt(spec.shape[d]) orelse return @intFromEnum(describe.Status.shape);
+        strides[d] = exactInt(spec.strides[d]) orelse return @intFromEnum(describe.Status.strides);
+    }
+    const src = @as(usize, spec.address_hi) << 32 | spec.address_lo;
+    memory.copyStrided(@ptrFromInt(dst), @ptrFromInt(src), itemsize, shape[0..ndim], strides[0..ndim]);
+    return 0;
+}
+
 export fn dlpk_owner_retain(address: usize) void {
     if (address == 0) return;
     owner.retain(@ptrFromInt(address));
@@ -94,4 +183,6 @@ test {
     _ = describe;
     _ = owner;
     _ = stats;
+    _ = exports;
+    _ = memory;
 }

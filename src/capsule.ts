@@ -1,0 +1,83 @@
+/**
+ * `Capsule`: an exported managed tensor waiting for a consumer, like Python's PyCapsule. It is
+ * taken once (ownership passes to the consumer) or disposed (its deleter runs); a capsule that is
+ * neither is released by the garbage-collection backstop.
+ * @module
+ */
+import { core } from "../ffi/mod.ts";
+import { DLPackError } from "./errors.ts";
+
+// Held value: address * 2 + versioned, so the registry allocates nothing per capsule.
+const backstop = new FinalizationRegistry<number>((held) => {
+  core().dlpk_managed_delete(Math.floor(held / 2), held % 2);
+});
+
+const OWNED = 0;
+const TAKEN = 1;
+const DISPOSED = 2;
+
+/** An exported DLPack tensor (versioned or legacy) until a consumer takes it. */
+export class Capsule {
+  #address: number;
+  #versioned: boolean;
+  #state = OWNED;
+
+  /** @internal Made by the export functions. */
+  constructor(address: number, versioned: boolean) {
+    this.#address = address;
+    this.#versioned = versioned;
+    backstop.register(this, address * 2 + (versioned ? 1 : 0), this);
+  }
+
+  /** The managed struct's address (`DLManagedTensorVersioned*` or `DLManagedTensor*`). */
+  get address(): bigint {
+    return BigInt(this.#address);
+  }
+
+  /** Whether the struct is a `DLManagedTensorVersioned` (else the legacy `DLManagedTensor`). */
+  get versioned(): boolean {
+    return this.#versioned;
+  }
+
+  /** Whether a consumer took it. */
+  get taken(): boolean {
+    return this.#state === TAKEN;
+  }
+
+  /** Whether it was disposed before anyone took it. */
+  get disposed(): boolean {
+    return this.#state === DISPOSED;
+  }
+
+  /** Hands the struct to a foreign consumer, which must call its deleter exactly once. A capsule
+   * can be taken once. */
+  take(): bigint {
+    return BigInt(this.takeAddress());
+  }
+
+  /** @internal `take()` as a number. */
+  takeAddress(): number {
+    if (this.#state !== OWNED) {
+      throw new DLPackError(
+        "consumed",
+        this.#state === TAKEN ? "this capsule was already taken by a consumer" : "this capsule was disposed",
+      );
+    }
+    this.#state = TAKEN;
+    backstop.unregister(this);
+    return this.#address;
+  }
+
+  /** Releases the struct if nobody took it (runs its deleter). Idempotent. */
+  dispose(): void {
+    if (this.#state !== OWNED) return;
+    this.#state = DISPOSED;
+    backstop.unregister(this);
+    core().dlpk_managed_delete(this.#address, this.#versioned ? 1 : 0);
+  }
+
+  /** Same as {@link Capsule.dispose}, for `using`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}

@@ -1,0 +1,203 @@
+//! Exports: managed tensors this library hands to other consumers. Each one holds a reference to
+//! the owner of the memory it describes (a producer's import, a library allocation, or a JS pin),
+//! so chains keep the first producer alive. The deleters are plain native code: safe on any
+//! thread, never calling into JS.
+
+const std = @import("std");
+const dlpack = @import("dlpack.zig");
+const owner_mod = @import("owner.zig");
+const stats = @import("stats.zig");
+
+const Owner = owner_mod.Owner;
+
+/// One allocation per export: the managed struct first (so its address is the record's), the owner
+/// reference, then `ndim` shape and `ndim` stride words.
+const Record = extern struct {
+    managed: extern union {
+        versioned: dlpack.ManagedTensorVersioned,
+        legacy: dlpack.ManagedTensor,
+    },
+    owner: ?*Owner,
+    ndim: u32,
+    versioned: u32,
+
+    fn dims(self: *Record) [*]i64 {
+        const base: [*]u8 = @ptrCast(self);
+        return @ptrCast(@alignCast(base + @sizeOf(Record)));
+    }
+};
+
+comptime {
+    std.debug.assert(@offsetOf(Record, "managed") == 0);
+    std.debug.assert(@sizeOf(Record) % @alignOf(i64) == 0);
+}
+
+/// What an export describes. Callers have validated it against the memory it points into.
+pub const Spec = struct {
+    data: usize,
+    device: dlpack.Device,
+    dtype: dlpack.DataType,
+    shape: []const i64,
+    strides: []const i64,
+    flags: u64,
+    versioned: bool,
+    /// Takes over one reference the caller holds (else retains a new one).
+    adopt_owner: bool,
+    owner: ?*Owner,
+};
+
+fn recordBytes(ndim: usize) usize {
+    return @sizeOf(Record) + 2 * ndim * @sizeOf(i64);
+}
+
+/// Builds an export. Returns the managed struct's address, or null when out of memory (then the
+/// owner reference the caller offered to adopt is still the caller's).
+pub fn create(spec: Spec) ?usize {
+    std.debug.assert(spec.shape.len == spec.strides.len);
+    std.debug.assert(spec.shape.len <= dlpack.MAX_RANK);
+    const ndim = spec.shape.len;
+    const raw = std.c.malloc(recordBytes(ndim)) orelse return null;
+    const record: *Record = @ptrCast(@alignCast(raw));
+    const dims = record.dims();
+    @memcpy(dims[0..ndim], spec.shape);
+    @memcpy(dims[ndim .. 2 * ndim], spec.strides);
+    if (spec.owner) |o| {
+        if (!spec.adopt_owner) owner_mod.retain(o);
+    }
+    record.owner = spec.owner;
+    record.ndim = @intCast(ndim);
+    record.versioned = @intFromBool(spec.versioned);
+    const tensor = dlpack.Tensor{
+        .data = @ptrFromInt(spec.data),
+        .device = spec.device,
+        .ndim = @intCast(ndim),
+        .dtype = spec.dtype,
+        // A 0-d tensor still gets valid (empty) arrays: some consumers dereference them.
+        .shape = dims,
+        .strides = dims + ndim,
+        .byte_offset = 0,
+    };
+    if (spec.versioned) {
+        record.managed = .{ .versioned = .{
+            .version = .{ .major = dlpack.VERSION_MAJOR, .minor = dlpack.VERSION_MINOR },
+            .manager_ctx = record,
+            .deleter = versionedDeleter,
+            .flags = spec.flags,
+            .dl_tensor = tensor,
+        } };
+    } else {
+        record.managed = .{ .legacy = .{ .dl_tensor = tensor, .manager_ctx = record, .deleter = legacyDeleter } };
+    }
+    stats.add(.exports, 1);
+    return @intFromPtr(record);
+}
+
+fn destroy(record: *Record) void {
+    const o = record.owner;
+    std.c.free(record);
+    stats.add(.exports, -1);
+    if (o) |held| owner_mod.release(held);
+}
+
+fn versionedDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    destroy(@ptrCast(@alignCast(self.manager_ctx.?)));
+}
+
+fn legacyDeleter(self: *dlpack.ManagedTensor) callconv(.c) void {
+    destroy(@ptrCast(@alignCast(self.manager_ctx.?)));
+}
+
+/// Whether `managed` is one of this library's exports (its deleter is ours).
+pub fn isOwnExport(managed: usize, versioned: bool) bool {
+    if (versioned) {
+        const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
+        return m.deleter == versionedDeleter;
+    }
+    const m: *const dlpack.ManagedTensor = @ptrFromInt(managed);
+    return m.deleter == legacyDeleter;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+const testing = std.testing;
+
+test "an export holds its owner until the consumer calls the deleter" {
+    const memory = std.c.malloc(64).?;
+    const o = owner_mod.create(.native, @intFromPtr(memory), 64).?;
+    const shape = [_]i64{ 4, 4 };
+    const strides = [_]i64{ 4, 1 };
+    const exports_before = stats.get(.exports);
+    const managed = create(.{
+        .data = @intFromPtr(memory),
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+        .shape = &shape,
+        .strides = &strides,
+        .flags = dlpack.FLAG_READ_ONLY,
+        .versioned = true,
+        .adopt_owner = false,
+        .owner = o,
+    }).?;
+    try testing.expect(isOwnExport(managed, true));
+    try testing.expect(!isOwnExport(managed, false));
+    try testing.expectEqual(exports_before + 1, stats.get(.exports));
+    owner_mod.release(o); // the creator's reference; the export keeps the memory alive
+    try testing.expectEqual(@as(u32, 1), o.refs.load(.monotonic));
+
+    const m: *dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
+    try testing.expectEqual(@as(i64, 4), m.dl_tensor.shape.?[1]);
+    try testing.expectEqual(@as(i64, 1), m.dl_tensor.strides.?[1]);
+    try testing.expectEqual(dlpack.FLAG_READ_ONLY, m.flags);
+    try testing.expectEqual(@as(u32, 1), m.version.major);
+
+    const allocations_before = stats.get(.allocations);
+    dlpack.deleteManaged(managed, true);
+    try testing.expectEqual(exports_before, stats.get(.exports));
+    try testing.expectEqual(allocations_before - 1, stats.get(.allocations));
+}
+
+test "legacy exports and 0-d exports" {
+    var value: f64 = 3;
+    const managed = create(.{
+        .data = @intFromPtr(&value),
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 2, .bits = 64, .lanes = 1 },
+        .shape = &.{},
+        .strides = &.{},
+        .flags = 0,
+        .versioned = false,
+        .adopt_owner = false,
+        .owner = null,
+    }).?;
+    const m: *dlpack.ManagedTensor = @ptrFromInt(managed);
+    try testing.expectEqual(@as(i32, 0), m.dl_tensor.ndim);
+    try testing.expect(m.dl_tensor.shape != null);
+    dlpack.deleteManaged(managed, false);
+}
+
+test "exports released from many threads" {
+    const count = 4000;
+    const o = owner_mod.create(.native, @intFromPtr(std.c.malloc(8).?), 8).?;
+    var all: [count]usize = undefined;
+    for (&all) |*slot| slot.* = create(.{
+        .data = 0,
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 1, .bits = 8, .lanes = 1 },
+        .shape = &.{0},
+        .strides = &.{1},
+        .flags = 0,
+        .versioned = true,
+        .adopt_owner = false,
+        .owner = o,
+    }).?;
+    owner_mod.release(o);
+    const Worker = struct {
+        fn run(items: []const usize) void {
+            for (items) |m| dlpack.deleteManaged(m, true);
+        }
+    };
+    var threads: [8]std.Thread = undefined;
+    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{all[i * count / 8 .. (i + 1) * count / 8]});
+    for (threads) |t| t.join();
+}
