@@ -6,7 +6,7 @@
 import type { SymbolTable } from "./types.ts";
 
 /** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 2;
+export const ABI_VERSION = 3;
 
 /** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
 export const DESCRIPTION_BYTES = 120 + 16 * 64;
@@ -16,6 +16,7 @@ export const symbols = {
   dlpk_abi_version: { args: [], returns: "u32" },
   dlpk_description_size: { args: [], returns: "u32" },
   dlpk_import: { args: ["usize", "u32", "buffer"], returns: "i32" },
+  dlpk_describe: { args: ["usize", "u32", "buffer"], returns: "i32" },
   dlpk_owner_retain: { args: ["usize"], returns: "void" },
   dlpk_owner_release: { args: ["usize"], returns: "void" },
   dlpk_pin_new: { args: ["f64", "f64", "buffer"], returns: "i32" },
@@ -26,6 +27,14 @@ export const symbols = {
   dlpk_is_own_export: { args: ["usize", "u32"], returns: "u32" },
   dlpk_alloc: { args: ["f64", "f64", "u32", "buffer"], returns: "i32" },
   dlpk_copy: { args: ["buffer", "usize", "u32"], returns: "i32" },
+  // The embedded-Python bridge (GIL held by the caller).
+  dlpk_py_load: { args: ["buffer"], returns: "i32" },
+  dlpk_py_load_error: { args: ["buffer", "u32"], returns: "u32" },
+  dlpk_py_none: { args: [], returns: "usize" },
+  dlpk_py_take_error: { args: ["buffer", "u32"], returns: "i32" },
+  dlpk_py_consume: { args: ["usize", "u32", "buffer"], returns: "i32" },
+  // Called by Python through ctypes, listed so the table names every export of the library.
+  dlpk_py_capsule: { args: ["usize", "u32"], returns: "usize" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

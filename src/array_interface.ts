@@ -78,6 +78,11 @@ export function parseTypestr(typestr: unknown): DType {
  * Like a DLPack producer, `keepAlive` is released right away when the fields are refused.
  */
 export function fromArrayInterface(iface: ArrayInterface, keepAlive?: unknown): BufferView {
+  return importArrayInterface(iface, keepAlive, null);
+}
+
+/** `fromArrayInterface` recording the producer's name (the Python bridge knows it). */
+export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, producer: string | null): BufferView {
   let fields: Fields;
   try {
     fields = checkFields(iface);
@@ -104,7 +109,7 @@ export function fromArrayInterface(iface: ArrayInterface, keepAlive?: unknown): 
     throw refusalError(status, s, false);
   }
   // From here on the struct's deleter owns keepAlive: a refusal releases it through the pin.
-  return importManaged(s.address(), true, false, null, keepAlive);
+  return importManaged(s.address(), true, false, producer, keepAlive);
 }
 
 interface Fields {

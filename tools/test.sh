@@ -9,6 +9,12 @@ cd "$ROOT"
 export PATH="$ROOT/.tools/bin:$PATH"
 LOG="$ROOT/.scratch/test-logs"
 mkdir -p "$LOG"
+# The Python interop tests use the pinned numpy/JAX/pyarrow; without them they skip, saying why.
+if PY_SITE=$("$ROOT/tools/python.sh"); then
+  export PYTHONPATH="$PY_SITE${PYTHONPATH:+:$PYTHONPATH}"
+else
+  echo "test.sh: the pinned Python packages could not be installed; Python tests will be skipped" >&2
+fi
 
 failed_suites=""
 step() { # <name> <command...>: runs a step, records its exit status
@@ -23,10 +29,10 @@ step() { # <name> <command...>: runs a step, records its exit status
 }
 
 step zig-test sh -c 'cd zig && zig build test --summary all'
-step deno-check deno check mod.ts ffi/ src/ tests/ examples/
+step deno-check deno check mod.ts python.ts ffi/ src/ tests/ examples/
 step deno-lint deno lint
 step deno-fmt deno fmt --check
-step deno-doc deno doc --lint mod.ts
+step deno-doc deno doc --lint mod.ts python.ts
 step deno-test deno test --allow-ffi --allow-read --allow-env --allow-run --v8-flags=--expose-gc tests/
 step bun-test bun test ./tests
 

@@ -9,10 +9,11 @@ const owner = @import("owner.zig");
 const stats = @import("stats.zig");
 const exports = @import("exports.zig");
 const memory = @import("memory.zig");
+const python = @import("python.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
@@ -145,6 +146,15 @@ export fn dlpk_copy(spec_address: usize, dst: usize, itemsize: u32) i32 {
     return 0;
 }
 
+/// Describes a managed tensor without taking it: no owner, no deleter call, ever.
+export fn dlpk_describe(managed: usize, options: u32, out_address: usize) i32 {
+    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+    return @intFromEnum(describe.describe(managed, .{
+        .versioned = options & IMPORT_VERSIONED != 0,
+        .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
+    }, out));
+}
+
 export fn dlpk_owner_retain(address: usize) void {
     if (address == 0) return;
     owner.retain(@ptrFromInt(address));
@@ -177,6 +187,51 @@ export fn dlpk_stats(out: *[stats.COUNT]f64) u32 {
     return stats.COUNT;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The embedded-Python bridge (src/python/): all of these run with the GIL held by the caller.
+
+/// Loads libpython (NUL-terminated path) with RTLD_GLOBAL; 0, or -1 with `dlpk_py_load_error`.
+export fn dlpk_py_load(path: [*:0]const u8) i32 {
+    return python.load(path);
+}
+
+/// Copies the last load error (NUL-terminated) into `out`; returns its length.
+export fn dlpk_py_load_error(out: [*]u8, capacity: u32) u32 {
+    if (capacity == 0) return 0;
+    const message = std.mem.span(python.loadError());
+    const n = @min(message.len, capacity - 1);
+    @memcpy(out[0..n], message[0..n]);
+    out[n] = 0;
+    return @intCast(n);
+}
+
+/// The address of `Py_None` (0 before `dlpk_py_load`).
+export fn dlpk_py_none() usize {
+    return python.noneObject();
+}
+
+/// Formats and clears the pending Python exception ("Type: message", NUL-terminated); returns
+/// its length, or -1 when none is pending.
+export fn dlpk_py_take_error(out: [*]u8, capacity: u32) i32 {
+    if (capacity == 0) return -1;
+    return python.takeError(out[0..capacity]);
+}
+
+/// Consumes a producer's PyCapsule into an owner and a description (see python.consume).
+export fn dlpk_py_consume(capsule: usize, options: u32, out_address: usize) i32 {
+    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+    out.status = 0;
+    if (capsule == 0) return @intFromEnum(describe.Status.null_managed);
+    return python.consume(capsule, options & IMPORT_STRICT_OFFSET != 0, out);
+}
+
+/// Called from Python (ctypes.PyDLL, GIL held): a new capsule over a clone (or a copy) of a
+/// versioned export template. Returns a new reference, or 0 with an exception set.
+export fn dlpk_py_capsule(template: usize, flags: u32) usize {
+    if (template == 0) return 0;
+    return python.makeCapsule(template, flags);
+}
+
 test {
     std.testing.refAllDecls(@This());
     _ = dlpack;
@@ -185,4 +240,5 @@ test {
     _ = stats;
     _ = exports;
     _ = memory;
+    _ = python;
 }
