@@ -33,8 +33,11 @@ step deno-check deno check mod.ts python.ts ffi/ src/ tests/ examples/
 step deno-lint deno lint
 step deno-fmt deno fmt --check
 step deno-doc deno doc --lint mod.ts python.ts
-step deno-test deno test --allow-ffi --allow-read --allow-env --allow-run --v8-flags=--expose-gc tests/
+step deno-test deno test --allow-ffi --allow-read --allow-write --allow-env --allow-run --v8-flags=--expose-gc tests/
 step bun-test bun test ./tests
+
+# The interop matrix of this run (README's table comes from `deno task matrix`).
+deno run --allow-read tools/matrix.ts --print > "$LOG/matrix.md" 2>&1 || true
 
 # Counts: Zig's "N/M tests passed", Deno's "ok | N passed | M failed (| K ignored)", Bun's "N pass / M fail / K skip".
 zig_passed=$(grep -o '[0-9]*/[0-9]* tests passed' "$LOG/zig-test.log" | tail -n 1 | cut -d/ -f1)

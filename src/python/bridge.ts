@@ -145,7 +145,8 @@ export function toPython(s: BridgeState, value: PyArg): number {
       return c.PyBool_FromLong(value ? 1 : 0);
     case "number":
       return check(
-        Number.isInteger(value) && Math.abs(value) <= Number.MAX_SAFE_INTEGER
+        // Integral numbers become ints (shapes, indices); -0 stays a float to keep its sign.
+        Number.isInteger(value) && Math.abs(value) <= Number.MAX_SAFE_INTEGER && !Object.is(value, -0)
           ? c.PyLong_FromDouble(value)
           : c.PyFloat_FromDouble(value),
         "number",
