@@ -103,7 +103,7 @@ export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, 
   s.u32[U32.bits] = info.dl.bits;
   s.u32[U32.flags] = readonly ? 1 : 0;
   // Versioned (to carry READ_ONLY), adopting the pin's reference.
-  const status = core().dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, s.f64);
+  const status = core().dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, s.at);
   if (status !== 0) {
     if (owner !== 0) core().dlpk_owner_release(owner);
     throw refusalError(status, s, false);

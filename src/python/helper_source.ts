@@ -15,7 +15,7 @@ _lib = _ctypes.PyDLL(_DLPK_LIB)
 _lib.dlpk_py_capsule.restype = _ctypes.py_object
 _lib.dlpk_py_capsule.argtypes = [_ctypes.c_size_t, _ctypes.c_uint32]
 _lib.dlpk_managed_delete.restype = None
-_lib.dlpk_managed_delete.argtypes = [_ctypes.c_size_t, _ctypes.c_uint32]
+_lib.dlpk_managed_delete.argtypes = [_ctypes.c_double, _ctypes.c_uint32]  # addresses cross as f64
 
 _HOST = (1, 3, 11, 13)  # CPU, CUDAHost, ROCMHost, CUDAManaged: streams mean nothing there
 

@@ -80,7 +80,7 @@ export function fromPython(
         );
         return undefined;
       }
-      const status = core().dlpk_py_consume(capsule, 0, scratch.f64);
+      const status = core().dlpk_py_consume(capsule, 0, scratch.at);
       if (status === STATUS_CONSUMED) {
         throw new DLPackError(
           "consumed",
@@ -136,7 +136,7 @@ export function toPython(x: Exportable, py: Python, opts: ToPythonOptions = {}):
   const capsule = exportDLPack(x, opts);
   const template = capsule.takeAddress();
   try {
-    const status = core().dlpk_describe(template, 1, scratch.f64);
+    const status = core().dlpk_describe(template, 1, scratch.at);
     if (status !== 0) throw refusalError(status, scratch, false);
     const ndim = scratch.i32[I32.ndim];
     const shape = Array.from(scratch.f64.subarray(15, 15 + ndim));

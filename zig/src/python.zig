@@ -205,13 +205,19 @@ fn copyExport(template: usize, versioned: bool) ?usize {
     const bits: usize = t.dtype.bits;
     if (bits % 8 != 0) return null; // packed sub-byte copies are not supported here
     const ndim: usize = @intCast(t.ndim);
+    var shape: [dlpack.MAX_RANK]i64 = undefined;
+    var source_strides: [dlpack.MAX_RANK]i64 = undefined;
     var size: usize = 1;
-    for (0..ndim) |d| size *= @intCast(t.shape.?[d]);
+    for (0..ndim) |d| {
+        shape[d] = t.shape.?[d];
+        source_strides[d] = t.strides.?[d];
+        size *= @intCast(shape[d]);
+    }
     const itemsize = bits / 8;
     const created = memory.allocate(size * itemsize, 64, false) orelse return null;
     if (size > 0) {
         const src: [*]const u8 = @ptrFromInt(@intFromPtr(t.data) + t.byte_offset);
-        memory.copyStrided(@ptrFromInt(created.payload), src, itemsize, t.shape.?[0..ndim], t.strides.?[0..ndim]);
+        memory.copyStrided(@ptrFromInt(created.payload), src, itemsize, shape[0..ndim], source_strides[0..ndim]);
     }
     var strides: [dlpack.MAX_RANK]i64 = undefined;
     var step: i64 = 1;
@@ -219,13 +225,13 @@ fn copyExport(template: usize, versioned: bool) ?usize {
     while (d > 0) {
         d -= 1;
         strides[d] = step;
-        step *= t.shape.?[d];
+        step *= shape[d];
     }
     return exports.create(.{
         .data = created.payload,
         .device = .{ .device_type = 1, .device_id = 0 },
         .dtype = t.dtype,
-        .shape = t.shape.?[0..ndim],
+        .shape = shape[0..ndim],
         .strides = strides[0..ndim],
         .flags = dlpack.FLAG_IS_COPIED,
         .versioned = versioned,

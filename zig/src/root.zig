@@ -13,7 +13,7 @@ const python = @import("python.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
@@ -28,16 +28,20 @@ export fn dlpk_description_size() u32 {
     return @sizeOf(describe.Description);
 }
 
-fn descriptionAt(out: usize) ?*describe.Description {
+fn descriptionAt(address: f64) ?*describe.Description {
+    const out = describe.addressFromF64(address) orelse return null;
     if (out == 0 or out % @alignOf(describe.Description) != 0) return null;
     return @ptrFromInt(out);
 }
 
+const invalid = @intFromEnum(describe.Status.invalid_argument);
+
 /// Validates a managed tensor and, when it is accepted, makes an owner holding it. A refused tensor
 /// goes back to its producer (deleter called once) before this returns, unless the caller asked to
 /// keep it.
-export fn dlpk_import(managed: usize, options: u32, out_address: usize) i32 {
-    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    const managed = describe.addressFromF64(managed_address) orelse return invalid;
     const versioned = options & IMPORT_VERSIONED != 0;
     const keep = options & IMPORT_KEEP_ON_REFUSAL != 0;
     var status = describe.describe(managed, .{
@@ -52,7 +56,7 @@ export fn dlpk_import(managed: usize, options: u32, out_address: usize) i32 {
         status = .out_of_memory;
         out.status = @intFromEnum(status);
     }
-    if (managed != 0 and !keep) {
+    if (dlpack.isManagedAddress(managed) and !keep) {
         dlpack.deleteManaged(managed, versioned);
         stats.add(.deleters_called, 1);
     }
@@ -73,8 +77,8 @@ fn exactInt(value: f64) ?i64 {
 /// Builds an export from the description at `spec_address`: data address (address_lo/hi), owner,
 /// device, dtype, flags, ndim, shape and strides. On success writes the managed struct's address
 /// into address_lo/hi. The TS side has checked the layout against the memory it points into.
-export fn dlpk_export(options: u32, spec_address: usize) i32 {
-    const spec = descriptionAt(spec_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_export(options: u32, spec_address: f64) i32 {
+    const spec = descriptionAt(spec_address) orelse return invalid;
     if (spec.ndim < 0 or spec.ndim > dlpack.MAX_RANK) return @intFromEnum(describe.Status.rank);
     const ndim: usize = @intCast(spec.ndim);
     var shape: [dlpack.MAX_RANK]i64 = undefined;
@@ -100,20 +104,22 @@ export fn dlpk_export(options: u32, spec_address: usize) i32 {
 }
 
 /// Calls a managed tensor's deleter (a capsule disposed before anyone took it).
-export fn dlpk_managed_delete(managed: usize, versioned: u32) void {
-    if (managed == 0) return;
+export fn dlpk_managed_delete(managed_address: f64, versioned: u32) void {
+    const managed = describe.addressFromF64(managed_address) orelse return;
+    if (!dlpack.isManagedAddress(managed)) return;
     dlpack.deleteManaged(managed, versioned != 0);
 }
 
 /// Whether `managed` was made by `dlpk_export` (1) or not (0).
-export fn dlpk_is_own_export(managed: usize, versioned: u32) u32 {
-    if (managed == 0) return 0;
+export fn dlpk_is_own_export(managed_address: f64, versioned: u32) u32 {
+    const managed = describe.addressFromF64(managed_address) orelse return 0;
+    if (!dlpack.isManagedAddress(managed)) return 0;
     return @intFromBool(exports.isOwnExport(managed, versioned != 0));
 }
 
 /// Allocates library memory; writes its address and owner into the description at `out_address`.
-export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: usize) i32 {
-    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
     const size = exactInt(bytes) orelse return @intFromEnum(describe.Status.overflow);
     const align_bytes = exactInt(alignment) orelse return @intFromEnum(describe.Status.invalid_argument);
     if (size < 0) return @intFromEnum(describe.Status.overflow);
@@ -129,8 +135,9 @@ export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: usize) 
 
 /// Copies the strided tensor the description at `spec_address` describes (address, ndim, shape,
 /// strides) into `dst` in C order, `itemsize` bytes per element.
-export fn dlpk_copy(spec_address: usize, dst: usize, itemsize: u32) i32 {
-    const spec = descriptionAt(spec_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_copy(spec_address: f64, dst_address: f64, itemsize: u32) i32 {
+    const spec = descriptionAt(spec_address) orelse return invalid;
+    const dst = describe.addressFromF64(dst_address) orelse return invalid;
     if (spec.ndim < 0 or spec.ndim > dlpack.MAX_RANK or itemsize == 0 or dst == 0) {
         return @intFromEnum(describe.Status.invalid_argument);
     }
@@ -147,28 +154,33 @@ export fn dlpk_copy(spec_address: usize, dst: usize, itemsize: u32) i32 {
 }
 
 /// Describes a managed tensor without taking it: no owner, no deleter call, ever.
-export fn dlpk_describe(managed: usize, options: u32, out_address: usize) i32 {
-    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_describe(managed_address: f64, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    const managed = describe.addressFromF64(managed_address) orelse return invalid;
     return @intFromEnum(describe.describe(managed, .{
         .versioned = options & IMPORT_VERSIONED != 0,
         .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
     }, out));
 }
 
-export fn dlpk_owner_retain(address: usize) void {
-    if (address == 0) return;
-    owner.retain(@ptrFromInt(address));
+fn ownerAt(value: f64) ?*owner.Owner {
+    const address = describe.addressFromF64(value) orelse return null;
+    if (address == 0 or address % @alignOf(owner.Owner) != 0) return null;
+    return @ptrFromInt(address);
 }
 
-export fn dlpk_owner_release(address: usize) void {
-    if (address == 0) return;
-    owner.release(@ptrFromInt(address));
+export fn dlpk_owner_retain(address: f64) void {
+    owner.retain(ownerAt(address) orelse return);
+}
+
+export fn dlpk_owner_release(address: f64) void {
+    owner.release(ownerAt(address) orelse return);
 }
 
 /// Creates a pin owner: `id` names a JS object the JS side keeps reachable until the id comes back
 /// from `dlpk_pins_drain`.
-export fn dlpk_pin_new(id: f64, bytes: f64, out_address: usize) i32 {
-    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_pin_new(id: f64, bytes: f64, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
     if (!(id >= 0 and id < describe.MAX_EXACT and bytes >= 0 and bytes < describe.MAX_EXACT)) {
         return @intFromEnum(describe.Status.invalid_argument);
     }
@@ -178,12 +190,17 @@ export fn dlpk_pin_new(id: f64, bytes: f64, out_address: usize) i32 {
     return 0;
 }
 
-export fn dlpk_pins_drain(out: [*]f64, capacity: u32) u32 {
+export fn dlpk_pins_drain(out_address: f64, capacity: u32) u32 {
+    const address = describe.addressFromF64(out_address) orelse return 0;
+    if (address == 0 or address % 8 != 0) return 0;
+    const out: [*]f64 = @ptrFromInt(address);
     return @intCast(owner.drainReleasedPins(out[0..capacity]));
 }
 
-export fn dlpk_stats(out: *[stats.COUNT]f64) u32 {
-    stats.snapshot(out);
+export fn dlpk_stats(out_address: f64) u32 {
+    const address = describe.addressFromF64(out_address) orelse return 0;
+    if (address == 0 or address % 8 != 0) return 0;
+    stats.snapshot(@ptrFromInt(address));
     return stats.COUNT;
 }
 
@@ -218,8 +235,9 @@ export fn dlpk_py_take_error(out: [*]u8, capacity: u32) i32 {
 }
 
 /// Consumes a producer's PyCapsule into an owner and a description (see python.consume).
-export fn dlpk_py_consume(capsule: usize, options: u32, out_address: usize) i32 {
-    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_py_consume(capsule_address: f64, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    const capsule = describe.addressFromF64(capsule_address) orelse return invalid;
     out.status = 0;
     if (capsule == 0) return @intFromEnum(describe.Status.null_managed);
     return python.consume(capsule, options & IMPORT_STRICT_OFFSET != 0, out);
