@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { RELEASE_VERSION, releaseFileName, runtime } from "../ffi/mod.ts";
 import {
   repoRoot,
+  runScript,
   runtimeName,
   selfExecutable,
   serveLoopback,
@@ -64,6 +65,14 @@ const releaseServer = () =>
       ? new Response(readFileSync(`${repoRoot}/dist/${artifact}`))
       : new Response("not found", { status: 404 })
   );
+
+test("examples/roundtrip.ts runs in the checkout with plain `deno run` / `bun run`", () => {
+  const out = runScript(`${repoRoot}/examples/roundtrip.ts`);
+  assert.equal(out.code, 0, show(out));
+  assert.match(out.stdout, new RegExp(`^dlpack-ts roundtrip on ${runtimeName} `, "m"));
+  assert.match(out.stdout, new RegExp(`^library: ${repoRoot}/zig/zig-out/lib/libdlpack\\.so$`, "m"));
+  assert.match(out.stdout, /^roundtrip ok$/m);
+}, { timeout: 60_000 });
 
 test("a script outside the repository imports mod.ts by path and runs with no package.json anywhere", async () => {
   assert.ok(!existsSync(`${repoRoot}/package.json`), "the repository itself needs no package.json");
