@@ -9,14 +9,30 @@ const owner_mod = @import("owner.zig");
 pub fn allocate(bytes: usize, alignment: usize, zero: bool) ?*owner_mod.Owner {
     std.debug.assert(std.math.isPowerOfTwo(alignment));
     const size = @max(bytes, 1);
-    var memory: ?*anyopaque = null;
-    if (std.c.posix_memalign(&memory, @max(alignment, @sizeOf(usize)), size) != 0) return null;
-    const ptr = memory orelse return null;
+    const ptr = alignedAlloc(size, @max(alignment, @sizeOf(usize))) orelse return null;
     if (zero) @memset(@as([*]u8, @ptrCast(ptr))[0..size], 0);
     return owner_mod.create(.native, @intFromPtr(ptr), bytes) orelse {
-        std.c.free(ptr);
+        alignedFree(ptr);
         return null;
     };
+}
+
+// Windows' C runtime has no posix_memalign, and memory from its _aligned_malloc must go back
+// through _aligned_free (plain free would corrupt the heap), so both halves are chosen together.
+const windows_crt = @import("builtin").os.tag == .windows;
+extern "c" fn _aligned_malloc(size: usize, alignment: usize) ?*anyopaque;
+extern "c" fn _aligned_free(ptr: ?*anyopaque) void;
+
+fn alignedAlloc(size: usize, alignment: usize) ?*anyopaque {
+    if (windows_crt) return _aligned_malloc(size, alignment);
+    var memory: ?*anyopaque = null;
+    if (std.c.posix_memalign(&memory, alignment, size) != 0) return null;
+    return memory;
+}
+
+/// Gives back memory `allocate` obtained (the matching free on every target).
+pub fn alignedFree(ptr: ?*anyopaque) void {
+    if (windows_crt) _aligned_free(ptr) else std.c.free(ptr);
 }
 
 /// Copies a strided tensor (element 0 at `src`, strides in elements) into `dst` in C order.
