@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "ad90a104319c571cf507684b1ac86ec9e74f38d3a57f3f1f10a317c6ebf4e726",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "017bdd50d1efbfa1b4b3d5f3bd940fa133cc930cbc0179077f1330d4a4c582ba",
-  "libdlpack-0.1.0-linux-aarch64.so": "893e95e2e8daa2a7bc1f6147a7db21c62b61ce76ecaa8927fbf687ea71016e99",
-  "libdlpack-0.1.0-linux-x86_64.so": "e677f4a65e820bf0c57b94f4ecde0ac92449f2465c6c10a41994d602f1267947",
-  "libdlpack-0.1.0-windows-x86_64.dll": "b5431242e0e1abe3a6e9a9ba0a3bc1bc854941babb7e9b5f6e295d3fac102d6a",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "c491a51ac8f389e41523352528f83d9446db7feabdc3bb2475b161538bcd9796",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "25513716119f95363a4bb755f81f695c9874fff47c9bcecb25a58fec0d84d941",
+  "libdlpack-0.1.0-linux-aarch64.so": "70b2d97dfc632db73cdb8f42f1d8236f4e72a95e94d400a668993794a88de4a3",
+  "libdlpack-0.1.0-linux-x86_64.so": "826d03893a172c05d5062f4a89cc082bb981defd3ebbbc3b2d650d211f83ff21",
+  "libdlpack-0.1.0-windows-x86_64.dll": "d539a46e6eea3aac6945ee863debd24c6f1c2860396ad52a1d35a6dd5ce87e73",
 });

@@ -26,6 +26,8 @@ export const symbols = {
   dlpk_pins_drain: { args: ["f64", "u32"], returns: "u32" },
   dlpk_stats: { args: ["f64"], returns: "u32" },
   dlpk_export: { args: ["u32", "f64"], returns: "i32" },
+  // The TypedArray itself is the first argument: the runtime passes its data pointer.
+  dlpk_export_buffer: { args: ["buffer", "f64", "f64", "u32", "f64"], returns: "i32" },
   dlpk_managed_delete: { args: ["f64", "u32"], returns: "void" },
   dlpk_is_own_export: { args: ["f64", "u32"], returns: "u32" },
   dlpk_alloc: { args: ["f64", "f64", "u32", "f64"], returns: "i32" },

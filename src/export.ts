@@ -4,13 +4,13 @@
  * their owner (and so the first producer of a chain) alive the same way.
  * @module
  */
-import { core, runtime } from "../ffi/mod.ts";
+import { core } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
 import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, dtypeOfArray } from "./dtypes.ts";
 import { deviceCode, type DeviceType, isHostAccessible } from "./devices.ts";
 import { I32, refusalError, scratch, U32 } from "./description.ts";
 import { checkShape, checkStrides, cStrides, reach } from "./layout.ts";
-import { pin } from "./owner.ts";
+import { newPinId, recordPin } from "./owner.ts";
 import { Capsule } from "./capsule.ts";
 import { BufferView } from "./view.ts";
 import { copyOf } from "./alloc.ts";
@@ -112,6 +112,16 @@ function checkTypedArray(x: AnyTypedArray): ArrayBufferLike {
   return buffer;
 }
 
+/** Writes layout, device, dtype and flags of an export spec into the scratch. */
+function writeLayout(s: typeof scratch, device: { type: DeviceType; id: number }, layout: Layout, flags: number): void {
+  s.setLayout(layout.shape, layout.strides);
+  s.i32[I32.deviceType] = deviceCode(device.type);
+  s.i32[I32.deviceId] = device.id;
+  s.u32[U32.code] = layout.info.dl.code;
+  s.u32[U32.bits] = layout.info.dl.bits;
+  s.u32[U32.flags] = flags;
+}
+
 /** Writes the export spec into the scratch and builds the struct; returns its capsule. */
 function build(
   data: number,
@@ -125,12 +135,7 @@ function build(
   const s = scratch;
   s.setAddress(data);
   s.setOwner(owner);
-  s.setLayout(layout.shape, layout.strides);
-  s.i32[I32.deviceType] = deviceCode(device.type);
-  s.i32[I32.deviceId] = device.id;
-  s.u32[U32.code] = layout.info.dl.code;
-  s.u32[U32.bits] = layout.info.dl.bits;
-  s.u32[U32.flags] = flags;
+  writeLayout(s, device, layout, flags);
   const status = core().dlpk_export((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), s.at);
   if (status !== 0) throw refusalError(status, s, false);
   return new Capsule(s.address(), versioned);
@@ -147,15 +152,21 @@ function exportTypedArray(
   const layout = resolveLayout({ info, shape: [x.length], strides: undefined, zeroAt: 0 }, x.byteLength, false, opts);
   const readonly = opts?.readonly === true;
   if (readonly && !versioned) throw legacyReadOnly();
-  const data = x.byteLength === 0 ? 0 : runtime().addressOf(x) + layout.byteOffset;
-  // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
-  const owner = pin(x, x.byteLength);
-  try {
-    return build(data, owner, true, { type: "cpu", id: 0 }, layout, flags | (readonly ? READ_ONLY : 0), versioned);
-  } catch (error) {
-    core().dlpk_owner_release(owner);
-    throw error;
+  const exportFlags = flags | (readonly ? READ_ONLY : 0);
+  if (x.byteLength === 0) {
+    // Nothing to point at (and nothing to pin): a NULL data pointer, as DLPack asks for size 0.
+    return build(0, 0, false, { type: "cpu", id: 0 }, layout, exportFlags, versioned);
   }
+  // One native call pins the TypedArray and builds the struct; the runtime passes its data pointer.
+  const s = scratch;
+  s.setAddress(layout.byteOffset);
+  writeLayout(s, { type: "cpu", id: 0 }, layout, exportFlags);
+  const id = newPinId();
+  const status = core().dlpk_export_buffer(x, id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
+  if (status !== 0) throw refusalError(status, s, false);
+  // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
+  recordPin(id, x);
+  return new Capsule(s.address(), versioned);
 }
 
 function exportView(view: BufferView, opts: ExportOptions | undefined, versioned: boolean, flags: number): Capsule {

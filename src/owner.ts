@@ -138,13 +138,30 @@ let sweepTimer: unknown;
 /** Keeps `value` reachable until the returned native owner's last reference goes. `onRelease`
  * runs on the JS thread when that is noticed (for objects that need an explicit release). */
 export function pin(value: unknown, bytes: number, onRelease?: () => void): number {
-  sweepPins();
-  const id = nextPinId++;
+  const id = newPinId();
   const status = core().dlpk_pin_new(id, bytes, scratch.at);
   if (status !== 0) throw new DLPackError("library", `could not pin memory (status ${status})`);
-  pinned.set(id, onRelease === undefined ? value : new PinnedWithRelease(value, onRelease));
-  scheduleSweep();
+  recordPin(id, value, onRelease);
   return scratch.owner();
+}
+
+/** The id for a pin about to be made natively (`dlpk_export_buffer` makes its own). */
+export function newPinId(): number {
+  return nextPinId++;
+}
+
+let sinceSweep = 0;
+
+/** Keeps `value` reachable under `id`, whose native pin owner now exists. */
+export function recordPin(id: number, value: unknown, onRelease?: () => void): void {
+  pinned.set(id, onRelease === undefined ? value : new PinnedWithRelease(value, onRelease));
+  // Sweep every so often on the export path too, so a busy loop releases memory promptly
+  // without paying a native call per export.
+  if (++sinceSweep >= 64) {
+    sinceSweep = 0;
+    sweepPins();
+  }
+  scheduleSweep();
 }
 
 class PinnedWithRelease {

@@ -103,6 +103,28 @@ export fn dlpk_export(options: u32, spec_address: f64) i32 {
     return 0;
 }
 
+/// Exports JS memory in one call: `buffer` is the TypedArray's data (passed by the runtime's FFI,
+/// so JS never computes the address), pinned as `pin_id` (`pin_bytes` bytes) for as long as the
+/// export lives. The spec's address fields hold the byte offset of element 0 within the buffer;
+/// on success they are overwritten with the managed struct's address.
+export fn dlpk_export_buffer(buffer: ?[*]u8, pin_id: f64, pin_bytes: f64, options: u32, spec_address: f64) i32 {
+    const spec = descriptionAt(spec_address) orelse return invalid;
+    const base = buffer orelse return invalid;
+    if (!(pin_id >= 0 and pin_id < describe.MAX_EXACT_F and pin_bytes >= 0 and pin_bytes < describe.MAX_EXACT_F)) {
+        return invalid;
+    }
+    const offset = @as(usize, spec.address_hi) << 32 | spec.address_lo;
+    const pin = owner.create(.pin, @intFromFloat(pin_id), @intFromFloat(pin_bytes)) orelse
+        return @intFromEnum(describe.Status.out_of_memory);
+    spec.setAddress(@intFromPtr(base) + offset);
+    spec.setOwner(@intFromPtr(pin));
+    const status = dlpk_export(options | EXPORT_ADOPT_OWNER, spec_address);
+    // A failed export leaves the pin's only reference with us: releasing it queues the id, which
+    // JS never recorded, so the sweep drops nothing.
+    if (status != 0) owner.release(pin);
+    return status;
+}
+
 /// Calls a managed tensor's deleter (a capsule disposed before anyone took it).
 export fn dlpk_managed_delete(managed_address: f64, versioned: u32) void {
     const managed = describe.addressFromF64(managed_address) orelse return;
