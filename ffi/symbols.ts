@@ -26,6 +26,29 @@ export const symbols = {
   dlpk_is_own_export: { args: ["usize", "u32"], returns: "u32" },
   dlpk_alloc: { args: ["f64", "f64", "u32", "buffer"], returns: "i32" },
   dlpk_copy: { args: ["buffer", "usize", "u32"], returns: "i32" },
+
+  // CUDA (zig/src/cuda.zig; the driver is dlopen'ed at first use, so none of these needs CUDA to
+  // load). Statuses: 0 ok, > 0 a CUresult, < 0 a library status (-1: no driver).
+  dlpk_cuda_status: { args: [], returns: "i32" },
+  dlpk_cuda_reason: { args: ["buffer", "u32"], returns: "u32" },
+  dlpk_cuda_last_error: { args: ["buffer", "u32"], returns: "i32" },
+  dlpk_cuda_driver_version: { args: [], returns: "i32" },
+  dlpk_cuda_device_count: { args: [], returns: "i32" },
+  dlpk_cuda_device_info: { args: ["i32", "buffer", "buffer", "u32"], returns: "i32" },
+  dlpk_cuda_pointer_info: { args: ["usize", "buffer"], returns: "i32" },
+  dlpk_cuda_alloc: { args: ["u32", "i32", "f64", "u32", "buffer"], returns: "i32" },
+  dlpk_cuda_copy: { args: ["u32", "usize", "usize", "f64", "i32", "i32", "usize", "u32"], returns: "i32" },
+  dlpk_cuda_stream_create: { args: ["i32", "buffer"], returns: "i32" },
+  dlpk_cuda_stream_destroy: { args: ["i32", "usize"], returns: "i32" },
+  dlpk_cuda_stream_synchronize: { args: ["i32", "usize"], returns: "i32" },
+  dlpk_cuda_event_create: { args: ["i32", "buffer"], returns: "i32" },
+  dlpk_cuda_event_record: { args: ["i32", "usize", "usize"], returns: "i32" },
+  dlpk_cuda_event_destroy: { args: ["i32", "usize"], returns: "i32" },
+  dlpk_cuda_stream_wait_event: { args: ["i32", "usize", "usize"], returns: "i32" },
+  dlpk_cuda_fence: { args: ["i32", "usize", "usize"], returns: "i32" },
+  dlpk_cuda_export_attach_stream: { args: ["usize", "u32", "i32", "usize"], returns: "i32" },
+  dlpk_cuda_export_fence: { args: ["usize", "u32", "usize"], returns: "i32" },
+  dlpk_cuda_stats: { args: ["buffer"], returns: "u32" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

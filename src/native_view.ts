@@ -3,7 +3,7 @@
  * @module
  */
 import { core } from "../ffi/mod.ts";
-import { F64, I32, type Scratch, U32 } from "./description.ts";
+import { DEVICE_VERIFIED, F64, I32, type Scratch, U32 } from "./description.ts";
 import { infoOfTriple } from "./dtypes.ts";
 import { deviceOf } from "./devices.ts";
 import { DLPackError } from "./errors.ts";
@@ -54,7 +54,7 @@ export function viewFromScratch(s: Scratch, origin: ViewOrigin): BufferView {
       flags: s.u32[U32.flags],
       producer: origin.producer,
       ownerName: origin.ownerName,
-      verified: origin.verified,
+      verified: origin.verified ?? (s.u32[U32.layout] & DEVICE_VERIFIED) !== 0,
       keepAlive: origin.keepAlive,
     });
   } catch (error) {

@@ -25,6 +25,7 @@ import { LAYOUT_C, LAYOUT_F } from "./description.ts";
 import { copyOf } from "./alloc.ts";
 import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
 import type { Capsule } from "./capsule.ts";
+import { copyInto, type CopyOptions, toHost } from "./cuda.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
 export type Access = "readwrite" | "readonly" | "unknown";
@@ -484,17 +485,41 @@ export class BufferView {
     return out;
   }
 
-  /** A C-contiguous copy in library-owned native memory (host views; the native strided copy). */
+  /** A C-contiguous copy in library-owned native memory: host views through the native strided
+   * copy, CUDA device views on the same device through the driver. */
   copy(): BufferView {
     this.#live();
     return copyOf(this);
   }
 
   /**
+   * A new C-contiguous view in library-owned host (CPU) memory with this view's values. CUDA
+   * device memory is copied through the driver (ordered after the view's producer stream, or on
+   * `opts.stream`, and complete on return); host-accessible memory is copied directly. Throws
+   * `DLPackError` ("cuda") when device memory needs a driver that is missing.
+   */
+  toHost(opts?: CopyOptions): BufferView {
+    this.#live();
+    return toHost(this, opts);
+  }
+
+  /**
+   * Copies `src`'s values into this view: host memory (cpu, cudaHost, cudaManaged) and CUDA device
+   * memory in any direction, device to device included. Dtype and shape must match and this view
+   * must be writable, and C-contiguous or laid out exactly like `src`. Complete on return.
+   */
+  copyFrom(src: BufferView, opts?: CopyOptions): this {
+    this.#live();
+    copyInto(this, src, opts);
+    return this;
+  }
+
+  /**
    * The DLPack protocol's producer side, with the Python keywords in camelCase: a legacy capsule
    * when `maxVersion` is absent or below [1, 0] (read-only data refused then), a versioned one
-   * otherwise; `copy: true` copies (IS_COPIED), `dlDevice` other than this device and a stream on
-   * host data are refused. `importDLPack(view)` uses it.
+   * otherwise; `copy: true` copies (IS_COPIED), `dlDevice` other than this device is refused. For
+   * CUDA data `stream` fences the consumer's stream after the view's producer stream (see
+   * `fenceForConsumer` in cuda.ts); on host data a stream is refused. `importDLPack(view)` uses it.
    */
   __dlpack__(opts?: DLPackProtocolOptions): Capsule {
     return viewDLPack(this, opts);

@@ -23,10 +23,10 @@ step() { # <name> <command...>: runs a step, records its exit status
 }
 
 step zig-test sh -c 'cd zig && zig build test --summary all'
-step deno-check deno check mod.ts ffi/ src/ tests/ examples/
+step deno-check deno check mod.ts cuda.ts ffi/ src/ tests/ examples/
 step deno-lint deno lint
 step deno-fmt deno fmt --check
-step deno-doc deno doc --lint mod.ts
+step deno-doc deno doc --lint mod.ts cuda.ts
 step deno-test deno test --allow-ffi --allow-read --allow-env --allow-run --v8-flags=--expose-gc tests/
 step bun-test bun test ./tests
 
