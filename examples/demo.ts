@@ -1,7 +1,9 @@
 // The demo: a foreign C library (examples/producer.c) hands tensors over through DLPack; this
-// program imports them zero-copy, reads them honouring strides, shows a refusal, and shows that
-// every producer deleter ran once everything was disposed. Runs unchanged in Deno and Bun.
+// program imports them zero-copy, reads them honouring strides, shows a refusal, shares memory
+// with numpy both ways when Python is available, and shows that every producer deleter ran once
+// everything was disposed. Runs unchanged in Deno and Bun.
 import { DLPackError, importDLPack, stats } from "../mod.ts";
+import { fromPython, openPython, type Python, toPython } from "../python.ts";
 import { findLibrary, openLibrary, runtime } from "../ffi/mod.ts";
 
 const producer = openLibrary(
@@ -63,8 +65,41 @@ try {
   console.log(`   DLPackError [${error.code}]: ${error.message}`);
 }
 
+console.log("\n5. The same memory shared with numpy in an embedded CPython:");
+let py: Python | undefined;
+try {
+  py = openPython();
+  py.exec("import numpy as np");
+} catch (error) {
+  console.log(`   Python with numpy is not available, skipping this part (${(error as Error).message.slice(0, 120)})`);
+}
+if (py !== undefined) {
+  const x = new Float32Array([1, 2, 3, 4]);
+  {
+    using t = toPython(x, py);
+    py.set("t", t);
+    py.exec("a = np.from_dlpack(t)\na *= 10");
+    console.log(`   a JS Float32Array handed to numpy, which multiplied it in place: JS now sees [${x.join(", ")}]`);
+    const same = py.eval("a.ctypes.data").toJS() === runtime().addressOf(x);
+    console.log(`   numpy's data pointer is the Float32Array's address: ${same}`);
+    py.exec("del a, t");
+  }
+  {
+    py.exec("m = np.arange(6.0).reshape(2, 3)");
+    using m = py.eval("m");
+    using v = fromPython(m);
+    const same = BigInt(py.eval("m.ctypes.data").toJS() as number) === v.address;
+    console.log(
+      `   a numpy array imported into JS: ${v.producer}, ${v.dtype} [${v.shape.join(", ")}], same address: ${same}`,
+    );
+    v.set(-1, 0, 0);
+    console.log(`   JS wrote -1 at [0, 0]; numpy sees m[0, 0] = ${py.eval("float(m[0, 0])").toJS()}`);
+    py.exec("del m");
+  }
+}
+
 const s = stats();
-console.log("\n5. After disposing everything:");
+console.log("\n6. After disposing everything:");
 console.log(`   stats(): imports ${s.imports}, exports ${s.exports}, allocations ${s.allocations}, pinned ${s.pinned}`);
 console.log(`   producer.c still holds ${producer.producer_live_tensors()} tensors (every deleter ran exactly once)`);
 if (s.imports !== 0 || producer.producer_live_tensors() !== 0) throw new Error("demo leaked a tensor");

@@ -17,6 +17,11 @@ interface BunFFI {
 
 interface BunGlobal {
   gc(force: boolean): void;
+  spawnSync(options: { cmd: string[]; stdout: "pipe"; stderr: "pipe"; stdin: "ignore" }): {
+    exitCode: number | null;
+    stdout: Uint8Array;
+    stderr: Uint8Array;
+  };
 }
 
 interface NodeProcess {
@@ -79,6 +84,15 @@ export function bunRuntime(): Runtime {
     gc(): boolean {
       bun.gc(true);
       return true;
+    },
+    runCommand(program: string, args: readonly string[]) {
+      try {
+        const out = bun.spawnSync({ cmd: [program, ...args], stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+        const text = new TextDecoder();
+        return { code: out.exitCode ?? -1, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
+      } catch {
+        return undefined;
+      }
     },
     cString(address: number): string {
       return String(new ffi.CString(address));

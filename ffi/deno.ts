@@ -78,6 +78,16 @@ export function denoRuntime(): Runtime {
       gc();
       return true;
     },
+    runCommand(program: string, args: readonly string[]) {
+      try {
+        const out = new Deno.Command(program, { args: [...args], stdout: "piped", stderr: "piped", stdin: "null" })
+          .outputSync();
+        const text = new TextDecoder();
+        return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
+      } catch {
+        return undefined;
+      }
+    },
     cString(address: number): string {
       return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(BigInt(address))!);
     },

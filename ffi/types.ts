@@ -56,6 +56,8 @@ export interface Runtime {
   unrefTimer(timer: unknown): void;
   /** Forces a full garbage collection when the runtime allows it (tests, leak checks). */
   gc(): boolean;
+  /** Runs a program to completion; undefined when it cannot be started (missing, or not permitted). */
+  runCommand(program: string, args: readonly string[]): { code: number; stdout: string; stderr: string } | undefined;
   /** Reads a NUL-terminated UTF-8 string at `address`. */
   cString(address: number): string;
   /** OS and CPU names as Deno spells them ("linux", "darwin", "windows"; "x86_64", "aarch64"). */

@@ -9,12 +9,20 @@ import { DLPackError } from "./errors.ts";
 export type AddressLike = bigint | number | Deno.PointerObject | null;
 
 const MAX_U64 = (1n << 64n) - 1n;
+const MAX_EXACT = 2n ** 53n;
 
-/** Normalises an address argument to what native calls take (0 for null). */
-export function toAddress(value: unknown, what = "address"): number | bigint {
+/** Normalises an address argument to what native calls take: a number (0 for null). Addresses at
+ * or above 2^53 (no 64-bit OS hands those to user space) are refused. */
+export function toAddress(value: unknown, what = "address"): number {
   const v = runtime().pointerValue(value);
   if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return v;
-  if (typeof v === "bigint" && v >= 0n && v <= MAX_U64) return v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v;
+  if (typeof v === "bigint" && v >= 0n && v < MAX_EXACT) return Number(v);
+  if (typeof v === "bigint" && v >= MAX_EXACT && v <= MAX_U64) {
+    throw new DLPackError(
+      "overflow",
+      `${what} 0x${v.toString(16)} is at or above 2^53, beyond what this library addresses`,
+    );
+  }
   const shown = typeof value === "bigint" ? `${value}n` : typeof value === "object" ? "an object" : String(value);
   throw new DLPackError(
     "null_data",

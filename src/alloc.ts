@@ -80,7 +80,7 @@ function allocate(shape: readonly number[], dtype: DType, opts: AllocOptions | u
       verified: true,
     });
   }
-  const status = core().dlpk_alloc(nbytes, align, zero ? 1 : 0, scratch.f64);
+  const status = core().dlpk_alloc(nbytes, align, zero ? 1 : 0, scratch.at);
   if (status !== 0) throw refusalError(status, scratch, false);
   const strides = cStrides(checked);
   return makeView({
@@ -142,7 +142,7 @@ export function copyOf(view: BufferView): BufferView {
   }
   scratch.setAddress(view.addressNumber);
   scratch.setLayout(view.rawShape, view.rawStrides);
-  const status = core().dlpk_copy(scratch.f64, out.addressNumber, info.bits / 8);
+  const status = core().dlpk_copy(scratch.at, out.addressNumber, info.bits / 8);
   if (status !== 0) {
     out.dispose();
     throw refusalError(status, scratch, false);

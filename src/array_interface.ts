@@ -78,6 +78,11 @@ export function parseTypestr(typestr: unknown): DType {
  * Like a DLPack producer, `keepAlive` is released right away when the fields are refused.
  */
 export function fromArrayInterface(iface: ArrayInterface, keepAlive?: unknown): BufferView {
+  return importArrayInterface(iface, keepAlive, null);
+}
+
+/** `fromArrayInterface` recording the producer's name (the Python bridge knows it). */
+export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, producer: string | null): BufferView {
   let fields: Fields;
   try {
     fields = checkFields(iface);
@@ -98,13 +103,13 @@ export function fromArrayInterface(iface: ArrayInterface, keepAlive?: unknown): 
   s.u32[U32.bits] = info.dl.bits;
   s.u32[U32.flags] = readonly ? 1 : 0;
   // Versioned (to carry READ_ONLY), adopting the pin's reference.
-  const status = core().dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, s.f64);
+  const status = core().dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, s.at);
   if (status !== 0) {
     if (owner !== 0) core().dlpk_owner_release(owner);
     throw refusalError(status, s, false);
   }
   // From here on the struct's deleter owns keepAlive: a refusal releases it through the pin.
-  return importManaged(s.address(), true, false, null, keepAlive);
+  return importManaged(s.address(), true, false, producer, keepAlive);
 }
 
 interface Fields {

@@ -343,7 +343,12 @@ export function attachProducerStream(capsule: Capsule, view: BufferView): void {
   const stream = producerStreams.get(view);
   if (stream === undefined) return;
   const device = ordinalOf(view.device);
-  const status = core().dlpk_cuda_export_attach_stream(capsule.address, capsule.versioned ? 1 : 0, device, stream);
+  const status = core().dlpk_cuda_export_attach_stream(
+    Number(capsule.address),
+    capsule.versioned ? 1 : 0,
+    device,
+    stream,
+  );
   if (status !== 0) {
     capsule.dispose();
     cudaCheck(status, "attaching the producer stream to an export", device);
@@ -378,7 +383,7 @@ export function allocateCuda(
   }
   const what = `allocating ${nbytes} bytes on ${formatDevice({ type: device.type, id })}`;
   ensureDriver(what);
-  cudaCheck(core().dlpk_cuda_alloc(kind, id, nbytes, zero ? 1 : 0, scratch.f64), what, id);
+  cudaCheck(core().dlpk_cuda_alloc(kind, id, nbytes, zero ? 1 : 0, scratch.at), what, id);
   return {
     address: scratch.address(),
     owner: scratch.owner(),
@@ -447,7 +452,7 @@ function gather(
 ): void {
   scratch.setAddress(src);
   scratch.setLayout(shape, strides);
-  const status = core().dlpk_copy(scratch.f64, dst, itemsize);
+  const status = core().dlpk_copy(scratch.at, dst, itemsize);
   if (status !== 0) throw new DLPackError("library", `native copy failed with status ${status}`);
 }
 

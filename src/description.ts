@@ -7,7 +7,7 @@ import { DLPackError, type ErrorCode } from "./errors.ts";
 import { deviceName, formatDevice } from "./devices.ts";
 import { lastDriverError } from "./cuda_driver.ts";
 
-import { DESCRIPTION_BYTES } from "../ffi/mod.ts";
+import { DESCRIPTION_BYTES, runtime } from "../ffi/mod.ts";
 
 /** Must equal `MAX_RANK` in zig/src/dlpack.zig. */
 export const MAX_RANK = 64;
@@ -44,12 +44,18 @@ export const DEVICE_VERIFIED = 0x100;
 
 /** One scratch per JS realm (workers get their own module instance, hence their own scratch). */
 export class Scratch {
+  #address = 0;
   readonly buffer: ArrayBuffer = new ArrayBuffer(BYTES);
   readonly bytes: Uint8Array<ArrayBuffer> = new Uint8Array(this.buffer);
   readonly i32: Int32Array<ArrayBuffer> = new Int32Array(this.buffer);
   readonly u32: Uint32Array<ArrayBuffer> = new Uint32Array(this.buffer);
   readonly i64: BigInt64Array<ArrayBuffer> = new BigInt64Array(this.buffer);
   readonly f64: Float64Array<ArrayBuffer> = new Float64Array(this.buffer);
+
+  /** The scratch's own address, passed to native calls (its memory never moves or goes away). */
+  get at(): number {
+    return this.#address === 0 ? (this.#address = runtime().addressOf(this.bytes)) : this.#address;
+  }
 
   /** Element 0's address, exact below 2^53 (which every 64-bit OS's user space is). */
   address(): number {
@@ -110,8 +116,10 @@ export const Status = {
   outOfMemory: 11,
   invalidArgument: 12,
   strides: 13,
-  deviceClaim: 14,
-  cuda: 15,
+  misaligned: 17,
+  // CUDA claim checks (zig/src/cuda.zig); 14-16 are the Python bridge's statuses.
+  deviceClaim: 18,
+  cuda: 19,
 } as const;
 
 function claimOf(s: Scratch): string {
@@ -167,6 +175,12 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
   switch (status) {
     case Status.nullManaged:
       return new DLPackError("null_data", "the managed tensor pointer is NULL (nothing to import, no deleter to call)");
+    case Status.misaligned:
+      return new DLPackError(
+        "null_data",
+        `the managed tensor address is not 8-byte aligned (off by ${found}): it cannot be a DLPack struct, ` +
+          "so nothing was read and no deleter was called",
+      );
     case Status.version:
       code = "version";
       message = `DLPack major version ${found} is not supported: this library reads major ${limit} (any minor)`;

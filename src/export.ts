@@ -132,7 +132,7 @@ function build(
   s.u32[U32.code] = layout.info.dl.code;
   s.u32[U32.bits] = layout.info.dl.bits;
   s.u32[U32.flags] = flags;
-  const status = core().dlpk_export((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), s.f64);
+  const status = core().dlpk_export((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), s.at);
   if (status !== 0) throw refusalError(status, s, false);
   return new Capsule(s.address(), versioned);
 }

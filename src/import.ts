@@ -42,14 +42,14 @@ const READ_ONLY = 1;
 
 /** Imports one managed tensor; refusals release the producer (deleter called once) and throw. */
 export function importManaged(
-  address: number | bigint,
+  address: number,
   versioned: boolean,
   strict: boolean,
   producer: string | null,
   keepAlive?: unknown,
 ): BufferView {
   const options = (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0);
-  const status = core().dlpk_import(address, options, scratch.f64);
+  const status = core().dlpk_import(address, options, scratch.at);
   if (status !== 0) throw refusalError(status, scratch, address !== 0);
   const flags = scratch.u32[7];
   return viewFromScratch(scratch, {

@@ -86,6 +86,7 @@ export class Owner {
 const pinned = new Map<number, unknown>();
 let nextPinId = 1;
 const drained = new Float64Array(256);
+let drainedAt = 0;
 let sweepTimer: unknown;
 
 /** Keeps `value` reachable until the returned native owner's last reference goes. `onRelease`
@@ -93,7 +94,7 @@ let sweepTimer: unknown;
 export function pin(value: unknown, bytes: number, onRelease?: () => void): number {
   sweepPins();
   const id = nextPinId++;
-  const status = core().dlpk_pin_new(id, bytes, scratch.f64);
+  const status = core().dlpk_pin_new(id, bytes, scratch.at);
   if (status !== 0) throw new DLPackError("library", `could not pin memory (status ${status})`);
   pinned.set(id, onRelease === undefined ? value : new PinnedWithRelease(value, onRelease));
   scheduleSweep();
@@ -110,7 +111,7 @@ export function sweepPins(): number {
   const lib = core();
   let total = 0;
   for (;;) {
-    const n = lib.dlpk_pins_drain(drained, drained.length);
+    const n = lib.dlpk_pins_drain(drainedAt ||= runtime().addressOf(drained), drained.length);
     for (let i = 0; i < n; i++) {
       const entry = pinned.get(drained[i]);
       pinned.delete(drained[i]);

@@ -98,6 +98,8 @@ interface Codec {
   readonly infCode: number | undefined;
   readonly signed: boolean;
   readonly negativeZero: boolean;
+  /** Exponent-only formats (e8m0) have no mantissa bit to make even: ties round up. */
+  readonly tiesUp: boolean;
 }
 
 const codecs = new Map<MiniFloatDType, Codec>();
@@ -130,6 +132,7 @@ function codecOf(dtype: MiniFloatDType): Codec {
     infCode,
     signed: f.signed,
     negativeZero: f.signed && !f.nanIsNegativeZero,
+    tiesUp: f.mantissaBits === 0,
   };
   codecs.set(dtype, codec);
   return codec;
@@ -140,8 +143,9 @@ export function decodeMiniFloat(dtype: MiniFloatDType, code: number): number {
   return codecOf(dtype).decode[code];
 }
 
-/** number -> a small float's bits: nearest value, ties to the even code; overflow goes to infinity,
- * else NaN, else the largest finite value (formats with neither). */
+/** number -> a small float's bits, as ml_dtypes rounds: nearest value, ties to the even code (up
+ * for the exponent-only e8m0); overflow goes to infinity, else NaN, else the largest finite value
+ * (formats with neither); values a format cannot hold (e8m0: zero, negatives) become NaN. */
 export function encodeMiniFloat(dtype: MiniFloatDType, value: number): number {
   const c = codecOf(dtype);
   if (Number.isNaN(value)) {
@@ -149,18 +153,18 @@ export function encodeMiniFloat(dtype: MiniFloatDType, value: number): number {
     return c.nanCode;
   }
   const negative = value < 0 || Object.is(value, -0);
-  if (negative && !c.signed) {
-    if (value === 0) return encodeMiniFloat(dtype, 0);
-    throw new DLPackError("dtype", `${dtype} cannot hold negative values (got ${value})`);
-  }
-  const magnitude = Math.abs(value);
   const mags = c.magnitudes;
+  // Unsigned formats without a zero (e8m0) hold neither negatives nor zero: like ml_dtypes, NaN.
+  if (!c.signed && (negative || (value === 0 && mags[0] !== 0))) return c.nanCode!;
+  const magnitude = Math.abs(value);
   const last = mags.length - 1;
   let code: number;
   if (magnitude >= mags[last]) {
-    // Beyond the largest finite value by at least half a step rounds out of range.
-    const step = mags[last] - mags[last - 1];
-    if (magnitude >= mags[last] + step / 2 && (c.infCode !== undefined || c.nanCode !== undefined)) {
+    // Past the largest finite value by more than half a step rounds out of range; exactly half a
+    // step ties to even, as if the next (out-of-range) code existed.
+    const half = mags[last] + (mags[last] - mags[last - 1]) / 2;
+    const out = magnitude > half || (magnitude === half && (c.codes[last] & 1) === 1);
+    if (out && (c.infCode !== undefined || c.nanCode !== undefined)) {
       if (c.infCode !== undefined) return negative ? (c.infCode | c.signBit) : c.infCode;
       return c.nanCode!;
     }
@@ -177,7 +181,7 @@ export function encodeMiniFloat(dtype: MiniFloatDType, value: number): number {
     const above = mags[hi] - magnitude;
     if (below < above) code = c.codes[lo];
     else if (above < below) code = c.codes[hi];
-    else code = (c.codes[lo] & 1) === 0 ? c.codes[lo] : c.codes[hi];
+    else code = c.tiesUp || (c.codes[lo] & 1) !== 0 ? c.codes[hi] : c.codes[lo];
   }
   if (negative && (code !== 0 || c.negativeZero)) code |= c.signBit;
   return code;

@@ -2,7 +2,7 @@
  * Live counts of everything the library holds, for leak tests and for users.
  * @module
  */
-import { core } from "../ffi/mod.ts";
+import { core, runtime } from "../ffi/mod.ts";
 import { sweepPins } from "./owner.ts";
 
 /** What is alive right now. Every count returns to zero once everything is released. */
@@ -24,11 +24,12 @@ export interface Stats {
 }
 
 const counters = new Float64Array(8);
+let countersAt = 0;
 
 /** The live counters (sweeps released pins first). */
 export function stats(): Stats {
   sweepPins();
-  core().dlpk_stats(counters);
+  core().dlpk_stats(countersAt ||= runtime().addressOf(counters));
   return {
     imports: counters[0],
     exports: counters[1],

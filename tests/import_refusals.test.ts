@@ -87,8 +87,22 @@ test("refuses a NULL managed pointer without calling anything", () => {
   assert.equal(deleted(), before);
 });
 
+test("refuses a misaligned managed pointer without reading or calling anything", () => {
+  const before = deleted();
+  const made = make();
+  for (const offset of [1, 4]) {
+    assert.throws(
+      () => importDLPack({ versioned: made.address + offset }),
+      (e: unknown) =>
+        e instanceof DLPackError && e.code === "null_data" && /not 8-byte aligned \(off by \d\)/.test(e.message),
+    );
+  }
+  assert.equal(deleted(), before);
+  importDLPack(made.source).dispose();
+});
+
 test("refuses sources that are not addresses", () => {
-  for (const bad of [-1, 1.5, NaN, "0x10", -1n, 1n << 64n, undefined]) {
+  for (const bad of [-1, 1.5, NaN, "0x10", -1n, 1n << 64n, undefined, Infinity]) {
     assert.throws(
       () => importDLPack({ versioned: bad as unknown as number }),
       (e: unknown) => e instanceof DLPackError && e.code === "null_data" && /address/.test(e.message),

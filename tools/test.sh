@@ -9,6 +9,12 @@ cd "$ROOT"
 export PATH="$ROOT/.tools/bin:$PATH"
 LOG="$ROOT/.scratch/test-logs"
 mkdir -p "$LOG"
+# The Python interop tests use the pinned numpy/JAX/pyarrow; without them they skip, saying why.
+if PY_SITE=$("$ROOT/tools/python.sh"); then
+  export PYTHONPATH="$PY_SITE${PYTHONPATH:+:$PYTHONPATH}"
+else
+  echo "test.sh: the pinned Python packages could not be installed; Python tests will be skipped" >&2
+fi
 
 failed_suites=""
 step() { # <name> <command...>: runs a step, records its exit status
@@ -23,12 +29,15 @@ step() { # <name> <command...>: runs a step, records its exit status
 }
 
 step zig-test sh -c 'cd zig && zig build test --summary all'
-step deno-check deno check mod.ts cuda.ts ffi/ src/ tests/ examples/
+step deno-check deno check mod.ts python.ts cuda.ts ffi/ src/ tests/ examples/
 step deno-lint deno lint
 step deno-fmt deno fmt --check
-step deno-doc deno doc --lint mod.ts cuda.ts
-step deno-test deno test --allow-ffi --allow-read --allow-env --allow-run --v8-flags=--expose-gc tests/
+step deno-doc deno doc --lint mod.ts python.ts cuda.ts
+step deno-test deno test --allow-ffi --allow-read --allow-write --allow-env --allow-run --v8-flags=--expose-gc tests/
 step bun-test bun test ./tests
+
+# The interop matrix of this run (README's table comes from `deno task matrix`).
+deno run --allow-read tools/matrix.ts --print > "$LOG/matrix.md" 2>&1 || true
 
 # Counts: Zig's "N/M tests passed", Deno's "ok | N passed | M failed (| K ignored)", Bun's "N pass / M fail / K skip".
 zig_passed=$(grep -o '[0-9]*/[0-9]* tests passed' "$LOG/zig-test.log" | tail -n 1 | cut -d/ -f1)

@@ -291,3 +291,46 @@ export fn tp_read_values(managed: usize, versioned: u32, out: [*]f64, capacity: 
     }
     return @floatFromInt(size);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Benchmark producer: one reusable tensor whose deleter only counts, so a benchmark loop measures
+// the consumer's import and release alone (the producer does no work per iteration).
+
+const StaticTensor = struct {
+    managed: dlpack.ManagedTensorVersioned,
+    shape: [2]i64,
+    strides: [2]i64,
+};
+
+fn countingDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    _ = self;
+    _ = deleted.fetchAdd(1, .monotonic);
+}
+
+/// A versioned float32 tensor over `bytes` of fresh, untouched memory (so importing a huge one
+/// shows whether the consumer touches the data), shaped [rows, bytes / 4 / rows]. Never freed.
+export fn tp_static_tensor(bytes: f64, rows: u32) usize {
+    const size: usize = @intFromFloat(bytes);
+    const memory = std.c.malloc(@max(size, 1)) orelse return 0;
+    const t = std.heap.c_allocator.create(StaticTensor) catch return 0;
+    const r: i64 = @max(rows, 1);
+    const cols: i64 = @divTrunc(@as(i64, @intCast(size / 4)), r);
+    t.shape = .{ r, cols };
+    t.strides = .{ cols, 1 };
+    t.managed = .{
+        .version = .{ .major = 1, .minor = 3 },
+        .manager_ctx = null,
+        .deleter = countingDeleter,
+        .flags = 0,
+        .dl_tensor = .{
+            .data = memory,
+            .device = .{ .device_type = 1, .device_id = 0 },
+            .ndim = 2,
+            .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+            .shape = &t.shape,
+            .strides = &t.strides,
+            .byte_offset = 0,
+        },
+    };
+    return @intFromPtr(&t.managed);
+}

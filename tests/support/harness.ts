@@ -63,7 +63,7 @@ export function runScript(
 ): { code: number; stdout: string; stderr: string } {
   if (isDeno) {
     const out = new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-ffi", "--allow-read", "--allow-env", script],
+      args: ["run", "--allow-ffi", "--allow-read", "--allow-env", "--allow-run", script],
       env,
       stdout: "piped",
       stderr: "piped",

@@ -20,6 +20,7 @@ const lib = openLibrary(
     tp_consume_on_thread: { args: ["usize", "u32"], returns: "i32" },
     tp_consume_many: { args: ["buffer", "u32", "u32", "u32"], returns: "i32" },
     tp_read_values: { args: ["usize", "u32", "buffer", "u32"], returns: "f64" },
+    tp_static_tensor: { args: ["f64", "u32"], returns: "usize" },
   } as const,
 );
 

@@ -23,16 +23,27 @@ pub const Status = enum(i32) {
     out_of_memory = 11,
     invalid_argument = 12,
     strides = 13,
-    /// A CUDA, CUDAHost or CUDAManaged claim the driver's pointer attributes contradict.
-    device_claim = 14,
+    /// Not a managed tensor: not 8-byte aligned (nothing is read, no deleter called).
+    misaligned = 17,
+    /// A CUDA, CUDAHost or CUDAManaged claim the driver's pointer attributes contradict (cuda.zig).
+    /// (14-16 are the Python bridge's statuses.)
+    device_claim = 18,
     /// The CUDA driver failed while checking a claim (its error is readable per thread).
-    cuda = 15,
+    cuda = 19,
     _,
 };
 
-/// Views never exceed 2^53 elements or bytes: JS numbers index exactly up to there.
+/// Views never exceed 2^53 elements or bytes: JS numbers index exactly up to there. Addresses
+/// cross the ABI as f64 for the same reason (and because f64 arguments take every runtime's fast
+/// FFI path), so they too are exact below 2^53.
 pub const MAX_EXACT: u64 = 1 << 53;
 pub const MAX_EXACT_F: f64 = @floatFromInt(MAX_EXACT);
+
+/// An address the TS side passed as an f64: null unless it is an exact integer in [0, 2^53).
+pub fn addressFromF64(value: f64) ?usize {
+    if (!(value >= 0 and value < MAX_EXACT_F) or @floor(value) != value) return null;
+    return @intFromFloat(value);
+}
 
 pub const LAYOUT_C: u32 = 1;
 pub const LAYOUT_F: u32 = 2;
@@ -128,6 +139,7 @@ fn describeFields(managed: usize, options: Options, out: *Description) Status {
     out.version_minor = -1;
     out.flags = 0;
     if (managed == 0) return out.refuse(.null_managed, -1, 0, 0);
+    if (!dlpack.isManagedAddress(managed)) return out.refuse(.misaligned, -1, @intCast(managed % 8), 8);
 
     var tensor: *const dlpack.Tensor = undefined;
     if (options.versioned) {
@@ -400,6 +412,7 @@ test "every refusal rule" {
     f.init(f32_t, &.{2}, &.{1});
 
     try testing.expectEqual(Status.null_managed, describe(0, .{ .versioned = true }, &f.out));
+    try testing.expectEqual(Status.misaligned, describe(@intFromPtr(&f.managed) + 4, .{ .versioned = true }, &f.out));
 
     f.managed.version.major = 0;
     try testing.expectEqual(Status.version, f.run());
@@ -468,6 +481,28 @@ test "element count and span overflow are refused" {
     f.init(f32_t, &.{ std.math.maxInt(i64), 0 }, &.{ 1, 1 });
     try testing.expectEqual(Status.ok, f.run());
     try testing.expectEqual(@as(f64, 0), f.out.size);
+}
+
+test "misaligned shape and strides arrays are read, not trapped on" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{ 2, 3 }, &.{ 3, 1 });
+    var raw: [8 * 4 + 1]u8 align(8) = undefined;
+    const shape_at: [*]align(1) i64 = @ptrCast(&raw[1]);
+    shape_at[0] = 2;
+    shape_at[1] = 3;
+    f.managed.dl_tensor.shape = shape_at;
+    f.managed.dl_tensor.strides = null;
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(f64, 3), f.out.strides[0]);
+}
+
+test "addresses passed as f64" {
+    try testing.expectEqual(@as(?usize, 4096), addressFromF64(4096));
+    try testing.expectEqual(@as(?usize, null), addressFromF64(-8));
+    try testing.expectEqual(@as(?usize, null), addressFromF64(1.5));
+    try testing.expectEqual(@as(?usize, null), addressFromF64(std.math.nan(f64)));
+    try testing.expectEqual(@as(?usize, null), addressFromF64(std.math.inf(f64)));
+    try testing.expectEqual(@as(?usize, null), addressFromF64(MAX_EXACT_F));
 }
 
 test "sub-byte types: packed by default, padded with the flag" {

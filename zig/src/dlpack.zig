@@ -126,8 +126,9 @@ pub const Tensor = extern struct {
     device: Device,
     ndim: i32,
     dtype: DataType,
-    shape: ?[*]const i64,
-    strides: ?[*]const i64,
+    /// align(1): a producer's arrays are read as given; a misaligned one must not trap.
+    shape: ?[*]align(1) const i64,
+    strides: ?[*]align(1) const i64,
     byte_offset: u64,
 };
 
@@ -186,9 +187,14 @@ comptime {
     std.debug.assert(@offsetOf(ManagedTensorVersioned, "dl_tensor") == 32);
 }
 
+/// Managed tensors are 8-byte aligned structs; anything else is not a managed tensor at all.
+pub fn isManagedAddress(managed: usize) bool {
+    return managed != 0 and managed % @alignOf(ManagedTensorVersioned) == 0;
+}
+
 /// Calls a producer's deleter if it has one. The only place the library hands a managed tensor back.
 pub fn deleteManaged(managed: usize, versioned: bool) void {
-    std.debug.assert(managed != 0);
+    std.debug.assert(isManagedAddress(managed));
     if (versioned) {
         const m: *ManagedTensorVersioned = @ptrFromInt(managed);
         if (m.deleter) |d| d(m);

@@ -119,6 +119,27 @@ fn legacyDeleter(self: *dlpack.ManagedTensor) callconv(.c) void {
     destroy(@ptrCast(@alignCast(self.manager_ctx.?)));
 }
 
+/// A new export describing the same memory as `template` (a versioned export of ours), holding its
+/// own reference to the same owner. A legacy clone drops the flags (the struct has none).
+pub fn clone(template: usize, versioned: bool) ?usize {
+    const record: *Record = @ptrFromInt(template);
+    std.debug.assert(record.versioned == 1);
+    const m = &record.managed.versioned;
+    const ndim: usize = record.ndim;
+    const dims = record.dims();
+    return create(.{
+        .data = @intFromPtr(m.dl_tensor.data),
+        .device = m.dl_tensor.device,
+        .dtype = m.dl_tensor.dtype,
+        .shape = dims[0..ndim],
+        .strides = dims[ndim .. 2 * ndim],
+        .flags = if (versioned) m.flags else 0,
+        .versioned = versioned,
+        .adopt_owner = false,
+        .owner = record.owner,
+    });
+}
+
 /// Whether `managed` is one of this library's exports (its deleter is ours).
 pub fn isOwnExport(managed: usize, versioned: bool) bool {
     if (versioned) {

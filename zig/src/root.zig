@@ -9,11 +9,12 @@ const owner = @import("owner.zig");
 const stats = @import("stats.zig");
 const exports = @import("exports.zig");
 const memory = @import("memory.zig");
+const python = @import("python.zig");
 const cuda = @import("cuda.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 4;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
@@ -28,16 +29,20 @@ export fn dlpk_description_size() u32 {
     return @sizeOf(describe.Description);
 }
 
-fn descriptionAt(out: usize) ?*describe.Description {
+fn descriptionAt(address: f64) ?*describe.Description {
+    const out = describe.addressFromF64(address) orelse return null;
     if (out == 0 or out % @alignOf(describe.Description) != 0) return null;
     return @ptrFromInt(out);
 }
 
+const invalid = @intFromEnum(describe.Status.invalid_argument);
+
 /// Validates a managed tensor and, when it is accepted, makes an owner holding it. A refused tensor
 /// goes back to its producer (deleter called once) before this returns, unless the caller asked to
 /// keep it.
-export fn dlpk_import(managed: usize, options: u32, out_address: usize) i32 {
-    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    const managed = describe.addressFromF64(managed_address) orelse return invalid;
     const versioned = options & IMPORT_VERSIONED != 0;
     const keep = options & IMPORT_KEEP_ON_REFUSAL != 0;
     var status = describe.describe(managed, .{
@@ -52,7 +57,7 @@ export fn dlpk_import(managed: usize, options: u32, out_address: usize) i32 {
         status = .out_of_memory;
         out.status = @intFromEnum(status);
     }
-    if (managed != 0 and !keep) {
+    if (dlpack.isManagedAddress(managed) and !keep) {
         dlpack.deleteManaged(managed, versioned);
         stats.add(.deleters_called, 1);
     }
@@ -73,8 +78,8 @@ fn exactInt(value: f64) ?i64 {
 /// Builds an export from the description at `spec_address`: data address (address_lo/hi), owner,
 /// device, dtype, flags, ndim, shape and strides. On success writes the managed struct's address
 /// into address_lo/hi. The TS side has checked the layout against the memory it points into.
-export fn dlpk_export(options: u32, spec_address: usize) i32 {
-    const spec = descriptionAt(spec_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_export(options: u32, spec_address: f64) i32 {
+    const spec = descriptionAt(spec_address) orelse return invalid;
     if (spec.ndim < 0 or spec.ndim > dlpack.MAX_RANK) return @intFromEnum(describe.Status.rank);
     const ndim: usize = @intCast(spec.ndim);
     var shape: [dlpack.MAX_RANK]i64 = undefined;
@@ -100,20 +105,22 @@ export fn dlpk_export(options: u32, spec_address: usize) i32 {
 }
 
 /// Calls a managed tensor's deleter (a capsule disposed before anyone took it).
-export fn dlpk_managed_delete(managed: usize, versioned: u32) void {
-    if (managed == 0) return;
+export fn dlpk_managed_delete(managed_address: f64, versioned: u32) void {
+    const managed = describe.addressFromF64(managed_address) orelse return;
+    if (!dlpack.isManagedAddress(managed)) return;
     dlpack.deleteManaged(managed, versioned != 0);
 }
 
 /// Whether `managed` was made by `dlpk_export` (1) or not (0).
-export fn dlpk_is_own_export(managed: usize, versioned: u32) u32 {
-    if (managed == 0) return 0;
+export fn dlpk_is_own_export(managed_address: f64, versioned: u32) u32 {
+    const managed = describe.addressFromF64(managed_address) orelse return 0;
+    if (!dlpack.isManagedAddress(managed)) return 0;
     return @intFromBool(exports.isOwnExport(managed, versioned != 0));
 }
 
 /// Allocates library memory; writes its address and owner into the description at `out_address`.
-export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: usize) i32 {
-    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
     const size = exactInt(bytes) orelse return @intFromEnum(describe.Status.overflow);
     const align_bytes = exactInt(alignment) orelse return @intFromEnum(describe.Status.invalid_argument);
     if (size < 0) return @intFromEnum(describe.Status.overflow);
@@ -129,8 +136,9 @@ export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: usize) 
 
 /// Copies the strided tensor the description at `spec_address` describes (address, ndim, shape,
 /// strides) into `dst` in C order, `itemsize` bytes per element.
-export fn dlpk_copy(spec_address: usize, dst: usize, itemsize: u32) i32 {
-    const spec = descriptionAt(spec_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_copy(spec_address: f64, dst_address: f64, itemsize: u32) i32 {
+    const spec = descriptionAt(spec_address) orelse return invalid;
+    const dst = describe.addressFromF64(dst_address) orelse return invalid;
     if (spec.ndim < 0 or spec.ndim > dlpack.MAX_RANK or itemsize == 0 or dst == 0) {
         return @intFromEnum(describe.Status.invalid_argument);
     }
@@ -146,20 +154,34 @@ export fn dlpk_copy(spec_address: usize, dst: usize, itemsize: u32) i32 {
     return 0;
 }
 
-export fn dlpk_owner_retain(address: usize) void {
-    if (address == 0) return;
-    owner.retain(@ptrFromInt(address));
+/// Describes a managed tensor without taking it: no owner, no deleter call, ever.
+export fn dlpk_describe(managed_address: f64, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    const managed = describe.addressFromF64(managed_address) orelse return invalid;
+    return @intFromEnum(describe.describe(managed, .{
+        .versioned = options & IMPORT_VERSIONED != 0,
+        .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
+    }, out));
 }
 
-export fn dlpk_owner_release(address: usize) void {
-    if (address == 0) return;
-    owner.release(@ptrFromInt(address));
+fn ownerAt(value: f64) ?*owner.Owner {
+    const address = describe.addressFromF64(value) orelse return null;
+    if (address == 0 or address % @alignOf(owner.Owner) != 0) return null;
+    return @ptrFromInt(address);
+}
+
+export fn dlpk_owner_retain(address: f64) void {
+    owner.retain(ownerAt(address) orelse return);
+}
+
+export fn dlpk_owner_release(address: f64) void {
+    owner.release(ownerAt(address) orelse return);
 }
 
 /// Creates a pin owner: `id` names a JS object the JS side keeps reachable until the id comes back
 /// from `dlpk_pins_drain`.
-export fn dlpk_pin_new(id: f64, bytes: f64, out_address: usize) i32 {
-    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+export fn dlpk_pin_new(id: f64, bytes: f64, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
     if (!(id >= 0 and id < describe.MAX_EXACT and bytes >= 0 and bytes < describe.MAX_EXACT)) {
         return @intFromEnum(describe.Status.invalid_argument);
     }
@@ -169,13 +191,64 @@ export fn dlpk_pin_new(id: f64, bytes: f64, out_address: usize) i32 {
     return 0;
 }
 
-export fn dlpk_pins_drain(out: [*]f64, capacity: u32) u32 {
+export fn dlpk_pins_drain(out_address: f64, capacity: u32) u32 {
+    const address = describe.addressFromF64(out_address) orelse return 0;
+    if (address == 0 or address % 8 != 0) return 0;
+    const out: [*]f64 = @ptrFromInt(address);
     return @intCast(owner.drainReleasedPins(out[0..capacity]));
 }
 
-export fn dlpk_stats(out: *[stats.COUNT]f64) u32 {
-    stats.snapshot(out);
+export fn dlpk_stats(out_address: f64) u32 {
+    const address = describe.addressFromF64(out_address) orelse return 0;
+    if (address == 0 or address % 8 != 0) return 0;
+    stats.snapshot(@ptrFromInt(address));
     return stats.COUNT;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The embedded-Python bridge (src/python/): all of these run with the GIL held by the caller.
+
+/// Loads libpython (NUL-terminated path) with RTLD_GLOBAL; 0, or -1 with `dlpk_py_load_error`.
+export fn dlpk_py_load(path: [*:0]const u8) i32 {
+    return python.load(path);
+}
+
+/// Copies the last load error (NUL-terminated) into `out`; returns its length.
+export fn dlpk_py_load_error(out: [*]u8, capacity: u32) u32 {
+    if (capacity == 0) return 0;
+    const message = std.mem.span(python.loadError());
+    const n = @min(message.len, capacity - 1);
+    @memcpy(out[0..n], message[0..n]);
+    out[n] = 0;
+    return @intCast(n);
+}
+
+/// The address of `Py_None` (0 before `dlpk_py_load`).
+export fn dlpk_py_none() usize {
+    return python.noneObject();
+}
+
+/// Formats and clears the pending Python exception ("Type: message", NUL-terminated); returns
+/// its length, or -1 when none is pending.
+export fn dlpk_py_take_error(out: [*]u8, capacity: u32) i32 {
+    if (capacity == 0) return -1;
+    return python.takeError(out[0..capacity]);
+}
+
+/// Consumes a producer's PyCapsule into an owner and a description (see python.consume).
+export fn dlpk_py_consume(capsule_address: f64, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    const capsule = describe.addressFromF64(capsule_address) orelse return invalid;
+    out.status = 0;
+    if (capsule == 0) return @intFromEnum(describe.Status.null_managed);
+    return python.consume(capsule, options & IMPORT_STRICT_OFFSET != 0, out);
+}
+
+/// Called from Python (ctypes.PyDLL, GIL held): a new capsule over a clone (or a copy) of a
+/// versioned export template. Returns a new reference, or 0 with an exception set.
+export fn dlpk_py_capsule(template: usize, flags: u32) usize {
+    if (template == 0) return 0;
+    return python.makeCapsule(template, flags);
 }
 
 // =============================================================================================
@@ -234,8 +307,9 @@ export fn dlpk_cuda_device_info(ordinal: i32, out: *[4]f64, text: [*]u8, capacit
 
 /// Writes memory type (0 unregistered, 1 host, 2 device, 3 array, 4 unified), device ordinal,
 /// managed (0/1), range start and range size (0 when unknown) into `out[0..5]`.
-export fn dlpk_cuda_pointer_info(address: usize, out: *[5]f64) i32 {
-    const a = cuda.pointerAttributes(address, true) catch |err| return cuda.statusOf(err);
+export fn dlpk_cuda_pointer_info(address: f64, out: *[5]f64) i32 {
+    const where = describe.addressFromF64(address) orelse return cuda.STATUS_INVALID_ARGUMENT;
+    const a = cuda.pointerAttributes(where, true) catch |err| return cuda.statusOf(err);
     out.* = .{
         @floatFromInt(a.memory_type),
         @floatFromInt(a.ordinal),
@@ -248,7 +322,7 @@ export fn dlpk_cuda_pointer_info(address: usize, out: *[5]f64) i32 {
 
 /// Allocates `bytes` of device (kind 0), page-locked host (1) or managed (2) memory in the primary
 /// context of `ordinal`, zeroed on request; writes address and owner into the description.
-export fn dlpk_cuda_alloc(kind: u32, ordinal: i32, bytes: f64, zero: u32, out_address: usize) i32 {
+export fn dlpk_cuda_alloc(kind: u32, ordinal: i32, bytes: f64, zero: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return cuda.STATUS_INVALID_ARGUMENT;
     const size = exactInt(bytes) orelse return cuda.STATUS_INVALID_ARGUMENT;
     if (size < 0 or kind > 2) return cuda.STATUS_INVALID_ARGUMENT;
@@ -262,8 +336,10 @@ export fn dlpk_cuda_alloc(kind: u32, ordinal: i32, bytes: f64, zero: u32, out_ad
 /// Copies `bytes`: direction 0 host->device, 1 device->host, 2 device->device, 3 device->device
 /// across devices (`ordinal` the destination's, `src_ordinal` the source's). `stream` 0 uses the
 /// synchronous calls; otherwise the copy is queued on `stream` and, with `wait`, awaited.
-export fn dlpk_cuda_copy(direction: u32, dst: usize, src: usize, bytes: f64, ordinal: i32, src_ordinal: i32, stream: usize, wait: u32) i32 {
+export fn dlpk_cuda_copy(direction: u32, dst_address: f64, src_address: f64, bytes: f64, ordinal: i32, src_ordinal: i32, stream: usize, wait: u32) i32 {
     const size = exactInt(bytes) orelse return cuda.STATUS_INVALID_ARGUMENT;
+    const dst = describe.addressFromF64(dst_address) orelse return cuda.STATUS_INVALID_ARGUMENT;
+    const src = describe.addressFromF64(src_address) orelse return cuda.STATUS_INVALID_ARGUMENT;
     if (size < 0 or direction > 3) return cuda.STATUS_INVALID_ARGUMENT;
     return cudaStatus(cuda.copy(@enumFromInt(direction), dst, src, @intCast(size), ordinal, src_ordinal, stream, wait != 0));
 }
@@ -306,13 +382,15 @@ export fn dlpk_cuda_fence(ordinal: i32, producer: usize, consumer: usize) i32 {
 
 /// Attaches a producer stream to one of this library's exports of CUDA-family data: an event is
 /// recorded on it now and released with the export.
-export fn dlpk_cuda_export_attach_stream(managed: usize, versioned: u32, ordinal: i32, stream: usize) i32 {
+export fn dlpk_cuda_export_attach_stream(managed_address: f64, versioned: u32, ordinal: i32, stream: usize) i32 {
+    const managed = describe.addressFromF64(managed_address) orelse return cuda.STATUS_INVALID_ARGUMENT;
     return cudaStatus(exports.attachStream(managed, versioned != 0, ordinal, stream));
 }
 
 /// `__dlpack__(stream=...)` for one of this library's exports, callable from any thread: `stream`
 /// is the protocol value as an unsigned word (all ones for -1: no synchronization; 0: refused with
-/// -2; 1 legacy default, 2 per-thread default, else a handle). Python's None is 1.
+/// -2; 1 legacy default, 2 per-thread default, else a handle). Python's None is 1. Takes plain
+/// words (not f64 addresses) because Python calls it through ctypes, like `dlpk_py_capsule`.
 export fn dlpk_cuda_export_fence(managed: usize, versioned: u32, stream: usize) i32 {
     return cudaStatus(exports.fenceForConsumer(managed, versioned != 0, stream));
 }
@@ -330,5 +408,6 @@ test {
     _ = stats;
     _ = exports;
     _ = memory;
+    _ = python;
     _ = cuda;
 }

@@ -1,0 +1,123 @@
+// The JS side of the benchmark: runs every case in the runtime it is started with and prints one
+// JSON object of medians (ns per operation) and figures. bench/run.ts starts it under Deno and Bun,
+// interleaved with the Python peers, and computes the ratios.
+import { readFileSync } from "node:fs";
+import { exportDLPack, importDLPack, stats, zeros } from "../mod.ts";
+import { runtime } from "../ffi/mod.ts";
+import { deleted, tp } from "../tests/support/producer.ts";
+import { bareArrayBuffer } from "./floor.ts";
+
+const SAMPLES = 7;
+const out: Record<string, number | string | boolean> = { runtime: runtime().name };
+
+function rssBytes(): number {
+  return Number(readFileSync("/proc/self/statm", "utf8").split(" ")[1]) * 4096;
+}
+
+function settle(): void {
+  for (let i = 0; i < 3; i++) runtime().gc();
+}
+
+/** Median over SAMPLES batches of ns per call of `fn`. */
+function measure(iterations: number, fn: () => void): number {
+  for (let i = 0; i < Math.min(iterations, 20_000); i++) fn(); // warm up the JIT
+  const perCall: number[] = [];
+  for (let s = 0; s < SAMPLES; s++) {
+    const t0 = performance.now();
+    for (let i = 0; i < iterations; i++) fn();
+    perCall.push(((performance.now() - t0) * 1e6) / iterations);
+  }
+  perCall.sort((a, b) => a - b);
+  return perCall[Math.floor(perCall.length / 2)];
+}
+
+// A reusable producer tensor per size: its deleter only counts, so the loop times the import alone.
+const KiB = 1024;
+const tensors = new Map<string, number>([
+  ["1KiB", tp.tp_static_tensor(KiB, 1)],
+  ["1MiB", tp.tp_static_tensor(KiB * KiB, 16)],
+  ["1GiB", tp.tp_static_tensor(KiB * KiB * KiB, 1024)],
+]);
+const small = { versioned: tensors.get("1KiB")! };
+
+out.import_dispose_ns = measure(200_000, () => importDLPack(small).dispose());
+for (const [size, address] of tensors) {
+  const source = { versioned: address };
+  out[`import_dispose_${size}_ns`] = measure(200_000, () => importDLPack(source).dispose());
+}
+out.import_array_dispose_ns = measure(100_000, () => {
+  const v = importDLPack(small);
+  v.array();
+  v.dispose();
+});
+{
+  const v = importDLPack(small);
+  const floor = bareArrayBuffer(Number(v.address), KiB);
+  out.bare_arraybuffer_ns = measure(100_000, () => void floor());
+  v.dispose();
+}
+
+const exported = new Float32Array(256);
+out.export_ns = measure(100_000, () => exportDLPack(exported).dispose());
+
+// RSS when importing (and wrapping) a 1 GiB tensor: nothing may touch its pages.
+settle();
+{
+  const before = rssBytes();
+  const v = importDLPack({ versioned: tensors.get("1GiB")! });
+  const a = v.array();
+  out.rss_growth_1GiB_import_bytes = rssBytes() - before;
+  out.array_1GiB_length = a.length;
+  v.dispose();
+}
+
+// 1,000,000 import/dispose cycles: throughput, RSS drift, counters back to zero.
+settle();
+{
+  const deletedBefore = deleted();
+  const before = rssBytes();
+  const t0 = performance.now();
+  for (let i = 0; i < 1_000_000; i++) importDLPack(small).dispose();
+  const seconds = (performance.now() - t0) / 1000;
+  settle();
+  out.cycles_1M_per_second = 1_000_000 / seconds;
+  out.cycles_1M_rss_growth_bytes = rssBytes() - before;
+  out.cycles_1M_deleters = deleted() - deletedBefore;
+  const s = stats();
+  out.cycles_1M_stats_zero = s.imports === 0 && s.exports === 0 && s.pinned === 0;
+}
+
+// Contiguous copy of strided 2-D views against memcpy (the contiguous copy) of the same bytes.
+{
+  const n = 4096;
+  using base = zeros([n, n], "float32");
+  const bytes = n * n * 4;
+  const gbps = (ns: number, moved: number) => moved / ns;
+  const copyOnce = (v: ReturnType<typeof importDLPack>) => () => v.copy().dispose();
+  out.memcpy_GBps = gbps(measure(3, copyOnce(base)), bytes);
+  using transposed = importDLPack(exportDLPack(base, { shape: [n, n], strides: [1, n] }));
+  out.copy_transposed_GBps = gbps(measure(3, copyOnce(transposed)), bytes);
+  using everyOther = importDLPack(exportDLPack(base, { shape: [n, n / 2], strides: [n, 2] }));
+  out.copy_every_other_column_GBps = gbps(measure(3, copyOnce(everyOther)), bytes / 2);
+}
+
+// JS -> numpy -> JS through the embedded Python, when available.
+try {
+  const { openPython, toPython, fromPython } = await import("../python.ts");
+  const py = openPython();
+  const np = py.import("numpy");
+  const fromDlpack = np.get("from_dlpack");
+  const x = new Float32Array(256);
+  out.roundtrip_js_numpy_js_ns = measure(20_000, () => {
+    const t = toPython(x, py);
+    const b = fromDlpack.call(t);
+    const v = fromPython(b);
+    v.dispose();
+    b.dispose();
+    t.dispose();
+  });
+} catch (error) {
+  out.roundtrip_js_numpy_js_ns = `unavailable: ${(error as Error).message.slice(0, 100)}`;
+}
+
+console.log(JSON.stringify(out));

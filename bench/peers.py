@@ -1,0 +1,56 @@
+"""The Python side of the benchmark: the same operations in numpy, JAX and pyarrow, timed with
+timeit, printed as one JSON object of medians (ns per operation)."""
+import json
+import statistics
+import timeit
+
+import numpy as np
+
+SAMPLES = 7
+out = {"numpy": np.__version__}
+
+
+def median_ns(stmt, number, setup_globals):
+    times = timeit.repeat(stmt, number=number, repeat=SAMPLES, globals=setup_globals)
+    return statistics.median(times) / number * 1e9
+
+
+a = np.zeros(256, dtype=np.float32)
+g = {"np": np, "a": a}
+export = median_ns("a.__dlpack__(stream=None, max_version=(1, 0), dl_device=None, copy=None)", 200_000, g)
+out["numpy_export_ns"] = export
+out["numpy_from_dlpack_ns"] = median_ns("np.from_dlpack(a)", 200_000, g)
+# numpy's own import cost: from_dlpack minus the __dlpack__ call it makes.
+out["numpy_import_ns"] = out["numpy_from_dlpack_ns"] - export
+out["numpy_roundtrip_ns"] = median_ns("np.from_dlpack(np.from_dlpack(a))", 100_000, g)
+for label, size in (("1KiB", 1 << 10), ("1MiB", 1 << 20)):
+    g["s"] = np.zeros(size // 4, dtype=np.float32)
+    out[f"numpy_from_dlpack_{label}_ns"] = median_ns("np.from_dlpack(s)", 100_000, g)
+
+big = np.empty((4096, 4096), dtype=np.float32)
+g["big"] = big
+g["dst"] = np.empty_like(big)
+out["numpy_memcpy_GBps"] = big.nbytes / median_ns("np.copyto(dst, big)", 3, g)
+out["numpy_copy_transposed_GBps"] = big.nbytes / median_ns("np.ascontiguousarray(big.T)", 3, g)
+
+try:
+    import jax
+    import jax.numpy as jnp
+
+    aligned = np.zeros(256, dtype=np.float32)
+    g.update(jax=jax, x=jnp.zeros(256, dtype=jnp.float32), aligned=aligned)
+    out["jax_export_ns"] = median_ns("x.__dlpack__()", 50_000, g)
+    out["jax_from_dlpack_ns"] = median_ns("jax.dlpack.from_dlpack(aligned)", 20_000, g)
+except ImportError as error:
+    out["jax"] = "unavailable: %s" % error
+
+try:
+    import pyarrow as pa
+
+    g["arr"] = pa.array(np.zeros(256, dtype=np.float32))
+    out["pyarrow_export_ns"] = median_ns("arr.__dlpack__()", 100_000, g)
+    out["pyarrow_to_numpy_ns"] = median_ns("np.from_dlpack(arr)", 100_000, g)
+except ImportError as error:
+    out["pyarrow"] = "unavailable: %s" % error
+
+print(json.dumps(out))

@@ -1,0 +1,420 @@
+/**
+ * The embedded CPython: loads libpython globally (through libdlpack, since Deno and Bun open
+ * libraries RTLD_LOCAL), initializes it once or reuses an interpreter another bridge started, and
+ * holds the GIL around every call. `PyObject` handles hold one reference each.
+ * @module
+ */
+import { core, corePath, openLibrary, runtime } from "../../ffi/mod.ts";
+import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
+import type { Bound } from "../../ffi/types.ts";
+import { DLPackError } from "../errors.ts";
+import { toAddress } from "../address.ts";
+import { discoverPython, type PythonInstall } from "./discover.ts";
+import { HELPER_SOURCE } from "./helper_source.ts";
+
+const Py_file_input = 257;
+const Py_eval_input = 258;
+
+/** Values `call`, `set` and friends convert to Python (arrays become tuples). */
+export type PyArg =
+  | number
+  | bigint
+  | string
+  | boolean
+  | null
+  | undefined
+  | PyObject
+  | { readonly handle: bigint | number | Deno.PointerObject }
+  | readonly PyArg[];
+
+/** Per-process bridge state: one interpreter, one `dlpack_ts` helper module. */
+export interface BridgeState {
+  readonly capi: Bound<PythonSymbols>;
+  readonly install: PythonInstall;
+  readonly none: number;
+  readonly capsuleOf: number;
+  readonly toJson: number;
+  readonly tensorClass: number;
+  readonly initializedHere: boolean;
+}
+
+let state: BridgeState | undefined;
+const encoder = new TextEncoder();
+const errorText = new Uint8Array(4096);
+
+/** A NUL-terminated UTF-8 copy of a string, for C. */
+export function cString(text: string): Uint8Array<ArrayBuffer> {
+  const bytes = encoder.encode(text);
+  const out = new Uint8Array(bytes.length + 1);
+  out.set(bytes);
+  return out;
+}
+
+/** The pending Python exception as a DLPackError ("python"), cleared. */
+export function pythonError(context: string): DLPackError {
+  const n = core().dlpk_py_take_error(errorText, errorText.length);
+  const text = n < 0 ? "failed without setting an exception" : new TextDecoder().decode(errorText.subarray(0, n));
+  return new DLPackError("python", `${context}: ${text}`);
+}
+
+/** Runs `fn` holding the GIL. */
+export function withGil<T>(s: { readonly capi: Bound<PythonSymbols> }, fn: () => T): T {
+  const gil = s.capi.PyGILState_Ensure();
+  try {
+    return fn();
+  } finally {
+    s.capi.PyGILState_Release(gil);
+  }
+}
+
+/** Throws the pending exception when a C API call returned NULL. */
+export function check(result: number, context: string): number {
+  if (result === 0) throw pythonError(context);
+  return result;
+}
+
+function start(library: string | undefined): BridgeState {
+  const install = discoverPython(library);
+  const lib = core();
+  if (lib.dlpk_py_load(cString(install.library)) !== 0) {
+    const n = lib.dlpk_py_load_error(errorText, errorText.length);
+    const reason = new TextDecoder().decode(errorText.subarray(0, n));
+    throw new DLPackError("python", `could not load ${install.library} (found through ${install.source}): ${reason}`);
+  }
+  const capi = openLibrary(install.library, pythonSymbols).symbols;
+  let initializedHere = false;
+  if (capi.Py_IsInitialized() === 0) {
+    capi.Py_InitializeEx(0); // 0: leave signal handling to the JS runtime
+    capi.PyEval_SaveThread(); // release the GIL; every call takes it with PyGILState_Ensure
+    initializedHere = true;
+  }
+  const partial = { capi, install, none: lib.dlpk_py_none(), initializedHere };
+  return withGil(partial, (): BridgeState => {
+    const bootstrap = [
+      "import sys as _s, types as _t",
+      "if 'dlpack_ts' not in _s.modules:",
+      "    _m = _t.ModuleType('dlpack_ts')",
+      `    _m._DLPK_LIB = ${JSON.stringify(corePath())}`,
+      `    exec(${JSON.stringify(HELPER_SOURCE)}, _m.__dict__)`,
+      "    _s.modules['dlpack_ts'] = _m",
+    ].join("\n");
+    // A private globals dict, so the bootstrap's names do not land in __main__ (CPython adds
+    // __builtins__ to it).
+    const scratch = check(capi.PyDict_New(), "dict");
+    const ran = capi.PyRun_StringFlags(cString(bootstrap), Py_file_input, scratch, scratch, 0);
+    capi.Py_DecRef(scratch);
+    capi.Py_DecRef(check(ran, "starting the dlpack_ts helper module"));
+    const module = check(capi.PyImport_ImportModule(cString("dlpack_ts")), "import dlpack_ts");
+    const attr = (name: string) => check(capi.PyObject_GetAttrString(module, cString(name)), name);
+    const s: BridgeState = {
+      ...partial,
+      capsuleOf: attr("_capsule_of"),
+      toJson: attr("_to_json"),
+      tensorClass: attr("DLPackTensor"),
+    };
+    const extend = attr("_extend_path");
+    const args = toPythonTuple(s, [install.path, install.executable ?? null]);
+    capi.Py_DecRef(check(capi.PyObject_Call(extend, args, 0), "dlpack_ts._extend_path"));
+    capi.Py_DecRef(args);
+    capi.Py_DecRef(extend);
+    capi.Py_DecRef(module);
+    return s;
+  });
+}
+
+/** The bridge state, or an error saying `openPython()` comes first. */
+export function bridge(): BridgeState {
+  if (state === undefined) throw new DLPackError("python", "no Python bridge is open: call openPython() first");
+  return state;
+}
+
+/** A new reference to the Python value of `value`. */
+export function toPython(s: BridgeState, value: PyArg): number {
+  const c = s.capi;
+  if (value === null || value === undefined) {
+    c.Py_IncRef(s.none);
+    return s.none;
+  }
+  if (value instanceof PyObject) {
+    const h = value.handleNumber;
+    c.Py_IncRef(h);
+    return h;
+  }
+  switch (typeof value) {
+    case "boolean":
+      return c.PyBool_FromLong(value ? 1 : 0);
+    case "number":
+      return check(
+        // Integral numbers become ints (shapes, indices); -0 stays a float to keep its sign.
+        Number.isInteger(value) && Math.abs(value) <= Number.MAX_SAFE_INTEGER && !Object.is(value, -0)
+          ? c.PyLong_FromDouble(value)
+          : c.PyFloat_FromDouble(value),
+        "number",
+      );
+    case "bigint":
+      return check(c.PyLong_FromString(cString(value.toString()), 0, 10), "int");
+    case "string": {
+      const bytes = encoder.encode(value);
+      return check(c.PyUnicode_FromStringAndSize(bytes.length === 0 ? new Uint8Array(1) : bytes, bytes.length), "str");
+    }
+  }
+  if (Array.isArray(value)) return toPythonTuple(s, value);
+  if (typeof value === "object" && "handle" in value) {
+    const h = Number(toAddress((value as { handle: unknown }).handle, "handle"));
+    if (h === 0) throw new DLPackError("python", "a { handle } argument must not be NULL");
+    c.Py_IncRef(h);
+    return h;
+  }
+  throw new DLPackError("python", `cannot pass ${typeof value} to Python`);
+}
+
+/** A new tuple of converted values. */
+export function toPythonTuple(s: BridgeState, values: readonly PyArg[]): number {
+  const tuple = check(s.capi.PyTuple_New(values.length), "tuple");
+  for (let i = 0; i < values.length; i++) {
+    let item: number;
+    try {
+      item = toPython(s, values[i]);
+    } catch (error) {
+      s.capi.Py_DecRef(tuple);
+      throw error;
+    }
+    s.capi.PyTuple_SetItem(tuple, i, item); // steals `item`
+  }
+  return tuple;
+}
+
+const registry = new FinalizationRegistry<number>((handle) => {
+  const s = state;
+  if (s !== undefined) withGil(s, () => s.capi.Py_DecRef(handle));
+});
+
+/** A Python object: one reference, released by `dispose()` (or, as a backstop, by GC). */
+export class PyObject {
+  #handle: number;
+  #py: Python;
+
+  /** @internal Takes over a new reference. */
+  constructor(handle: number, py: Python) {
+    this.#handle = handle;
+    this.#py = py;
+    registry.register(this, handle, this);
+  }
+
+  /** The `PyObject*` (pass `{ handle }` objects of other bridges the same way). */
+  get handle(): bigint {
+    return BigInt(this.#live());
+  }
+
+  /** @internal The handle as a number, checked alive. */
+  get handleNumber(): number {
+    return this.#live();
+  }
+
+  /** The bridge this object belongs to. */
+  get python(): Python {
+    return this.#py;
+  }
+
+  /** `getattr(obj, name)`. */
+  get(name: string): PyObject {
+    const h = this.#live();
+    const s = this.#py.state;
+    return withGil(
+      s,
+      () => new PyObject(check(s.capi.PyObject_GetAttrString(h, cString(name)), `getattr(${name})`), this.#py),
+    );
+  }
+
+  /** `obj(*args)`. */
+  call(...args: PyArg[]): PyObject {
+    return this.callWith(args);
+  }
+
+  /** `obj(*args, **kwargs)`. */
+  callWith(args: readonly PyArg[], kwargs: Readonly<Record<string, PyArg>> = {}): PyObject {
+    const h = this.#live();
+    const s = this.#py.state;
+    return withGil(s, () => {
+      const tuple = toPythonTuple(s, args);
+      let dict = 0;
+      try {
+        const names = Object.keys(kwargs);
+        if (names.length > 0) {
+          dict = check(s.capi.PyDict_New(), "dict");
+          for (const name of names) {
+            const v = toPython(s, kwargs[name]);
+            s.capi.PyDict_SetItemString(dict, cString(name), v);
+            s.capi.Py_DecRef(v);
+          }
+        }
+        return new PyObject(check(s.capi.PyObject_Call(h, tuple, dict), "call"), this.#py);
+      } finally {
+        s.capi.Py_DecRef(tuple);
+        if (dict !== 0) s.capi.Py_DecRef(dict);
+      }
+    });
+  }
+
+  /** The value as JSON-compatible JS (numbers, strings, booleans, null, arrays, objects; numpy
+   * arrays and scalars through `tolist()`; NaN and infinities kept). */
+  toJS(): unknown {
+    this.#live();
+    const s = this.#py.state;
+    const text = withGil(s, () => {
+      const args = toPythonTuple(s, [this]);
+      const json = check(s.capi.PyObject_Call(s.toJson, args, 0), "to JSON");
+      s.capi.Py_DecRef(args);
+      try {
+        const utf8 = check(s.capi.PyUnicode_AsUTF8AndSize(json, 0), "utf-8");
+        return runtime().cString(utf8);
+      } finally {
+        s.capi.Py_DecRef(json);
+      }
+    });
+    return JSON.parse(text, (_key, value) => {
+      if (value !== null && typeof value === "object" && "$float" in value) {
+        const repr = (value as { $float: string }).$float;
+        return repr === "nan" ? NaN : repr === "inf" ? Infinity : -Infinity;
+      }
+      return value;
+    });
+  }
+
+  /** Releases the reference. Idempotent. */
+  dispose(): void {
+    const h = this.#handle;
+    if (h === 0) return;
+    this.#handle = 0;
+    registry.unregister(this);
+    // Releasing a reference stays allowed after close(): the interpreter is still running.
+    const s = this.#py.rawState;
+    withGil(s, () => s.capi.Py_DecRef(h));
+  }
+
+  /** Same as {@link PyObject.dispose}, for `using`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  #live(): number {
+    if (this.#handle === 0) throw new DLPackError("python", "this Python object was disposed");
+    if (this.#py.closed) throw new DLPackError("python", "the Python bridge this object belongs to was closed");
+    return this.#handle;
+  }
+}
+
+/** Options of {@link openPython}. */
+export interface OpenPythonOptions {
+  /** Path of the libpython shared library (else `DLPACK_PYTHON`, else `python3` on PATH). */
+  readonly library?: string;
+}
+
+/** A handle on the embedded interpreter. Several handles share one interpreter. */
+export class Python {
+  #state: BridgeState;
+  #closed = false;
+
+  /** @internal Use {@link openPython}. */
+  constructor(s: BridgeState) {
+    this.#state = s;
+  }
+
+  /** @internal The shared state, checked open. */
+  get state(): BridgeState {
+    if (this.#closed) throw new DLPackError("python", "this Python bridge was closed");
+    return this.#state;
+  }
+
+  /** @internal The shared state even after close (for releasing references). */
+  get rawState(): BridgeState {
+    return this.#state;
+  }
+
+  /** Whether `close()` ran. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** The libpython this bridge loaded. */
+  get library(): string {
+    return this.#state.install.library;
+  }
+
+  /** Runs statements in `__main__`. */
+  exec(code: string): void {
+    const s = this.state;
+    withGil(s, () => {
+      const globals = this.#mainDict();
+      s.capi.Py_DecRef(check(s.capi.PyRun_StringFlags(cString(code), Py_file_input, globals, globals, 0), "exec"));
+    });
+  }
+
+  /** Evaluates an expression in `__main__`. */
+  eval(expression: string): PyObject {
+    const s = this.state;
+    return withGil(s, () => {
+      const globals = this.#mainDict();
+      return new PyObject(
+        check(s.capi.PyRun_StringFlags(cString(expression), Py_eval_input, globals, globals, 0), "eval"),
+        this,
+      );
+    });
+  }
+
+  /** `import name` (the module object). */
+  import(name: string): PyObject {
+    const s = this.state;
+    return withGil(s, () => new PyObject(check(s.capi.PyImport_ImportModule(cString(name)), `import ${name}`), this));
+  }
+
+  /** Binds `name` in `__main__` to a converted value (PyObjects pass as themselves). */
+  set(name: string, value: PyArg): void {
+    const s = this.state;
+    withGil(s, () => {
+      const v = toPython(s, value);
+      const status = s.capi.PyDict_SetItemString(this.#mainDict(), cString(name), v);
+      s.capi.Py_DecRef(v);
+      if (status !== 0) throw pythonError(`set ${name}`);
+    });
+  }
+
+  /** Wraps an object of another bridge (anything with a `handle`) in a PyObject of this one. */
+  wrap(foreign: { readonly handle: bigint | number | Deno.PointerObject }): PyObject {
+    const s = this.state;
+    return withGil(s, () => new PyObject(toPython(s, foreign), this));
+  }
+
+  /** Closes this handle: its objects and it refuse further calls. The interpreter stays up for the
+   * process (numpy and other extensions cannot be finalized safely, and other handles may use it). */
+  close(): void {
+    this.#closed = true;
+  }
+
+  /** Same as {@link Python.close}, for `using`. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  #mainDict(): number {
+    const s = this.#state;
+    const main = check(s.capi.PyImport_AddModule(cString("__main__")), "__main__");
+    return s.capi.PyModule_GetDict(main);
+  }
+}
+
+/**
+ * Opens the embedded CPython: finds libpython (`library`, `DLPACK_PYTHON`, or `python3` on PATH
+ * via sysconfig), loads it globally, initializes it once (or reuses an interpreter another bridge
+ * started), and returns a handle. Python exceptions become `DLPackError` with code "python".
+ */
+export function openPython(opts: OpenPythonOptions = {}): Python {
+  if (state !== undefined && opts.library !== undefined && opts.library !== state.install.library) {
+    throw new DLPackError(
+      "python",
+      `${state.install.library} is already embedded in this process; one process holds one interpreter (asked for ${opts.library})`,
+    );
+  }
+  state ??= start(opts.library);
+  return new Python(state);
+}

@@ -1,0 +1,158 @@
+/**
+ * The Python half of the bridge, run once per interpreter as the module `dlpack_ts`. It calls
+ * libdlpack through ctypes.PyDLL (the GIL stays held), so capsules and deleters stay native and
+ * nothing ever calls back into JavaScript.
+ * @module
+ */
+
+/** Python source of the `dlpack_ts` module; `_DLPK_LIB` (libdlpack's path) is set before it runs. */
+export const HELPER_SOURCE = `
+import ctypes as _ctypes
+import json as _json
+import sys as _sys
+
+_lib = _ctypes.PyDLL(_DLPK_LIB)
+_lib.dlpk_py_capsule.restype = _ctypes.py_object
+_lib.dlpk_py_capsule.argtypes = [_ctypes.c_size_t, _ctypes.c_uint32]
+_lib.dlpk_managed_delete.restype = None
+_lib.dlpk_managed_delete.argtypes = [_ctypes.c_double, _ctypes.c_uint32]  # addresses cross as f64
+
+_HOST = (1, 3, 11, 13)  # CPU, CUDAHost, ROCMHost, CUDAManaged: streams mean nothing there
+
+
+class DLPackTensor:
+    """Memory owned by JavaScript (a TypedArray or a dlpack-ts view), shared without a copy.
+
+    Speaks the DLPack protocol: numpy.from_dlpack, torch.from_dlpack and jax.dlpack.from_dlpack
+    accept it. The JS memory stays pinned until this object and every array made from it are gone.
+    """
+
+    __slots__ = ("_template", "_device", "_readonly", "shape", "dtype", "__weakref__")
+
+    def __init__(self, template, device_type, device_id, readonly, shape, dtype):
+        self._template = template
+        self._device = (device_type, device_id)
+        self._readonly = bool(readonly)
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        template = self._template
+        if not template:
+            raise BufferError("dlpack-ts: this tensor was released")
+        if dl_device is not None and tuple(dl_device) != self._device:
+            raise BufferError(
+                "dlpack-ts: cannot export data on device %r to device %r%s"
+                % (self._device, tuple(dl_device), " without a copy" if copy is False else "")
+            )
+        if stream is not None and self._device[0] in _HOST:
+            raise BufferError("dlpack-ts: stream must be None for host data, got %r" % (stream,))
+        if stream is not None:
+            raise BufferError("dlpack-ts: stream fencing for device %r is not available" % (self._device,))
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        if not versioned and self._readonly and not copy:
+            raise BufferError(
+                "dlpack-ts: read-only data cannot be exported through the legacy DLPack struct"
+                " (ask for max_version >= (1, 0))"
+            )
+        return _lib.dlpk_py_capsule(template, (1 if versioned else 0) | (2 if copy else 0))
+
+    def __dlpack_device__(self):
+        return self._device
+
+    def __repr__(self):
+        return "DLPackTensor(shape=%r, dtype=%r, device=%r%s)" % (
+            self.shape, self.dtype, self._device, ", readonly" if self._readonly else "")
+
+    def _release(self):
+        template = self._template
+        if template:
+            self._template = 0
+            _lib.dlpk_managed_delete(template, 1)
+
+    def __del__(self):
+        try:
+            self._release()
+        except Exception:  # interpreter shutdown: the module may already be torn down
+            pass
+
+
+def _producer_name(obj):
+    kind = type(obj)
+    module = getattr(kind, "__module__", "builtins")
+    return kind.__qualname__ if module == "builtins" else module + "." + kind.__qualname__
+
+
+def _capsule_of(obj, max_version, copy, dl_device, stream):
+    """The consumer side of the protocol, as numpy does it. Returns (capsule, producer, iface)."""
+    producer = _producer_name(obj)
+    if type(obj).__name__ == "PyCapsule":
+        return obj, "PyCapsule", None
+    method = getattr(obj, "__dlpack__", None)
+    if method is not None:
+        kwargs = {"stream": stream, "max_version": max_version}
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        if copy is not None:
+            kwargs["copy"] = copy
+        try:
+            capsule = method(**kwargs)
+        except TypeError:
+            # A producer from before the 2023 keywords: only \`stream\` is understood.
+            if dl_device is not None or copy is not None:
+                raise BufferError(producer + ".__dlpack__ does not accept dl_device or copy")
+            capsule = method(stream=stream) if stream is not None else method()
+        return capsule, producer, None
+    iface = getattr(obj, "__array_interface__", None)
+    if iface is not None:
+        data = iface.get("data")
+        if not isinstance(data, tuple):
+            raise BufferError(producer + ".__array_interface__ exposes its data as a buffer, not a pointer")
+        strides = iface.get("strides")
+        fields = {
+            "data": [int(data[0]), bool(data[1])],
+            "shape": [int(e) for e in iface["shape"]],
+            "strides": None if strides is None else [int(s) for s in strides],
+            "typestr": iface["typestr"],
+            "version": int(iface.get("version", 3)),
+            "masked": iface.get("mask") is not None,
+        }
+        return None, producer, _json.dumps(fields)
+    raise TypeError(producer + " supports neither __dlpack__ nor __array_interface__")
+
+
+def _plain(value):
+    # JSON has no NaN or infinities: mark them so the JS side can restore them.
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return {"$float": repr(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _to_json(obj):
+    def convert(value):
+        if hasattr(value, "tolist"):
+            return _plain(value.tolist())
+        if isinstance(value, (tuple, set, frozenset)):
+            return _plain(list(value))
+        if isinstance(value, complex):
+            return _plain([value.real, value.imag])
+        if isinstance(value, bytes):
+            return list(value)
+        raise TypeError("%s cannot be converted to JSON" % _producer_name(value))
+
+    return _json.dumps(_plain(obj), default=convert, allow_nan=False)
+
+
+def _extend_path(paths, executable):
+    for p in paths:
+        if p not in _sys.path:
+            _sys.path.append(p)
+    if executable:
+        _sys.executable = executable
+    if not getattr(_sys, "argv", None):
+        _sys.argv = [""]  # absl (JAX) and argparse users expect it
+`;
