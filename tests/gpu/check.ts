@@ -8,13 +8,14 @@
 //   bandwidth  host<->device copy bandwidth through view.copyFrom (pageable and page-locked host
 //              memory, device to device), values checked after each kind of copy
 //   python     PYTHON-BRIDGE cases: torch, cupy and jax CUDA tensors through the embedded CPython
-//              both ways, values after device copies, and stream fencing. They call issue 4's API
-//              (openPython, fromPython, toPython from ../../python.ts); without python.ts in the
-//              checkout they are reported skipped, never passed.
+//              both ways, values after device copies, and stream fencing, through issue 4's API
+//              (openPython, fromPython, toPython from ../../python.ts). Where that Python or its
+//              frameworks cannot be opened they are reported skipped with the reason, never passed.
 import * as cuda from "../../cuda.ts";
 import { type BufferView, empty, stats } from "../../mod.ts";
 import { corePath, runtime } from "../../ffi/mod.ts";
 import { CASES } from "../support/cuda_cases.ts";
+import { fromPython, openPython, type PyObject, type Python, toPython } from "../../python.ts";
 
 type Status = "pass" | "fail" | "skip";
 interface CaseResult {
@@ -144,46 +145,38 @@ await check("bandwidth", "host<->device copy bandwidth (256 MiB, pageable and pa
 }, noDriver);
 
 // ---------------------------------------------------------------------------------------------
-// python: PYTHON-BRIDGE CASES (issue 4's API). Everything that touches the bridge goes through
-// `bridge` below; if python.ts's surface differs from these assumptions, adapt `bridge` only.
-//
-// ASSUMED (from the issue text): openPython(opts?) -> py (maybe a Promise); fromPython(obj, opts?)
-// -> BufferView with opts.stream passed on as __dlpack__(stream=...); toPython(view, py, opts?) ->
-// a Python object with __dlpack__ / __dlpack_device__ honouring the stream argument.
-// ASSUMED on `py`: exec(code) runs statements in __main__; eval(expr) returns a Python object;
-// set(name, obj) binds a Python object in __main__; a scalar comes back through
-// Number(py.eval(expr)) / String(...).
+// python: PYTHON-BRIDGE CASES, through issue 4's API (openPython, fromPython, toPython from
+// ../../python.ts, as it stood when this was written: py.exec/eval/set, PyObject.toJS()). Only
+// `openBridge` touches that API; if python.ts changes, adapt it there.
 
 interface Bridge {
   exec(code: string): void;
-  get(name: string): unknown;
-  set(name: string, obj: unknown): void;
+  get(name: string): PyObject;
+  set(name: string, obj: PyObject): void;
   number(expr: string): number;
-  fromPython(obj: unknown, opts?: { stream?: number | bigint }): BufferView;
-  toPython(view: BufferView, opts?: Record<string, unknown>): unknown;
+  fromPython(obj: PyObject, opts?: { stream?: number | bigint }): BufferView;
+  toPython(view: BufferView): PyObject;
 }
 
-async function openBridge(): Promise<Bridge | string> {
-  const spec = new URL("../../python.ts", import.meta.url).href;
-  // deno-lint-ignore no-explicit-any
-  let mod: any;
+function openBridge(): Bridge | string {
+  let py: Python;
   try {
-    mod = await import(spec);
+    py = openPython();
+    py.exec("import torch, cupy, jax");
   } catch (error) {
-    return `the Python bridge (python.ts, issue 4) is not in this checkout: ${(error as Error).message.split("\n")[0]}`;
+    return `the embedded Python with torch, cupy and jax is not available: ${(error as Error).message.slice(0, 300)}`;
   }
-  const py = await mod.openPython();
   return {
-    exec: (code) => void py.exec(code),
+    exec: (code) => py.exec(code),
     get: (name) => py.eval(name),
-    set: (name, obj) => void py.set(name, obj),
-    number: (expr) => Number(py.eval(expr)),
-    fromPython: (obj, opts) => mod.fromPython(obj, opts),
-    toPython: (view, opts) => mod.toPython(view, py, opts),
+    set: (name, obj) => py.set(name, obj),
+    number: (expr) => Number(py.eval(expr).toJS()),
+    fromPython: (obj, opts) => fromPython(obj, opts),
+    toPython: (view) => toPython(view, py),
   };
 }
 
-const bridgeOrReason = status.available ? await openBridge() : noDriver!;
+const bridgeOrReason = status.available ? openBridge() : noDriver!;
 const py = typeof bridgeOrReason === "string" ? null : bridgeOrReason;
 const pySkip = typeof bridgeOrReason === "string" ? bridgeOrReason : undefined;
 
@@ -260,21 +253,26 @@ await check("python", "TS device view -> toPython -> cupy.from_dlpack and jax.dl
 }, pySkip);
 
 await check("python", "fromPython(t, { stream }): torch's pending work is fenced before our stream reads", () => {
-  // Work on a torch side stream: a long sleep kernel, then the write. Our stream must wait for it.
+  // Work on a torch side stream, current while __dlpack__ runs (torch fences its current stream):
+  // a long sleep kernel, then the write. Our stream must wait for it.
   const ours = cuda.createStream();
   py!.exec([
     "import torch",
     "s = torch.cuda.Stream()",
-    "with torch.cuda.stream(s):",
-    "    torch.cuda._sleep(200_000_000)",
-    "    w = torch.full((1 << 20,), 7.0, device='cuda')",
+    "torch.cuda.set_stream(s)",
+    "torch.cuda._sleep(200_000_000)",
+    "w = torch.full((1 << 20,), 7.0, device='cuda')",
   ].join("\n"));
-  using v = py!.fromPython(py!.get("w"), { stream: ours });
-  cuda.setProducerStream(v, ours); // the data is ready on our stream once torch fenced it
-  using h = v.toHost(); // stream-ordered on `ours`, then awaited
-  const a = h.array() as Float32Array;
-  assert(a[0] === 7 && a[a.length - 1] === 7, `read ${a[0]} / ${a[a.length - 1]} before torch's write finished`);
-  cuda.destroyStream(ours);
+  try {
+    using v = py!.fromPython(py!.get("w"), { stream: ours });
+    cuda.setProducerStream(v, ours); // the data is ready on our stream once torch fenced it
+    using h = v.toHost(); // stream-ordered on `ours`, then awaited
+    const a = h.array() as Float32Array;
+    assert(a[0] === 7 && a[a.length - 1] === 7, `read ${a[0]} / ${a[a.length - 1]} before torch's write finished`);
+  } finally {
+    py!.exec("torch.cuda.set_stream(torch.cuda.default_stream())");
+    cuda.destroyStream(ours);
+  }
 }, pySkip);
 
 await check("python", "toPython(view) with a producer stream: torch's consumer stream waits for it", () => {

@@ -34,6 +34,9 @@ fi
 
 export GPU_NVIDIA_SMI="$(nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current --format=csv,noheader 2>&1 | head -n 4)"
 export DENO_DIR=/tmp/dlpack-gpu-deno-dir DENO_NO_UPDATE_CHECK=1 PYTHONUNBUFFERED=1
+# The embedded interpreter should see python3's packages (torch, cupy, jax live in a venv there).
+PY_SITES=$(python3 -c 'import site; print(":".join(site.getsitepackages()))' 2>/dev/null || true)
+[ -n "$PY_SITES" ] && export PYTHONPATH="$PY_SITES${PYTHONPATH:+:$PYTHONPATH}"
 echo "nvidia-smi: $GPU_NVIDIA_SMI" >"$OUT/gpu-check.log"
 "$DENO" --version >>"$OUT/gpu-check.log" 2>&1
 # Output goes to the log first (it comes back even if the call is cut short), then to stdout.

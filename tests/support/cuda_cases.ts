@@ -2,7 +2,8 @@
  * The CUDA test cases. They run in a child process whose driver is chosen by environment
  * (tests/support/cuda_child.ts), because a process opens its CUDA driver once:
  * - "fake": the FAKE driver (tests/native/fakecuda.zig) over host memory, 2 devices. These check
- *   the driver-facing logic for real without a GPU; they do not replace a GPU run.
+ *   the driver-facing logic for real without a GPU; they do not replace a GPU run. "fakepython":
+ *   the same driver, cases through the embedded Python (tests/python_cuda.test.ts).
  * - "real": the machine's own driver (tests/cuda_gpu.test.ts runs them only where one exists).
  * - "missing": DLPACK_CUDA_LIB pointing at no file: the no-driver behaviour, forced.
  * - "noinit", "notdriver": a driver whose cuInit fails, and a library that is not a driver.
@@ -24,10 +25,11 @@ import {
 } from "../../mod.ts";
 import { core, runtime } from "../../ffi/mod.ts";
 import { deleted, make, tp } from "./producer.ts";
+import { fromPython, openPython, toPython } from "../../python.ts";
 import type { FakeDriver } from "./fakecuda.ts";
 
 /** The child process groups (see the module doc). */
-export type Group = "fake" | "real" | "missing" | "noinit" | "notdriver";
+export type Group = "fake" | "fakepython" | "real" | "missing" | "noinit" | "notdriver";
 
 /** What a case gets: the fake driver's hooks in the "fake" group. */
 export interface CaseContext {
@@ -527,6 +529,24 @@ export const CASES: readonly CudaCase[] = [
         );
         assert.equal(deleted(), before + 1);
       });
+    },
+  },
+
+  {
+    name: "through the Python bridge: a device view crosses toPython -> fromPython zero-copy and verified",
+    groups: ["fakepython"],
+    run() {
+      using d = empty([4], "float32", { device: CUDA0 });
+      fill(d, [1, 2, 3, 4]);
+      const py = openPython();
+      const obj = toPython(d, py);
+      assert.deepEqual(obj.get("__dlpack_device__").call().toJS(), [2, 0]);
+      using v = fromPython(obj);
+      assert.equal(v.verified, true, "the capsule's claim went through the driver check");
+      assert.equal(v.address, d.address);
+      assert.deepEqual(v.device, CUDA0);
+      assert.deepEqual(valuesOf(v), [1, 2, 3, 4]);
+      obj.dispose();
     },
   },
 

@@ -7,7 +7,7 @@ import { bindFakeDriver } from "./fakecuda.ts";
 
 const group = runtime().env("DLPACK_CUDA_TEST_GROUP") as Group;
 const ctx: CaseContext = {
-  fake: group === "fake" ? bindFakeDriver(runtime().env("DLPACK_CUDA_LIB")!) : null,
+  fake: group === "fake" || group === "fakepython" ? bindFakeDriver(runtime().env("DLPACK_CUDA_LIB")!) : null,
 };
 for (const c of CASES) {
   if (!c.groups.includes(group)) continue;
