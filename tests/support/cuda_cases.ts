@@ -475,6 +475,20 @@ export const CASES: readonly CudaCase[] = [
     },
   },
   {
+    name: "claims at hostile addresses (up to the top of the address space) are checked without overflow",
+    groups: ["fake"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        for (const data of [0xffff_ffff_ffff_f000n, 0x8000_0000_0000_0000n, 1n << 52n]) {
+          const made = make({ device: [2, 0], shape: [4], dtype: "float32", data });
+          const before = deleted();
+          refused(() => importDLPack(made.source), "device", /does not know/);
+          assert.equal(deleted(), before + 1);
+        }
+      });
+    },
+  },
+  {
     name: "true cudaHost and cudaManaged claims import verified and give arrays",
     groups: ["fake", "real"],
     run(ctx) {
@@ -702,6 +716,12 @@ export const CASES: readonly CudaCase[] = [
         assert.equal(core().dlpk_cuda_export_fence(capsule.address, 1, (1n << 64n) - 1n), 0);
         assert.equal(core().dlpk_cuda_export_fence(capsule.address, 1, 0), -2);
         assert.equal(core().dlpk_cuda_export_fence(capsule.address, 1, 2), 0);
+        // Not one of our exports (NULL, misaligned, someone else's struct): refused, nothing read.
+        assert.equal(core().dlpk_cuda_export_fence(0, 1, 1), -2);
+        assert.equal(core().dlpk_cuda_export_fence(capsule.address + 4n, 1, 1), -2);
+        const foreign = make({ device: [2, 0], shape: [1], data: "null" });
+        assert.equal(core().dlpk_cuda_export_fence(foreign.address, 1, 1), -2);
+        tp.tp_consume(foreign.address, 1);
         assert.deepEqual([fake.lastWait().stream, fake.lastWait().recordedOn], [2n, s]);
         capsule.dispose();
         assert.equal(cuda.cudaStats().events, events, "the event goes with the export");

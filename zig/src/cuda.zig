@@ -405,11 +405,14 @@ pub fn checkImport(out: *describe.Description) describe.Status {
     // The byte range, as describe computed it (exact: every value is below 2^53).
     const padded = out.flags & 4 != 0;
     const bits: f64 = @floatFromInt(if (out.dtype_bits < 8 and padded) 8 else out.dtype_bits);
-    const lo: i64 = @intFromFloat(@floor(out.min_offset * bits / 8));
-    const hi: i64 = @intFromFloat(@ceil((out.max_offset + 1) * bits / 8));
-    const address: i64 = @intCast(@as(u64, out.address_hi) << 32 | out.address_lo);
-    const ends = [_]i64{ address + lo, address + hi - 1 };
+    // i128: a producer's address may lie anywhere in [0, 2^64); describe checked that the whole
+    // range does, so both ends fit a usize.
+    const lo: i128 = @intFromFloat(@floor(out.min_offset * bits / 8));
+    const hi: i128 = @intFromFloat(@ceil((out.max_offset + 1) * bits / 8));
+    const address: i128 = @as(u64, out.address_hi) << 32 | out.address_lo;
+    const ends = [_]i128{ address + lo, address + hi - 1 };
     for (ends, 0..) |end, which| {
+        if (end < 0 or end > std.math.maxInt(usize)) return refuseClaim(out, .overflow, -1, 0, 0);
         const a = pointerAttributes(@intCast(end), false) catch
             return refuseClaim(out, .cuda, @intCast(which), last_result, 0);
         if (!confirms(device_type, device_id, a)) {

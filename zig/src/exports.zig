@@ -151,7 +151,7 @@ pub fn isOwnExport(managed: usize, versioned: bool) bool {
 }
 
 fn recordOf(managed: usize, versioned: bool) ?*Record {
-    if (managed == 0 or !isOwnExport(managed, versioned)) return null;
+    if (!dlpack.isManagedAddress(managed) or !isOwnExport(managed, versioned)) return null;
     return @ptrFromInt(managed);
 }
 
