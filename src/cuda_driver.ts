@@ -61,7 +61,7 @@ export function driverReason(): string {
 export function missingDriver(what: string): DLPackError {
   return new DLPackError(
     "cuda",
-    `${what} needs the CUDA driver, which is not available: ${driverReason()}` +
+    `${what} needs the CUDA driver, which is missing or unusable here: ${driverReason()}` +
       ` (set DLPACK_CUDA_LIB to the driver library if it is installed elsewhere)`,
   );
 }

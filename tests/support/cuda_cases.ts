@@ -111,7 +111,7 @@ function claim(device: [number, number], shape: number[], data?: number) {
   return make({ device, shape, dtype: "float32", ...(data === undefined ? {} : { data }) });
 }
 
-const MISSING = /needs the CUDA driver, which is not available: .*could not be loaded/;
+const MISSING = /needs the CUDA driver, which is missing or unusable here: .*could not be loaded/;
 
 export const CASES: readonly CudaCase[] = [
   // -------------------------------------------------------------------------------------------
