@@ -63,3 +63,4 @@ export { type AllocOptions, DEFAULT_ALIGNMENT, empty, zeros } from "./src/alloc.
 export { type ArrayInterface, fromArrayInterface } from "./src/array_interface.ts";
 export { type Stats, stats } from "./src/stats.ts";
 export { MAX_RANK } from "./src/description.ts";
+export { ready, useLibrary } from "./ffi/mod.ts";

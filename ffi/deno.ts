@@ -72,6 +72,27 @@ export function denoRuntime(): Runtime {
     unrefTimer(timer: unknown): void {
       Deno.unrefTimer(timer as number);
     },
+    async readFile(path: string): Promise<Uint8Array | undefined> {
+      try {
+        return await Deno.readFile(path);
+      } catch (error) {
+        if (error instanceof Deno.errors.NotFound) return undefined;
+        throw error;
+      }
+    },
+    async writeFileAtomic(dir: string, name: string, bytes: Uint8Array): Promise<void> {
+      await Deno.mkdir(dir, { recursive: true });
+      // A unique temporary name in the same directory: concurrent writers never share a file,
+      // and the rename cannot cross file systems.
+      const temporary = `${dir}/.${name}.${crypto.randomUUID()}.tmp`;
+      try {
+        await Deno.writeFile(temporary, bytes, { mode: 0o755 });
+        await Deno.rename(temporary, `${dir}/${name}`);
+      } catch (error) {
+        await Deno.remove(temporary).catch(() => {});
+        throw error;
+      }
+    },
     gc(): boolean {
       const gc = (globalThis as { gc?: () => void }).gc;
       if (gc === undefined) return false;

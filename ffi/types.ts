@@ -60,6 +60,11 @@ export interface Runtime {
   runCommand(program: string, args: readonly string[]): { code: number; stdout: string; stderr: string } | undefined;
   /** Reads a NUL-terminated UTF-8 string at `address`. */
   cString(address: number): string;
+  /** A whole file, or undefined when it does not exist (other failures throw). */
+  readFile(path: string): Promise<Uint8Array | undefined>;
+  /** Writes `dir/name` so that readers see the old file or the whole new one, never a part
+   * (creates `dir` as needed). */
+  writeFileAtomic(dir: string, name: string, bytes: Uint8Array): Promise<void>;
   /** OS and CPU names as Deno spells them ("linux", "darwin", "windows"; "x86_64", "aarch64"). */
   readonly os: string;
   readonly arch: string;

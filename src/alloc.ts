@@ -9,8 +9,7 @@ import { type DType, dtypeInfo } from "./dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
 import { refusalError, scratch } from "./description.ts";
 import { checkShape, cStrides, layoutOf, sizeOf } from "./layout.ts";
-import { LIBRARY_NAME } from "./native_view.ts";
-import { type BufferView, makeView } from "./view.ts";
+import { type BufferView, LIBRARY_NAME, makeView } from "./view.ts";
 import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT } from "./cuda.ts";
 import { isCudaFamily } from "./cuda_driver.ts";
 

@@ -6,11 +6,13 @@
  */
 import { core } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
+import { LazyBackstop } from "./owner.ts";
 
-// Held value: address * 2 + versioned, so the registry allocates nothing per capsule.
-const backstop = new FinalizationRegistry<number>((held) => {
-  core().dlpk_managed_delete(Math.floor(held / 2), held % 2);
-});
+// Held value: address * 2 + versioned, so nothing is allocated per capsule.
+const backstop = new LazyBackstop<number>(
+  (held) => core().dlpk_managed_delete(Math.floor(held / 2), held % 2),
+  (holder) => (holder as Capsule).owned,
+);
 
 const OWNED = 0;
 const TAKEN = 1;
@@ -21,12 +23,13 @@ export class Capsule {
   #address: number;
   #versioned: boolean;
   #state = OWNED;
+  #epoch: number;
 
   /** @internal Made by the export functions. */
   constructor(address: number, versioned: boolean) {
     this.#address = address;
     this.#versioned = versioned;
-    backstop.register(this, address * 2 + (versioned ? 1 : 0), this);
+    this.#epoch = backstop.add(this, address * 2 + (versioned ? 1 : 0));
   }
 
   /** The managed struct's address (`DLManagedTensorVersioned*` or `DLManagedTensor*`). */
@@ -37,6 +40,11 @@ export class Capsule {
   /** Whether the struct is a `DLManagedTensorVersioned` (else the legacy `DLManagedTensor`). */
   get versioned(): boolean {
     return this.#versioned;
+  }
+
+  /** @internal Neither taken nor disposed. */
+  get owned(): boolean {
+    return this.#state === OWNED;
   }
 
   /** Whether a consumer took it. */
@@ -64,7 +72,7 @@ export class Capsule {
       );
     }
     this.#state = TAKEN;
-    backstop.unregister(this);
+    backstop.remove(this, this.#epoch);
     return this.#address;
   }
 
@@ -72,7 +80,7 @@ export class Capsule {
   dispose(): void {
     if (this.#state !== OWNED) return;
     this.#state = DISPOSED;
-    backstop.unregister(this);
+    backstop.remove(this, this.#epoch);
     core().dlpk_managed_delete(this.#address, this.#versioned ? 1 : 0);
   }
 

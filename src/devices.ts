@@ -85,6 +85,7 @@ const cache = new Map<number, Device>([[1 * 65536, CPU]]);
 
 /** A frozen, shared device record for (code, id). */
 export function deviceOf(code: number, id: number): Device {
+  if (code === 1 && id === 0) return CPU;
   const key = code * 65536 + id;
   let found = cache.get(key);
   if (found === undefined) {

@@ -162,7 +162,9 @@ const TABLE: readonly DTypeInfo[] = [
 ];
 
 const BY_NAME = new Map<string, DTypeInfo>(TABLE.map((t) => [t.name, t]));
-const BY_TRIPLE = new Map<number, DTypeInfo>(TABLE.map((t) => [t.dl.code * 256 + t.dl.bits, t]));
+// Dense (code, bits) -> info table: the import hot path looks up every tensor's dtype.
+const BY_TRIPLE: Array<DTypeInfo | undefined> = new Array(32 * 256).fill(undefined);
+for (const t of TABLE) BY_TRIPLE[t.dl.code * 256 + t.dl.bits] = t;
 
 /** Every dtype name, in table order. */
 export const DTYPES: readonly DType[] = Object.freeze(TABLE.map((t) => t.name));
@@ -189,12 +191,14 @@ export function toDLDataType(name: DType): DLDataType {
 /** The dtype of a DLPack triple, or undefined when the library does not support it. */
 export function fromDLDataType(dl: DLDataType): DType | undefined {
   if (dl.lanes !== 1) return undefined;
-  return BY_TRIPLE.get(dl.code * 256 + dl.bits)?.name;
+  return (dl.code >= 0 && dl.code < 32 && dl.bits >= 0 && dl.bits < 256)
+    ? BY_TRIPLE[dl.code * 256 + dl.bits]?.name
+    : undefined;
 }
 
 /** The table entry for a code and bits the native validator already accepted. */
 export function infoOfTriple(code: number, bits: number): DTypeInfo | undefined {
-  return BY_TRIPLE.get(code * 256 + bits);
+  return code < 32 && bits < 256 ? BY_TRIPLE[code * 256 + bits] : undefined;
 }
 
 const BY_ARRAY = new Map<unknown, DType>([

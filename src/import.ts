@@ -4,11 +4,10 @@
  * @module
  */
 import { core } from "../ffi/mod.ts";
-import { refusalError, scratch } from "./description.ts";
+import { refusalError, scratch, U32 } from "./description.ts";
 import { DLPackError } from "./errors.ts";
 import { type AddressLike, toAddress } from "./address.ts";
-import { viewFromScratch } from "./native_view.ts";
-import type { BufferView } from "./view.ts";
+import { type BufferView, viewFromScratch } from "./view.ts";
 import type { Owner } from "./owner.ts";
 import { Capsule } from "./capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
@@ -51,13 +50,8 @@ export function importManaged(
   const options = (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0);
   const status = core().dlpk_import(address, options, scratch.at);
   if (status !== 0) throw refusalError(status, scratch, address !== 0);
-  const flags = scratch.u32[7];
-  return viewFromScratch(scratch, {
-    access: versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
-    producer,
-    ownerName: "external",
-    keepAlive,
-  });
+  const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
+  return viewFromScratch(scratch, access, producer, "external", keepAlive);
 }
 
 function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {

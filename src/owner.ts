@@ -7,20 +7,65 @@ import { core, runtime } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
 import { scratch } from "./description.ts";
 
-/** Releases native owner shares whose JS handles were collected without `dispose()`. */
-const backstop = new FinalizationRegistry<number>((owner) => {
-  core().dlpk_owner_release(owner);
-});
+/**
+ * A FinalizationRegistry that registers lazily. Most handles are made and disposed within one tick
+ * (import, read, dispose): registering each would cost more than the import itself, so new handles
+ * wait in a list and are registered at the next microtask checkpoint (or once 1024 are waiting),
+ * and only if they are still live then. A handle disposed before that never touches the registry.
+ */
+export class LazyBackstop<T> {
+  #registry: FinalizationRegistry<T>;
+  #isLive: (holder: object) => boolean;
+  #holders: object[] = [];
+  #helds: T[] = [];
+  /** Handles added in an epoch below this one have been through a flush. */
+  #epoch = 0;
+  #scheduled = false;
 
-/** Registers `holder` so that, if it is collected undisposed, its share of `owner` is released. */
-export function guard(holder: object, owner: number): void {
-  backstop.register(holder, owner, holder);
+  /** `cleanup` runs for a collected live handle; `isLive` says whether a handle still needs it. */
+  constructor(cleanup: (held: T) => void, isLive: (holder: object) => boolean) {
+    this.#registry = new FinalizationRegistry(cleanup);
+    this.#isLive = isLive;
+  }
+
+  /** Starts guarding `holder`; returns the epoch to hand back to {@link LazyBackstop.remove}. */
+  add(holder: object, held: T): number {
+    // The epoch is taken before a flush this call may trigger: that flush covers this holder too.
+    const epoch = this.#epoch;
+    this.#holders.push(holder);
+    this.#helds.push(held);
+    if (this.#holders.length >= 1024) this.flush();
+    else if (!this.#scheduled) {
+      this.#scheduled = true;
+      queueMicrotask(() => this.flush());
+    }
+    return epoch;
+  }
+
+  /** The holder released its share itself (call once, after it stopped being live). */
+  remove(holder: object, epoch: number): void {
+    if (epoch < this.#epoch) this.#registry.unregister(holder);
+  }
+
+  /** Registers every waiting handle that is still live. */
+  flush(): void {
+    this.#scheduled = false;
+    const holders = this.#holders;
+    const helds = this.#helds;
+    for (let i = 0; i < holders.length; i++) {
+      if (this.#isLive(holders[i])) this.#registry.register(holders[i], helds[i], holders[i]);
+    }
+    holders.length = 0;
+    helds.length = 0;
+    this.#epoch++;
+  }
 }
 
-/** The holder released its share itself; the backstop must not release it again. */
-export function unguard(holder: object): void {
-  backstop.unregister(holder);
-}
+/** Releases native owner shares whose holders were collected without `dispose()`. */
+const shares = new LazyBackstop<number>(
+  (owner) => core().dlpk_owner_release(owner),
+  (holder) => !(holder as { released: boolean }).released,
+);
 
 /** Something that releases one share when asked (a view, or an extra share). */
 export interface Releasable {
@@ -35,12 +80,13 @@ export interface Releasable {
 export class Owner {
   #address: number;
   #holder: Releasable | undefined;
+  #epoch = 0;
 
   /** @internal Use `view.keepAlive` or `owner.retain()`. */
   constructor(address: number, holder: Releasable | undefined) {
     this.#address = address;
     this.#holder = holder;
-    if (holder === undefined) guard(this, address);
+    if (holder === undefined) this.#epoch = shares.add(this, address);
   }
 
   /** The native owner record's address (for diagnostics; it is not a tensor address). */
@@ -69,7 +115,7 @@ export class Owner {
     if (this.#address === 0) return;
     const address = this.#address;
     this.#address = 0;
-    unguard(this);
+    shares.remove(this, this.#epoch);
     core().dlpk_owner_release(address);
   }
 

@@ -17,11 +17,12 @@ import type {
   Scalar,
   ScalarOf,
 } from "./dtypes.ts";
-import { type Device, deviceCode, formatDevice, isHostAccessible } from "./devices.ts";
+import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "./scalars.ts";
-import { guard, Owner, unguard } from "./owner.ts";
+import { LazyBackstop, Owner } from "./owner.ts";
 import { requirementRefusals, type Requirements } from "./requirements.ts";
-import { LAYOUT_C, LAYOUT_F } from "./description.ts";
+import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "./description.ts";
+import { infoOfTriple } from "./dtypes.ts";
 import { copyOf } from "./alloc.ts";
 import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
 import type { Capsule } from "./capsule.ts";
@@ -84,17 +85,122 @@ const SUBBYTE_PADDED = 4;
 /** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does. */
 const VIEW_OF_BUFFER = Symbol("dlpack.view");
 
-let construct: (init: ViewInit) => BufferView;
+/** The library's name, recorded as `owner` on memory it allocated. */
+export const LIBRARY_NAME = "dlpack-ts";
+
+/** Releases the share of views collected without `dispose()` (only a backstop). */
+const views = new LazyBackstop<number>(
+  (owner) => core().dlpk_owner_release(owner),
+  (holder) => !(holder as BufferView).disposed,
+);
+
+type Construct = (
+  address: number,
+  owner: number,
+  info: DTypeInfo,
+  shape: number[],
+  strides: number[],
+  size: number,
+  nbytes: number,
+  minOffset: number,
+  maxOffset: number,
+  layout: number,
+  device: Device,
+  access: Access,
+  major: number,
+  minor: number,
+  flags: number,
+  producer: string | null,
+  ownerName: string,
+  verified: boolean,
+  keepAlive: unknown,
+) => BufferView;
+
+let construct: Construct;
 
 /** Makes a view; only library modules call this. */
 export function makeView(init: ViewInit): BufferView {
-  return construct(init);
+  return construct(
+    init.address,
+    init.owner,
+    init.info,
+    init.shape,
+    init.strides,
+    init.size,
+    init.nbytes,
+    init.minOffset,
+    init.maxOffset,
+    init.layout,
+    init.device,
+    init.access,
+    init.version?.major ?? -1,
+    init.version?.minor ?? -1,
+    init.flags,
+    init.producer,
+    init.ownerName,
+    init.verified ?? true,
+    init.keepAlive,
+  );
+}
+
+/**
+ * Makes a view from the description a native call just wrote (the import hot path: no
+ * intermediate objects). Its owner share passes to the view; if building fails, it is released.
+ */
+export function viewFromScratch(
+  s: Scratch,
+  access: Access,
+  producer: string | null,
+  ownerName: string,
+  keepAlive?: unknown,
+  verified?: boolean,
+): BufferView {
+  const owner = s.owner();
+  try {
+    const f64 = s.f64;
+    const i32 = s.i32;
+    const u32 = s.u32;
+    const ndim = i32[I32.ndim];
+    const shape = new Array<number>(ndim);
+    const strides = new Array<number>(ndim);
+    for (let d = 0; d < ndim; d++) {
+      shape[d] = f64[F64.shape + d];
+      strides[d] = f64[F64.strides + d];
+    }
+    const info = infoOfTriple(u32[U32.code], u32[U32.bits]);
+    if (info === undefined) throw new DLPackError("dtype", "native and TS dtype tables disagree");
+    return construct(
+      s.address(),
+      owner,
+      info,
+      shape,
+      strides,
+      f64[F64.size],
+      f64[F64.nbytes],
+      f64[F64.minOffset],
+      f64[F64.maxOffset],
+      u32[U32.layout],
+      deviceOf(i32[I32.deviceType], i32[I32.deviceId]),
+      access,
+      i32[I32.major],
+      i32[I32.minor],
+      u32[U32.flags],
+      producer,
+      ownerName,
+      // Unless the caller knows, the native check says (CPU memory, or a claim the CUDA driver confirmed).
+      verified ?? (u32[U32.layout] & DEVICE_VERIFIED) !== 0,
+      keepAlive,
+    );
+  } catch (error) {
+    core().dlpk_owner_release(owner);
+    throw error;
+  }
 }
 
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
   static {
-    construct = (init) => new BufferView(init);
+    construct = (...args) => new BufferView(...args);
   }
 
   #address: number;
@@ -109,38 +215,42 @@ export class BufferView {
   #layout: number;
   #device: Device;
   #access: Access;
-  #version: DLPackVersion | null;
+  #major: number;
+  #minor: number;
   #flags: number;
   #producer: string | null;
   #ownerName: string;
   #verified: boolean;
   #keepAliveValue: unknown;
-  #array: AnyTypedArray | undefined;
-  #buffer: ArrayBuffer | undefined;
-  #publicShape: readonly number[] | undefined;
-  #publicStrides: readonly number[] | undefined;
-  #share: Owner | undefined;
+  #array: AnyTypedArray | undefined = undefined;
+  #buffer: ArrayBuffer | undefined = undefined;
+  #publicShape: readonly number[] | undefined = undefined;
+  #publicStrides: readonly number[] | undefined = undefined;
+  #share: Owner | undefined = undefined;
+  #epoch: number;
 
-  private constructor(init: ViewInit) {
-    this.#address = init.address;
-    this.#owner = init.owner;
-    this.#info = init.info;
-    this.#shape = init.shape;
-    this.#strides = init.strides;
-    this.#size = init.size;
-    this.#nbytes = init.nbytes;
-    this.#minOffset = init.minOffset;
-    this.#maxOffset = init.maxOffset;
-    this.#layout = init.layout;
-    this.#device = init.device;
-    this.#access = init.access;
-    this.#version = init.version;
-    this.#flags = init.flags;
-    this.#producer = init.producer;
-    this.#ownerName = init.ownerName;
-    this.#verified = init.verified ?? true;
-    this.#keepAliveValue = init.keepAlive;
-    guard(this, init.owner);
+  private constructor(...args: Parameters<Construct>) {
+    const [address, owner, info, shape, strides, size, nbytes, minOffset, maxOffset, layout, device, access] = args;
+    this.#address = address;
+    this.#owner = owner;
+    this.#info = info;
+    this.#shape = shape;
+    this.#strides = strides;
+    this.#size = size;
+    this.#nbytes = nbytes;
+    this.#minOffset = minOffset;
+    this.#maxOffset = maxOffset;
+    this.#layout = layout;
+    this.#device = device;
+    this.#access = access;
+    this.#major = args[12];
+    this.#minor = args[13];
+    this.#flags = args[14];
+    this.#producer = args[15];
+    this.#ownerName = args[16];
+    this.#verified = args[17];
+    this.#keepAliveValue = args[18];
+    this.#epoch = views.add(this, owner);
   }
 
   /** Address of element 0 (the producer's `byte_offset` already folded in). */
@@ -210,7 +320,7 @@ export class BufferView {
 
   /** The producer's DLPack version, or null for the legacy struct. */
   get version(): DLPackVersion | null {
-    return this.#version;
+    return this.#major < 0 ? null : { major: this.#major, minor: this.#minor };
   }
 
   /** The versioned struct's flags (all false for legacy imports). */
@@ -306,7 +416,8 @@ export class BufferView {
     if (this.#size === 0) return this.#array = new Ctor(new ArrayBuffer(0));
     const [start, byteLength] = this.#byteSpan();
     const buffer = runtime().arrayBuffer(start, byteLength);
-    Object.defineProperty(buffer, VIEW_OF_BUFFER, { value: this });
+    // A plain symbol property (defineProperty is several times slower on ArrayBuffers).
+    (buffer as ArrayBuffer & { [VIEW_OF_BUFFER]?: BufferView })[VIEW_OF_BUFFER] = this;
     this.#buffer = buffer;
     return this.#array = new Ctor(buffer, 0, Math.floor(byteLength / Ctor.BYTES_PER_ELEMENT));
   }
@@ -590,7 +701,7 @@ export class BufferView {
     }
     this.#array = undefined;
     this.#keepAliveValue = undefined;
-    unguard(this);
+    views.remove(this, this.#epoch);
     core().dlpk_owner_release(owner);
   }
 

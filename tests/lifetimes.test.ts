@@ -128,3 +128,27 @@ test("exports released from 8 threads at once", () => {
   assert.equal(tp.tp_consume_many(addresses, addresses.length, 1, 8), 0);
   assert.deepEqual(live(), before);
 });
+
+test(
+  "the lazy GC backstop: thousands of views across flushes, some disposed, others collected, each released once",
+  async () => {
+    const before = deleted();
+    const alive = live();
+    const count = 3000; // crosses the 1024-handle synchronous flush more than twice
+    let keep: Array<ReturnType<typeof importDLPack>> = [];
+    (() => {
+      for (let i = 0; i < count; i++) {
+        const v = importDLPack(make({ shape: [2] }).source);
+        if (i % 3 === 0) v.dispose(); // disposed before any flush
+        else keep.push(v);
+      }
+    })();
+    await Promise.resolve(); // the microtask flush registers the live ones
+    for (let i = 0; i < keep.length; i += 2) keep[i].dispose(); // disposed after being registered
+    keep = [];
+    for (let i = 0; i < 30 && deleted() - before < count; i++) await collectGarbage();
+    assert.equal(deleted() - before, count, "every producer released exactly once");
+    assert.deepEqual(live(), alive);
+  },
+  { skip: gcUnavailable(), timeout: 120_000 },
+);

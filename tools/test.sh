@@ -1,6 +1,7 @@
 #!/bin/sh
 # The README's second command: installs the pinned toolchains if needed, builds, then runs the Zig
-# unit tests, the static checks, and the same TS test files under `deno test` and `bun test`.
+# unit tests, the release cross-build, the static checks, and the same TS test files under
+# `deno test` and `bun test`.
 # Ends with one summary line: "N passed, N failed, N skipped".
 set -u
 ROOT=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
@@ -29,11 +30,18 @@ step() { # <name> <command...>: runs a step, records its exit status
 }
 
 step zig-test sh -c 'cd zig && zig build test --summary all'
-step deno-check deno check mod.ts python.ts cuda.ts ffi/ src/ tests/ examples/
+# Cross-builds every release target into dist/ (the URL, release and single-binary tests use it) and
+# fails when the committed ffi/checksums.ts no longer matches those bytes.
+step release tools/release.sh --check
+# examples/bun/ holds Bun-only entries (`type: "file"` imports Deno cannot resolve).
+step deno-check deno check mod.ts python.ts cuda.ts ffi/ src/ tests/ tools/ bench/ examples/*.ts
 step deno-lint deno lint
 step deno-fmt deno fmt --check
 step deno-doc deno doc --lint mod.ts python.ts cuda.ts
-step deno-test deno test --allow-ffi --allow-read --allow-write --allow-env --allow-run --v8-flags=--expose-gc tests/
+# JSR's own checks (slow types, exports, excluded files) run offline; only the upload needs jsr.io.
+step deno-publish deno publish --dry-run --allow-dirty
+step deno-test deno test --allow-ffi --allow-read --allow-write --allow-env --allow-run --allow-net=127.0.0.1 \
+  --v8-flags=--expose-gc tests/
 step bun-test bun test ./tests
 
 # The interop matrix of this run (README's table comes from `deno task matrix`).

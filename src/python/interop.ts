@@ -6,13 +6,12 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { DLPackError } from "../errors.ts";
-import { I32, refusalError, scratch } from "../description.ts";
-import { viewFromScratch } from "../native_view.ts";
+import { I32, refusalError, scratch, U32 } from "../description.ts";
 import { type ArrayInterface, importArrayInterface } from "../array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
 import { deviceCode, type DeviceType } from "../devices.ts";
 import { fromDLDataType } from "../dtypes.ts";
-import { BufferView } from "../view.ts";
+import { BufferView, viewFromScratch } from "../view.ts";
 import {
   bridge,
   type BridgeState,
@@ -95,12 +94,13 @@ export function fromPython(
       }
       if (status !== 0) throw refusalError(status, scratch, false);
       const versioned = scratch.i32[I32.major] >= 0;
-      const flags = scratch.u32[7];
-      return viewFromScratch(scratch, {
-        access: versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
+      const flags = scratch.u32[U32.flags];
+      return viewFromScratch(
+        scratch,
+        versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
         producer,
-        ownerName: "external",
-      });
+        "external",
+      );
     } finally {
       s.capi.Py_DecRef(result);
     }

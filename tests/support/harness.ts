@@ -89,3 +89,153 @@ export function runScript(
   const dec = new TextDecoder();
   return { code: out.exitCode, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
 }
+
+/** The checkout the tests run from. */
+export const repoRoot: string = decodeURIComponent(new URL("../../", import.meta.url).pathname).replace(/\/$/, "");
+
+/** A pinned tool installed by tools/bootstrap.sh, or the name alone (found on PATH) without one. */
+export function tool(name: "deno" | "bun" | "zig"): string {
+  const pinned = `${repoRoot}/.tools/bin/${name}`;
+  return runtime().exists(pinned) ? pinned : name;
+}
+
+/** The executable of the runtime running the tests. */
+export function selfExecutable(): string {
+  if (isDeno) return Deno.execPath();
+  return (globalThis as unknown as { process: { execPath: string } }).process.execPath;
+}
+
+/** What a finished subprocess gave. */
+export interface Spawned {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Options of {@link spawn}. */
+export interface SpawnOptions {
+  readonly cwd?: string;
+  /** The child's whole environment (PATH is added when missing); nothing else is inherited. */
+  readonly env?: Record<string, string>;
+  /** Killed after this many milliseconds (default 120 s); the result then has code 124. */
+  readonly timeoutMs?: number;
+}
+
+/** Runs a command without blocking the event loop, so a server in this process keeps answering. */
+export async function spawn(cmd: string, args: readonly string[], options: SpawnOptions = {}): Promise<Spawned> {
+  const env = { PATH: runtime().env("PATH") ?? "/usr/bin:/bin", NO_COLOR: "1", ...options.env };
+  const limit = options.timeoutMs ?? 120_000;
+  const dec = new TextDecoder();
+  if (isDeno) {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), limit);
+    try {
+      const out = await new Deno.Command(cmd, {
+        args: [...args],
+        cwd: options.cwd,
+        env,
+        clearEnv: true,
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+        signal: controller.signal,
+      }).output();
+      const code = controller.signal.aborted ? 124 : out.code;
+      return { code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+  const bun = (globalThis as unknown as { Bun: BunSpawn }).Bun;
+  const child = bun.spawn({
+    cmd: [cmd, ...args],
+    cwd: options.cwd,
+    env,
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    child.kill();
+  }, limit);
+  try {
+    const [stdout, stderr, code] = await Promise.all([
+      new Response(child.stdout).text(),
+      new Response(child.stderr).text(),
+      child.exited,
+    ]);
+    return { code: timedOut ? 124 : code, stdout, stderr };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+interface BunSpawn {
+  spawn(o: {
+    cmd: string[];
+    cwd?: string;
+    env: Record<string, string>;
+    stdin: "ignore";
+    stdout: "pipe";
+    stderr: "pipe";
+  }): { stdout: ReadableStream<Uint8Array>; stderr: ReadableStream<Uint8Array>; exited: Promise<number>; kill(): void };
+  serve(o: {
+    hostname: string;
+    port: number;
+    fetch(request: Request): Response | Promise<Response>;
+  }): { port: number; stop(closeActiveConnections?: boolean): Promise<void> | void };
+}
+
+/** A running loopback server. */
+export interface LoopbackServer {
+  readonly port: number;
+  /** Every request path served so far, in order. */
+  readonly requests: readonly string[];
+  /** Stops it (also happens by itself after its lifetime). Idempotent. */
+  close(): Promise<void>;
+}
+
+/** Serves `handler` on 127.0.0.1 (never another interface) on a free port. The server stops by
+ * itself after `lifetimeMs` even if a test forgets it, so no run leaves a listener behind. */
+export function serveLoopback(
+  handler: (path: string) => Response | Promise<Response>,
+  lifetimeMs = 180_000,
+): LoopbackServer {
+  const requests: string[] = [];
+  const handle = (request: Request) => {
+    const path = decodeURIComponent(new URL(request.url).pathname);
+    requests.push(path);
+    return handler(path);
+  };
+  let stop: () => Promise<void>;
+  let port: number;
+  if (isDeno) {
+    const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, handle);
+    port = (server.addr as Deno.NetAddr).port;
+    stop = () => server.shutdown();
+  } else {
+    const server = (globalThis as unknown as { Bun: BunSpawn }).Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: handle,
+    });
+    port = server.port;
+    stop = async () => {
+      await server.stop(true);
+    };
+  }
+  let closing: Promise<void> | undefined;
+  const close = () => (closing ??= stop());
+  const timer = setTimeout(close, lifetimeMs);
+  runtime().unrefTimer(timer);
+  return {
+    port,
+    requests,
+    close: async () => {
+      clearTimeout(timer);
+      await close();
+    },
+  };
+}

@@ -9,6 +9,7 @@
 //! library status.
 
 const std = @import("std");
+const builtin = @import("builtin");
 const describe = @import("describe.zig");
 const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
@@ -132,6 +133,12 @@ fn errorString(result: CUresult) []const u8 {
 }
 
 fn open() State {
+    // The CUDA driver this module speaks to is Linux's libcuda.so.1 (macOS has none; Windows'
+    // nvcuda.dll is not wired up). Other builds load and work, reporting this reason.
+    if (builtin.os.tag != .linux) {
+        setReason("CUDA is supported on Linux only; this build is for {s}", .{@tagName(builtin.os.tag)});
+        return .unavailable;
+    }
     const env = std.c.getenv(LIBRARY_ENV);
     const from_env = env != null and env.?[0] != 0;
     const path: [*:0]const u8 = if (from_env) env.? else DEFAULT_LIBRARY;

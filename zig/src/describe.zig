@@ -179,50 +179,52 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
     if (t.device.device_id < 0) return out.refuse(.device, -1, t.device.device_id, 0);
     if (ndim > 0 and t.shape == null) return out.refuse(.shape, -1, 0, 0);
 
-    // Extents and the element count. Shape is copied out first so a producer that mutates its
-    // arrays concurrently cannot make the checks and the description disagree.
-    var shape: [MAX_RANK]i64 = undefined;
-    var strides: [MAX_RANK]i64 = undefined;
+    // Each extent and stride is read exactly once, straight into the description, so a producer
+    // that mutates its arrays concurrently cannot make the checks and the description disagree.
+    // (No local [MAX_RANK] copies: safe builds fill undefined locals, which would dominate.)
     var size: u64 = 1;
     var size_overflowed = false;
+    var empty = false;
     for (0..ndim) |d| {
         const extent = t.shape.?[d];
         if (extent < 0) return out.refuse(.shape, @intCast(d), extent, 0);
-        shape[d] = extent;
+        out.shape[d] = @floatFromInt(extent);
+        if (extent == 0) empty = true;
         const product = @mulWithOverflow(size, @as(u64, @intCast(extent)));
         if (product[1] != 0) size_overflowed = true;
         size = product[0];
     }
     // A zero extent anywhere makes the count 0 even if a partial product overflowed.
-    const empty = for (shape[0..ndim]) |e| {
-        if (e == 0) break true;
-    } else false;
     if (empty) size = 0 else if (size_overflowed or size > MAX_EXACT) {
         return out.refuse(.overflow, -1, 0, @intCast(MAX_EXACT));
     }
-
-    if (t.strides) |given| {
-        for (0..ndim) |d| strides[d] = given[d];
-    } else {
-        // NULL strides mean C order (pre-1.2 producers, 0-d tensors).
-        var step: i64 = 1;
-        var d = ndim;
-        while (d > 0) {
-            d -= 1;
-            strides[d] = step;
-            // Saturates only for empty tensors, whose strides address nothing.
-            step = step *| shape[d];
-        }
-    }
+    // From here on, in a non-empty tensor every extent is at most 2^53: exact as f64.
 
     // Element offsets reachable from element 0, exact in i128 whatever the producer sent.
     var min_offset: i128 = 0;
     var max_offset: i128 = 0;
-    if (!empty) {
+    if (t.strides) |given| {
         for (0..ndim) |d| {
-            const reach = @as(i128, shape[d] - 1) * strides[d];
-            if (reach < 0) min_offset += reach else max_offset += reach;
+            const stride = given[d];
+            // Strides of extent-1 or empty dims never address memory and may be anything; clamp
+            // what cannot be an exact f64 rather than report a rounded value that looks meaningful.
+            out.strides[d] = @floatFromInt(std.math.clamp(stride, -@as(i64, MAX_EXACT), @as(i64, MAX_EXACT)));
+            if (!empty) {
+                const reach = @as(i128, @as(i64, @intFromFloat(out.shape[d])) - 1) * stride;
+                if (reach < 0) min_offset += reach else max_offset += reach;
+            }
         }
+    } else {
+        // NULL strides mean C order (pre-1.2 producers, 0-d tensors). Strides of an empty tensor
+        // address nothing; they are computed with the extents clamped to 2^53.
+        var step: f64 = 1;
+        var d = ndim;
+        while (d > 0) {
+            d -= 1;
+            out.strides[d] = step;
+            step = @min(step * @min(out.shape[d], MAX_EXACT_F), MAX_EXACT_F);
+        }
+        if (!empty) max_offset = @as(i128, size) - 1;
     }
 
     const bits: u64 = t.dtype.bits;
@@ -259,23 +261,18 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
     out.byte_offset = @floatFromInt(t.byte_offset);
     out.size = @floatFromInt(size);
     out.nbytes = @floatFromInt(nbytes);
-    out.min_offset = @floatFromInt(min_offset);
-    out.max_offset = @floatFromInt(max_offset);
-    for (0..ndim) |d| {
-        out.shape[d] = @floatFromInt(shape[d]);
-        // Strides of extent-1 or empty dims never address memory and may be anything; clamp what
-        // cannot be an exact f64 rather than report a rounded value that looks meaningful.
-        out.strides[d] = @floatFromInt(std.math.clamp(strides[d], -@as(i64, MAX_EXACT), @as(i64, MAX_EXACT)));
-    }
-    out.layout = layoutOf(shape[0..ndim], strides[0..ndim], empty);
+    // Both fit in i64 (checked against 2^53 above): no slow i128 -> f64 conversion.
+    out.min_offset = @floatFromInt(@as(i64, @intCast(if (empty) 0 else min_offset)));
+    out.max_offset = @floatFromInt(@as(i64, @intCast(if (empty) 0 else max_offset)));
+    out.layout = if (empty) LAYOUT_C | LAYOUT_F else layoutOf(out.shape[0..ndim], out.strides[0..ndim]);
     return .ok;
 }
 
-/// numpy's contiguity rules: extent-1 dims carry no stride requirement, empty tensors are both.
-pub fn layoutOf(shape: []const i64, strides: []const i64, empty: bool) u32 {
-    if (empty) return LAYOUT_C | LAYOUT_F;
+/// numpy's contiguity rules for a non-empty tensor: extent-1 dims carry no stride requirement.
+/// Works on the description's f64 arrays, exact here (extents and relevant strides are <= 2^53).
+pub fn layoutOf(shape: []const f64, strides: []const f64) u32 {
     var layout: u32 = 0;
-    var expected: i64 = 1;
+    var expected: f64 = 1;
     var d = shape.len;
     const c_ok = while (d > 0) {
         d -= 1;

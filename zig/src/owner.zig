@@ -5,6 +5,7 @@
 const std = @import("std");
 const dlpack = @import("dlpack.zig");
 const stats = @import("stats.zig");
+const memory = @import("memory.zig");
 const cuda = @import("cuda.zig");
 
 pub const Kind = enum(u8) {
@@ -12,7 +13,7 @@ pub const Kind = enum(u8) {
     versioned,
     /// payload: a legacy `DLManagedTensor*` from a producer.
     legacy,
-    /// payload: memory from `std.c.malloc`/`posix_memalign` that this library allocated.
+    /// payload: memory `memory.allocate` obtained (posix_memalign, or _aligned_malloc on Windows).
     native,
     /// payload: an id the JS side maps to a buffer (or any object) it keeps reachable. Released pins
     /// are queued for JS to sweep, because a deleter may run on any thread and must never call JS.
@@ -74,7 +75,7 @@ pub fn release(owner: *Owner) void {
             std.heap.c_allocator.destroy(owner);
         },
         .native => {
-            std.c.free(@ptrFromInt(owner.payload));
+            memory.alignedFree(@ptrFromInt(owner.payload));
             stats.add(.allocations, -1);
             stats.add(.allocation_bytes, -@as(i64, @intCast(owner.bytes)));
             std.heap.c_allocator.destroy(owner);

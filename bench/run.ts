@@ -1,0 +1,228 @@
+// `deno task bench`: runs bench/cases.ts under Deno and under Bun and bench/peers.py (numpy, JAX,
+// pyarrow with timeit) in ONE run on this machine, interleaved round by round, takes the median of
+// each figure across rounds, prints the table of medians and ratios against the peers, writes
+// bench/results.json and, with --readme, the README's table.
+import { readFileSync, writeFileSync } from "node:fs";
+
+const root = new URL("../", import.meta.url).pathname;
+const ROUNDS = Number(Deno.args.find((a) => a.startsWith("--rounds="))?.split("=")[1] ?? 3);
+const tools = `${root}.tools/bin`;
+const env = { ...Deno.env.toObject(), PYTHONPATH: `${root}.tools/python/site` };
+
+function run(cmd: string, args: string[]): Record<string, number | string | boolean> {
+  const out = new Deno.Command(cmd, { args, cwd: root, env, stdout: "piped", stderr: "piped" }).outputSync();
+  const text = new TextDecoder().decode(out.stdout).trim().split("\n").pop() ?? "";
+  if (out.code !== 0) {
+    throw new Error(`${cmd} ${args.join(" ")} failed: ${new TextDecoder().decode(out.stderr).slice(-2000)}`);
+  }
+  return JSON.parse(text);
+}
+
+const rounds: Record<string, Array<Record<string, number | string | boolean>>> = { deno: [], bun: [], python: [] };
+for (let r = 0; r < ROUNDS; r++) {
+  console.error(`round ${r + 1}/${ROUNDS}`);
+  rounds.deno.push(run(`${tools}/deno`, ["run", "-A", "--v8-flags=--expose-gc", "bench/cases.ts"]));
+  rounds.python.push(run("python3", ["bench/peers.py"]));
+  rounds.bun.push(run(`${tools}/bun`, ["run", "bench/cases.ts"]));
+}
+
+function median(side: string, key: string): number {
+  const values = rounds[side].map((r) => r[key]).filter((v): v is number => typeof v === "number").sort((a, b) =>
+    a - b
+  );
+  return values.length === 0 ? NaN : values[Math.floor(values.length / 2)];
+}
+
+const cpu = readFileSync("/proc/cpuinfo", "utf8").match(/model name\s*:\s*(.+)/)?.[1] ?? "unknown CPU";
+const memory = Math.round(
+  Number(readFileSync("/proc/meminfo", "utf8").match(/MemTotal:\s*(\d+)/)?.[1] ?? 0) / 1024 / 1024,
+);
+const machine = `${cpu}, ${navigator.hardwareConcurrency} cores, ${memory} GiB, ${Deno.build.os} ${Deno.build.arch}`;
+const versions = `Deno ${Deno.version.deno}, Bun ${
+  new TextDecoder().decode(new Deno.Command(`${tools}/bun`, { args: ["--version"] }).outputSync().stdout).trim()
+}, numpy ${rounds.python[0].numpy}`;
+
+interface Row {
+  name: string;
+  unit: string;
+  deno: number;
+  bun: number;
+  /** What the figure is compared with, per runtime (NaN: the figure is itself the ratio). */
+  ref: [number, number];
+  refText: string;
+  /** Acceptable ratio (figure / reference): at most, or at least with `atLeast`. */
+  target?: number;
+  atLeast?: boolean;
+}
+
+const d = (k: string) => median("deno", k);
+const b = (k: string) => median("bun", k);
+const p = (k: string) => median("python", k);
+const both = (v: number): [number, number] => [v, v];
+const none: [number, number] = [NaN, NaN];
+
+const rows: Row[] = [
+  {
+    name: "import + dispose (1 KiB tensor)",
+    unit: "ns",
+    deno: d("import_dispose_ns"),
+    bun: b("import_dispose_ns"),
+    ref: both(p("numpy_import_ns")),
+    refText: `numpy's import (from_dlpack − __dlpack__) ${fmt(p("numpy_import_ns"))} ns`,
+    target: 1,
+  },
+  {
+    name: "import + array() + dispose",
+    unit: "ns",
+    deno: d("import_array_dispose_ns"),
+    bun: b("import_array_dispose_ns"),
+    ref: [d("bare_arraybuffer_ns"), b("bare_arraybuffer_ns")],
+    refText: `bare zero-copy ArrayBuffer (Deno getArrayBuffer ${fmt(d("bare_arraybuffer_ns"))} ns, Bun toArrayBuffer ${
+      fmt(b("bare_arraybuffer_ns"))
+    } ns)`,
+    target: 1.5,
+  },
+  {
+    name: "export of a TypedArray (capsule made and freed)",
+    unit: "ns",
+    deno: d("export_ns"),
+    bun: b("export_ns"),
+    ref: both(p("numpy_export_ns")),
+    refText: `numpy __dlpack__ ${fmt(p("numpy_export_ns"))} ns`,
+    target: 1,
+  },
+  {
+    name: "JS → numpy → JS round trip through the bridge",
+    unit: "ns",
+    deno: d("roundtrip_js_numpy_js_ns"),
+    bun: b("roundtrip_js_numpy_js_ns"),
+    ref: both(p("numpy_roundtrip_ns")),
+    refText: `numpy → numpy → numpy (from_dlpack twice) ${fmt(p("numpy_roundtrip_ns"))} ns`,
+  },
+  {
+    name: "import + dispose at 1 GiB ÷ at 1 KiB",
+    unit: "×",
+    deno: d("import_dispose_1GiB_ns") / d("import_dispose_1KiB_ns"),
+    bun: b("import_dispose_1GiB_ns") / b("import_dispose_1KiB_ns"),
+    ref: none,
+    refText: "size independence (1 MiB: " +
+      `${fmt(d("import_dispose_1MiB_ns"))} / ${fmt(b("import_dispose_1MiB_ns"))} ns)`,
+    target: 1.1,
+  },
+  {
+    name: "RSS growth importing and wrapping 1 GiB",
+    unit: "MiB",
+    deno: d("rss_growth_1GiB_import_bytes") / 1048576,
+    bun: b("rss_growth_1GiB_import_bytes") / 1048576,
+    ref: none,
+    refText: "nothing copied or touched",
+    target: 1,
+  },
+  {
+    name: "1,000,000 import/dispose cycles",
+    unit: "M/s",
+    deno: d("cycles_1M_per_second") / 1e6,
+    bun: b("cycles_1M_per_second") / 1e6,
+    ref: none,
+    refText: "throughput",
+  },
+  {
+    name: "RSS growth over those 1M cycles",
+    unit: "MiB",
+    deno: d("cycles_1M_rss_growth_bytes") / 1048576,
+    bun: b("cycles_1M_rss_growth_bytes") / 1048576,
+    ref: none,
+    refText: "stats() back at zero",
+    target: 16,
+  },
+  {
+    name: "memcpy: copy() of a contiguous 64 MiB view",
+    unit: "GB/s",
+    deno: d("memcpy_GBps"),
+    bun: b("memcpy_GBps"),
+    ref: both(p("numpy_memcpy_GBps")),
+    refText: `numpy copyto into a preallocated array ${fmt(p("numpy_memcpy_GBps"))} GB/s`,
+  },
+  {
+    name: "copy() of a[:, ::2], 4096×4096 float32",
+    unit: "GB/s",
+    deno: d("copy_every_other_column_GBps"),
+    bun: b("copy_every_other_column_GBps"),
+    ref: [d("memcpy_GBps"), b("memcpy_GBps")],
+    refText: "memcpy of the same run",
+    target: 0.5,
+    atLeast: true,
+  },
+  {
+    name: "copy() of a.T, 4096×4096 float32",
+    unit: "GB/s",
+    deno: d("copy_transposed_GBps"),
+    bun: b("copy_transposed_GBps"),
+    ref: [d("memcpy_GBps"), b("memcpy_GBps")],
+    refText: `memcpy of the same run (numpy's a.T copy reaches ${
+      fmt(p("numpy_copy_transposed_GBps") / p("numpy_memcpy_GBps"))
+    } of its memcpy)`,
+    target: 0.5,
+    atLeast: true,
+  },
+];
+
+function fmt(v: number): string {
+  if (!Number.isFinite(v)) return "—";
+  return Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
+}
+
+const lines = [
+  "| case | Deno | Bun | compared with | Deno ratio | Bun ratio | target |",
+  "|---|---|---|---|---|---|---|",
+];
+const misses: string[] = [];
+for (const row of rows) {
+  const ratio = (v: number, ref: number) => (Number.isFinite(ref) ? v / ref : v);
+  const rd = ratio(row.deno, row.ref[0]);
+  const rb = ratio(row.bun, row.ref[1]);
+  let target = "";
+  if (row.target !== undefined) {
+    const ok = (r: number) => (row.atLeast ? r >= row.target! : r <= row.target!);
+    target = `${row.atLeast ? "≥" : "≤"} ${row.target}: ${ok(rd) ? "met" : "missed"} / ${ok(rb) ? "met" : "missed"}`;
+    if (!ok(rd)) misses.push(`${row.name} (Deno)`);
+    if (!ok(rb)) misses.push(`${row.name} (Bun)`);
+  }
+  const shown = (r: number, ref: number) => (Number.isFinite(ref) ? fmt(r) : "");
+  lines.push(
+    `| ${row.name} (${row.unit}) | ${fmt(row.deno)} | ${fmt(row.bun)} | ${row.refText} | ${shown(rd, row.ref[0])} | ${
+      shown(rb, row.ref[1])
+    } | ${target} |`,
+  );
+}
+const extras = [
+  `The 1M cycles left stats() at zero: Deno ${rounds.deno.every((r) => r.cycles_1M_stats_zero)}, Bun ${
+    rounds.bun.every((r) => r.cycles_1M_stats_zero)
+  }; ` +
+  `deleters called: ${d("cycles_1M_deleters")} / ${b("cycles_1M_deleters")}.`,
+  `Peers for context: JAX __dlpack__ ${fmt(p("jax_export_ns"))} ns, jax.dlpack.from_dlpack(numpy) ${
+    fmt(p("jax_from_dlpack_ns"))
+  } ns, ` +
+  `pyarrow __dlpack__ ${fmt(p("pyarrow_export_ns"))} ns, np.from_dlpack(pyarrow) ${fmt(p("pyarrow_to_numpy_ns"))} ns.`,
+];
+const date = new Date().toISOString().slice(0, 10);
+const table = [
+  `Measured ${date} by \`deno task bench\` on ${machine} (${versions}); medians of ${ROUNDS} interleaved rounds, each a median of 7 batches.`,
+  "",
+  ...lines,
+  "",
+  ...extras,
+  misses.length === 0 ? "Every target met in this run." : `Targets missed in this run: ${misses.join("; ")}.`,
+].join("\n");
+console.log(table);
+writeFileSync(`${root}bench/results.json`, JSON.stringify({ date, machine, versions, rounds }, null, 1));
+if (Deno.args.includes("--readme")) {
+  const readme = `${root}README.md`;
+  const current = readFileSync(readme, "utf8");
+  const begin = "<!-- bench:begin -->";
+  const end = "<!-- bench:end -->";
+  const from = current.indexOf(begin);
+  const to = current.indexOf(end);
+  if (from < 0 || to < 0) throw new Error("README.md lacks the bench markers");
+  writeFileSync(readme, `${current.slice(0, from + begin.length)}\n${table}\n${current.slice(to)}`);
+}
