@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "c491a51ac8f389e41523352528f83d9446db7feabdc3bb2475b161538bcd9796",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "25513716119f95363a4bb755f81f695c9874fff47c9bcecb25a58fec0d84d941",
-  "libdlpack-0.1.0-linux-aarch64.so": "70b2d97dfc632db73cdb8f42f1d8236f4e72a95e94d400a668993794a88de4a3",
-  "libdlpack-0.1.0-linux-x86_64.so": "826d03893a172c05d5062f4a89cc082bb981defd3ebbbc3b2d650d211f83ff21",
-  "libdlpack-0.1.0-windows-x86_64.dll": "d539a46e6eea3aac6945ee863debd24c6f1c2860396ad52a1d35a6dd5ce87e73",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "79e3d69268fd38bff2856f698ee96891a656d214e9d5bb43634ee39cdfb3bcda",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "00a667307c967bf63a4d7e8fc213fdb2c5344f31f0530bcefbbe6e93f964567d",
+  "libdlpack-0.1.0-linux-aarch64.so": "d6d589f70aefe05c0d8df201f6885ee35948062f5831049f4c049fcd671514f6",
+  "libdlpack-0.1.0-linux-x86_64.so": "52f12774c678f9d1b3a71823784ae6c3f58294a2537db65bde2eeb1d16ac5307",
+  "libdlpack-0.1.0-windows-x86_64.dll": "14030d7f5b31bd3f3b018960f7eee892a847da7e06f6c31277460e90bf2e19f2",
 });

@@ -6,7 +6,7 @@
 import type { SymbolTable } from "./types.ts";
 
 /** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 4;
+export const ABI_VERSION = 5;
 
 /** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
 export const DESCRIPTION_BYTES = 120 + 16 * 64;
@@ -40,6 +40,31 @@ export const symbols = {
   dlpk_py_consume: { args: ["f64", "u32", "f64"], returns: "i32" },
   // Called by Python through ctypes, listed so the table names every export of the library.
   dlpk_py_capsule: { args: ["usize", "u32"], returns: "usize" },
+
+  // CUDA (zig/src/cuda.zig; the driver is dlopen'ed at first use, so none of these needs CUDA to
+  // load). Statuses: 0 ok, > 0 a CUresult, < 0 a library status (-1: no driver). Data addresses
+  // and managed tensors cross as f64 like above; stream and event handles as unsigned words
+  // (bigints), and dlpk_cuda_export_fence takes words because Python calls it through ctypes.
+  dlpk_cuda_status: { args: [], returns: "i32" },
+  dlpk_cuda_reason: { args: ["buffer", "u32"], returns: "u32" },
+  dlpk_cuda_last_error: { args: ["buffer", "u32"], returns: "i32" },
+  dlpk_cuda_driver_version: { args: [], returns: "i32" },
+  dlpk_cuda_device_count: { args: [], returns: "i32" },
+  dlpk_cuda_device_info: { args: ["i32", "buffer", "buffer", "u32"], returns: "i32" },
+  dlpk_cuda_pointer_info: { args: ["f64", "buffer"], returns: "i32" },
+  dlpk_cuda_alloc: { args: ["u32", "i32", "f64", "u32", "f64"], returns: "i32" },
+  dlpk_cuda_copy: { args: ["u32", "f64", "f64", "f64", "i32", "i32", "usize", "u32"], returns: "i32" },
+  dlpk_cuda_stream_create: { args: ["i32", "buffer"], returns: "i32" },
+  dlpk_cuda_stream_destroy: { args: ["i32", "usize"], returns: "i32" },
+  dlpk_cuda_stream_synchronize: { args: ["i32", "usize"], returns: "i32" },
+  dlpk_cuda_event_create: { args: ["i32", "buffer"], returns: "i32" },
+  dlpk_cuda_event_record: { args: ["i32", "usize", "usize"], returns: "i32" },
+  dlpk_cuda_event_destroy: { args: ["i32", "usize"], returns: "i32" },
+  dlpk_cuda_stream_wait_event: { args: ["i32", "usize", "usize"], returns: "i32" },
+  dlpk_cuda_fence: { args: ["i32", "usize", "usize"], returns: "i32" },
+  dlpk_cuda_export_attach_stream: { args: ["f64", "u32", "i32", "usize"], returns: "i32" },
+  dlpk_cuda_export_fence: { args: ["usize", "u32", "usize"], returns: "i32" },
+  dlpk_cuda_stats: { args: ["buffer"], returns: "u32" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

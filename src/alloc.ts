@@ -10,12 +10,15 @@ import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } fro
 import { refusalError, scratch } from "./description.ts";
 import { checkShape, cStrides, layoutOf, sizeOf } from "./layout.ts";
 import { type BufferView, LIBRARY_NAME, makeView } from "./view.ts";
+import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT } from "./cuda.ts";
+import { isCudaFamily } from "./cuda_driver.ts";
 
 /** Options of {@link empty} and {@link zeros}. */
 export interface AllocOptions {
   /** Byte alignment of the data (a power of two up to 2^20); default 64. */
   readonly align?: number;
-  /** Where to allocate; default the CPU. */
+  /** Where to allocate; default the CPU. "cuda" (device memory of device `id`), "cudaHost"
+   * (page-locked host memory) and "cudaManaged" (managed memory) need the CUDA driver. */
   readonly device?: { readonly type: Device["type"]; readonly id?: number };
 }
 
@@ -38,12 +41,44 @@ function allocate(shape: readonly number[], dtype: DType, opts: AllocOptions | u
   const info = dtypeInfo(dtype);
   const align = checkAlignment(opts?.align);
   const device = opts?.device ?? { type: "cpu" as const, id: 0 };
-  if (device.type !== "cpu") {
-    deviceCode(device.type);
-    throw new DLPackError("device", `allocation on ${formatDevice(device)} is not available (the CPU is)`);
-  }
   const size = sizeOf(checked);
   const nbytes = Math.ceil((size * info.bits) / 8);
+  if (device.type !== "cpu") {
+    deviceCode(device.type);
+    if (!isCudaFamily(device.type)) {
+      throw new DLPackError(
+        "device",
+        `allocation on ${formatDevice(device)} is not available (cpu, cuda, cudaHost and cudaManaged are)`,
+      );
+    }
+    if (align > CUDA_ALIGNMENT) {
+      throw new DLPackError(
+        "requirements",
+        `align ${align} is above the ${CUDA_ALIGNMENT} bytes CUDA allocations guarantee`,
+      );
+    }
+    const cuda = allocateCuda(device, nbytes, zero);
+    const strides = cStrides(checked);
+    return makeView({
+      address: cuda.address,
+      owner: cuda.owner,
+      info,
+      shape: checked,
+      strides,
+      size,
+      nbytes,
+      minOffset: 0,
+      maxOffset: size === 0 ? -1 : size - 1,
+      layout: layoutOf(checked, strides),
+      device: cuda.device,
+      access: "readwrite",
+      version: null,
+      flags: 0,
+      producer: LIBRARY_NAME,
+      ownerName: LIBRARY_NAME,
+      verified: true,
+    });
+  }
   const status = core().dlpk_alloc(nbytes, align, zero ? 1 : 0, scratch.at);
   if (status !== 0) throw refusalError(status, scratch, false);
   const strides = cStrides(checked);
@@ -78,8 +113,10 @@ export function zeros(shape: readonly number[], dtype: DType, opts?: AllocOption
   return allocate(shape, dtype, opts, true);
 }
 
-/** A C-contiguous copy of a host view in library memory (the native strided copy). */
+/** A C-contiguous copy of a view in library memory (the native strided copy); CUDA device views
+ * are copied on their device. */
 export function copyOf(view: BufferView): BufferView {
+  if (view.device.type === "cuda") return copyOnDevice(view);
   if (!isHostAccessible(view.device.type)) {
     throw new DLPackError(
       "device",

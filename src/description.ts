@@ -4,6 +4,8 @@
  * @module
  */
 import { DLPackError, type ErrorCode } from "./errors.ts";
+import { deviceName, formatDevice } from "./devices.ts";
+import { lastDriverError } from "./cuda_driver.ts";
 
 import { DESCRIPTION_BYTES, runtime } from "../ffi/mod.ts";
 
@@ -37,6 +39,8 @@ export const F64 = {
 
 export const LAYOUT_C = 1;
 export const LAYOUT_F = 2;
+/** `layout` bit: the device claim is confirmed (host memory, or the CUDA driver agreed). */
+export const DEVICE_VERIFIED = 0x100;
 
 /** One scratch per JS realm (workers get their own module instance, hence their own scratch). */
 export class Scratch {
@@ -113,7 +117,30 @@ export const Status = {
   invalidArgument: 12,
   strides: 13,
   misaligned: 17,
+  // CUDA claim checks (zig/src/cuda.zig); 14-16 are the Python bridge's statuses.
+  deviceClaim: 18,
+  cuda: 19,
 } as const;
+
+function claimOf(s: Scratch): string {
+  const type = deviceName(s.i32[I32.deviceType]) ?? "cuda";
+  return formatDevice({ type, id: s.i32[I32.deviceId] });
+}
+
+/** What the CUDA driver reported for a byte, as `cuda.zig` encodes it (memory type | managed << 8). */
+function memoryText(found: number, ordinal: number): string {
+  if ((found >> 8) & 1) return `managed memory (device ${ordinal})`;
+  switch (found & 0xff) {
+    case 0:
+      return "memory it does not know (pageable host memory, or nothing allocated)";
+    case 1:
+      return "page-locked host memory";
+    case 2:
+      return `device memory of cuda:${ordinal}`;
+    default:
+      return `memory of type ${found & 0xff}`;
+  }
+}
 
 const DTYPE_BITS: Readonly<Record<number, string>> = {
   0: "8, 16, 32 or 64",
@@ -202,6 +229,22 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       code = "strides";
       message = `invalid strides`;
       break;
+    case Status.deviceClaim:
+      code = "device";
+      message = dim === -2
+        ? `the tensor claims ${claimOf(s)} but the CUDA driver sees ${limit} device(s)`
+        : `the tensor claims ${claimOf(s)} but the CUDA driver reports ${
+          memoryText(Number(found), Number(limit))
+        } at its ${dim === 0 ? "first" : "last"} byte`;
+      break;
+    case Status.cuda: {
+      code = "cuda";
+      const last = lastDriverError();
+      message = `the CUDA driver failed while checking the tensor's ${
+        claimOf(s)
+      } claim: ${last.call} returned ${last.errorName} (${last.result})`;
+      break;
+    }
     case Status.outOfMemory:
       code = "library";
       message = "out of memory while recording the import";

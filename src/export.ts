@@ -7,13 +7,14 @@
 import { core } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
 import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, dtypeOfArray } from "./dtypes.ts";
-import { deviceCode, type DeviceType, isHostAccessible } from "./devices.ts";
+import { deviceCode, type DeviceType } from "./devices.ts";
 import { I32, refusalError, scratch, U32 } from "./description.ts";
 import { checkShape, checkStrides, cStrides, reach } from "./layout.ts";
 import { newPinId, recordPin } from "./owner.ts";
 import { Capsule } from "./capsule.ts";
 import { BufferView } from "./view.ts";
 import { copyOf } from "./alloc.ts";
+import { attachProducerStream, fenceForConsumer } from "./cuda.ts";
 
 /** Options of the export functions. */
 export interface ExportOptions {
@@ -198,7 +199,10 @@ function exportView(view: BufferView, opts: ExportOptions | undefined, versioned
     data = view.addressNumber + spanStart + layout.byteOffset;
   }
   const exportFlags = flags | (readonly ? READ_ONLY : 0) | (padded && layout.info.bits < 8 ? SUBBYTE_PADDED : 0);
-  return build(data, owner, false, view.device, layout, exportFlags, versioned);
+  const capsule = build(data, owner, false, view.device, layout, exportFlags, versioned);
+  // CUDA data with a recorded producer stream: the export carries it and an event recorded on it.
+  attachProducerStream(capsule, view);
+  return capsule;
 }
 
 function legacyReadOnly(): DLPackError {
@@ -244,7 +248,9 @@ export interface DLPackProtocolOptions {
   readonly copy?: boolean | null;
   /** The device the consumer wants the data on, as [device type code, id]. */
   readonly dlDevice?: readonly [number, number] | null;
-  /** The consumer's stream; only null/undefined is meaningful for CPU data. */
+  /** The consumer's stream (protocol values: null/undefined = legacy default stream, -1 = no
+   * synchronization, 0 refused, 1 legacy default, 2 per-thread default, larger = a handle). Only
+   * null/undefined is allowed for host data. */
   readonly stream?: unknown;
 }
 
@@ -264,9 +270,8 @@ export function viewDLPack(view: BufferView, opts: DLPackProtocolOptions = {}): 
       );
     }
   }
-  if (opts.stream !== undefined && opts.stream !== null && isHostAccessible(view.device.type)) {
-    throw new DLPackError("device", `stream must be None for ${view.device.type} data, got ${String(opts.stream)}`);
-  }
+  // CUDA data: the consumer's stream waits for the view's producer stream (host data: None only).
+  fenceForConsumer(view, opts.stream);
   if (opts.copy === true) {
     using copy = copyOf(view);
     return exportAny(copy, undefined, versioned, IS_COPIED);

@@ -21,11 +21,12 @@ import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } fro
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "./scalars.ts";
 import { LazyBackstop, Owner } from "./owner.ts";
 import { requirementRefusals, type Requirements } from "./requirements.ts";
-import { F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "./description.ts";
+import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "./description.ts";
 import { infoOfTriple } from "./dtypes.ts";
 import { copyOf } from "./alloc.ts";
 import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
 import type { Capsule } from "./capsule.ts";
+import { copyInto, type CopyOptions, toHost } from "./cuda.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
 export type Access = "readwrite" | "readonly" | "unknown";
@@ -152,7 +153,7 @@ export function viewFromScratch(
   producer: string | null,
   ownerName: string,
   keepAlive?: unknown,
-  verified = true,
+  verified?: boolean,
 ): BufferView {
   const owner = s.owner();
   try {
@@ -186,7 +187,8 @@ export function viewFromScratch(
       u32[U32.flags],
       producer,
       ownerName,
-      verified,
+      // Unless the caller knows, the native check says (CPU memory, or a claim the CUDA driver confirmed).
+      verified ?? (u32[U32.layout] & DEVICE_VERIFIED) !== 0,
       keepAlive,
     );
   } catch (error) {
@@ -594,17 +596,41 @@ export class BufferView {
     return out;
   }
 
-  /** A C-contiguous copy in library-owned native memory (host views; the native strided copy). */
+  /** A C-contiguous copy in library-owned native memory: host views through the native strided
+   * copy, CUDA device views on the same device through the driver. */
   copy(): BufferView {
     this.#live();
     return copyOf(this);
   }
 
   /**
+   * A new C-contiguous view in library-owned host (CPU) memory with this view's values. CUDA
+   * device memory is copied through the driver (ordered after the view's producer stream, or on
+   * `opts.stream`, and complete on return); host-accessible memory is copied directly. Throws
+   * `DLPackError` ("cuda") when device memory needs a driver that is missing.
+   */
+  toHost(opts?: CopyOptions): BufferView {
+    this.#live();
+    return toHost(this, opts);
+  }
+
+  /**
+   * Copies `src`'s values into this view: host memory (cpu, cudaHost, cudaManaged) and CUDA device
+   * memory in any direction, device to device included. Dtype and shape must match and this view
+   * must be writable, and C-contiguous or laid out exactly like `src`. Complete on return.
+   */
+  copyFrom(src: BufferView, opts?: CopyOptions): this {
+    this.#live();
+    copyInto(this, src, opts);
+    return this;
+  }
+
+  /**
    * The DLPack protocol's producer side, with the Python keywords in camelCase: a legacy capsule
    * when `maxVersion` is absent or below [1, 0] (read-only data refused then), a versioned one
-   * otherwise; `copy: true` copies (IS_COPIED), `dlDevice` other than this device and a stream on
-   * host data are refused. `importDLPack(view)` uses it.
+   * otherwise; `copy: true` copies (IS_COPIED), `dlDevice` other than this device is refused. For
+   * CUDA data `stream` fences the consumer's stream after the view's producer stream (see
+   * `fenceForConsumer` in cuda.ts); on host data a stream is refused. `importDLPack(view)` uses it.
    */
   __dlpack__(opts?: DLPackProtocolOptions): Capsule {
     return viewDLPack(this, opts);

@@ -8,7 +8,7 @@ const probe = new URL("./support/load_probe.ts", import.meta.url).pathname;
 
 test("the library loads from the local build and reports its ABI", () => {
   assert.equal(corePath(), localBuildPath(runtime().os));
-  assert.equal(ABI_VERSION, 4);
+  assert.equal(ABI_VERSION, 5);
   assert.equal(libraryFileName("linux"), "libdlpack.so");
   assert.equal(libraryFileName("darwin"), "libdlpack.dylib");
   assert.equal(libraryFileName("windows"), "dlpack.dll");
@@ -42,5 +42,5 @@ test("a library of another ABI version is refused with a clear error", () => {
   const other = findLibrary("DLPACK_TESTPROD_LIB", "dlpack_testprod");
   const out = runScript(probe, { DLPACK_LIB: other });
   assert.equal(out.code, 0, out.stderr);
-  assert.match(out.stdout, /library: .*speaks native ABI 65535, this module needs 4: rebuild it/);
+  assert.match(out.stdout, /library: .*speaks native ABI 65535, this module needs 5: rebuild it/);
 });

@@ -34,10 +34,10 @@ step zig-test sh -c 'cd zig && zig build test --summary all'
 # fails when the committed ffi/checksums.ts no longer matches those bytes.
 step release tools/release.sh --check
 # examples/bun/ holds Bun-only entries (`type: "file"` imports Deno cannot resolve).
-step deno-check deno check mod.ts python.ts ffi/ src/ tests/ tools/ bench/ examples/*.ts
+step deno-check deno check mod.ts python.ts cuda.ts ffi/ src/ tests/ tools/ bench/ examples/*.ts
 step deno-lint deno lint
 step deno-fmt deno fmt --check
-step deno-doc deno doc --lint mod.ts python.ts
+step deno-doc deno doc --lint mod.ts python.ts cuda.ts
 # JSR's own checks (slow types, exports, excluded files) run offline; only the upload needs jsr.io.
 step deno-publish deno publish --dry-run --allow-dirty
 step deno-test deno test --allow-ffi --allow-read --allow-write --allow-env --allow-run --allow-net=127.0.0.1 \

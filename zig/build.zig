@@ -38,6 +38,16 @@ pub fn build(b: *std.Build) void {
     testprod.addImport("dlpack", b.createModule(.{ .root_source_file = b.path("src/dlpack.zig"), .target = target, .optimize = optimize }));
     b.installArtifact(b.addLibrary(.{ .name = "dlpack_testprod", .linkage = .dynamic, .root_module = testprod }));
 
+    // A FAKE CUDA driver over host memory, for the tests of the driver-facing code on machines
+    // without a GPU (loaded through DLPACK_CUDA_LIB; never shipped).
+    const fakecuda = b.createModule(.{
+        .root_source_file = b.path("../tests/native/fakecuda.zig"),
+        .target = target,
+        .optimize = optimize,
+        .link_libc = true,
+    });
+    b.installArtifact(b.addLibrary(.{ .name = "dlpack_fakecuda", .linkage = .dynamic, .root_module = fakecuda }));
+
     const test_step = b.step("test", "Run the Zig unit tests");
     const unit = b.addTest(.{ .root_module = b.createModule(.{
         .root_source_file = b.path("src/root.zig"),

@@ -3,6 +3,7 @@
 
 const std = @import("std");
 const dlpack = @import("dlpack.zig");
+const cuda = @import("cuda.zig");
 
 const MAX_RANK = dlpack.MAX_RANK;
 
@@ -24,6 +25,11 @@ pub const Status = enum(i32) {
     strides = 13,
     /// Not a managed tensor: not 8-byte aligned (nothing is read, no deleter called).
     misaligned = 17,
+    /// A CUDA, CUDAHost or CUDAManaged claim the driver's pointer attributes contradict (cuda.zig).
+    /// (14-16 are the Python bridge's statuses.)
+    device_claim = 18,
+    /// The CUDA driver failed while checking a claim (its error is readable per thread).
+    cuda = 19,
     _,
 };
 
@@ -41,6 +47,9 @@ pub fn addressFromF64(value: f64) ?usize {
 
 pub const LAYOUT_C: u32 = 1;
 pub const LAYOUT_F: u32 = 2;
+/// The contiguity bits of `Description.layout`; higher bits say what is known about the memory
+/// (`cuda.DEVICE_VERIFIED`).
+pub const LAYOUT_MASK: u32 = LAYOUT_C | LAYOUT_F;
 
 /// What the JS side learns about a tensor. Written into a caller-owned buffer; the 32-bit words
 /// come first, then 64-bit integers (error details only), then f64 values (exact below 2^53).
@@ -112,8 +121,16 @@ pub const Options = struct {
 
 /// Validates `managed` and fills `out`. Never calls a deleter: ownership decisions belong to the
 /// caller, which knows whether a refusal must release the producer (raw import) or leave it to a
-/// capsule destructor (Python).
+/// capsule destructor (Python). An accepted tensor's device claim is then checked (cuda.zig):
+/// CPU memory is marked verified, a CUDA-family claim is checked against the driver when one is
+/// available, and refused when the driver contradicts it.
 pub fn describe(managed: usize, options: Options, out: *Description) Status {
+    const status = describeFields(managed, options, out);
+    if (status != .ok) return status;
+    return cuda.checkImport(out);
+}
+
+fn describeFields(managed: usize, options: Options, out: *Description) Status {
     out.status = 0;
     out.detail_dim = -1;
     out.detail_found = 0;
@@ -350,7 +367,7 @@ test "size-0 tensors accept NULL and non-NULL data" {
     try testing.expectEqual(@as(f64, 0), f.out.size);
     f.managed.dl_tensor.data = null;
     try testing.expectEqual(Status.ok, f.run());
-    try testing.expectEqual(@as(u32, LAYOUT_C | LAYOUT_F), f.out.layout);
+    try testing.expectEqual(@as(u32, LAYOUT_C | LAYOUT_F), f.out.layout & LAYOUT_MASK);
 }
 
 test "negative, zero and transposed strides" {
@@ -359,7 +376,7 @@ test "negative, zero and transposed strides" {
     try testing.expectEqual(Status.ok, f.run());
     try testing.expectEqual(@as(f64, -3), f.out.min_offset);
     try testing.expectEqual(@as(f64, 2), f.out.max_offset);
-    try testing.expectEqual(@as(u32, 0), f.out.layout);
+    try testing.expectEqual(@as(u32, 0), f.out.layout & LAYOUT_MASK);
 
     f.init(f32_t, &.{ 4, 3 }, &.{ 0, 1 });
     try testing.expectEqual(Status.ok, f.run());
@@ -367,7 +384,7 @@ test "negative, zero and transposed strides" {
 
     f.init(f32_t, &.{ 2, 3 }, &.{ 1, 2 });
     try testing.expectEqual(Status.ok, f.run());
-    try testing.expectEqual(LAYOUT_F, f.out.layout);
+    try testing.expectEqual(LAYOUT_F, f.out.layout & LAYOUT_MASK);
 }
 
 test "size-1 dims with odd strides stay contiguous" {
@@ -498,17 +515,28 @@ test "sub-byte types: packed by default, padded with the flag" {
 test "every supported dtype is accepted" {
     var f: Fixture = undefined;
     const types = [_]dlpack.DataType{
-        .{ .code = 6, .bits = 8, .lanes = 1 },   .{ .code = 0, .bits = 8, .lanes = 1 },
-        .{ .code = 0, .bits = 16, .lanes = 1 },  .{ .code = 0, .bits = 32, .lanes = 1 },
-        .{ .code = 0, .bits = 64, .lanes = 1 },  .{ .code = 1, .bits = 8, .lanes = 1 },
-        .{ .code = 1, .bits = 16, .lanes = 1 },  .{ .code = 1, .bits = 32, .lanes = 1 },
-        .{ .code = 1, .bits = 64, .lanes = 1 },  .{ .code = 2, .bits = 16, .lanes = 1 },
-        .{ .code = 2, .bits = 64, .lanes = 1 },  .{ .code = 4, .bits = 16, .lanes = 1 },
-        .{ .code = 5, .bits = 64, .lanes = 1 },  .{ .code = 5, .bits = 128, .lanes = 1 },
+        .{ .code = 6, .bits = 8, .lanes = 1 },  .{ .code = 0, .bits = 8, .lanes = 1 },
+        .{ .code = 0, .bits = 16, .lanes = 1 }, .{ .code = 0, .bits = 32, .lanes = 1 },
+        .{ .code = 0, .bits = 64, .lanes = 1 }, .{ .code = 1, .bits = 8, .lanes = 1 },
+        .{ .code = 1, .bits = 16, .lanes = 1 }, .{ .code = 1, .bits = 32, .lanes = 1 },
+        .{ .code = 1, .bits = 64, .lanes = 1 }, .{ .code = 2, .bits = 16, .lanes = 1 },
+        .{ .code = 2, .bits = 64, .lanes = 1 }, .{ .code = 4, .bits = 16, .lanes = 1 },
+        .{ .code = 5, .bits = 64, .lanes = 1 }, .{ .code = 5, .bits = 128, .lanes = 1 },
         .{ .code = 16, .bits = 6, .lanes = 1 },
     };
     for (types) |dt| {
         f.init(dt, &.{2}, &.{1});
         try testing.expectEqual(Status.ok, f.run());
     }
+}
+
+test "CPU memory is verified; other claims are not without a driver check" {
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{2}, &.{1});
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expect(f.out.layout & cuda.DEVICE_VERIFIED != 0);
+    // ROCm memory cannot be checked by this library: accepted, never verified.
+    f.managed.dl_tensor.device = .{ .device_type = 10, .device_id = 0 };
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(u32, 0), f.out.layout & cuda.DEVICE_VERIFIED);
 }

@@ -7,6 +7,7 @@ const std = @import("std");
 const dlpack = @import("dlpack.zig");
 const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
+const cuda = @import("cuda.zig");
 
 const Owner = owner_mod.Owner;
 
@@ -20,6 +21,12 @@ const Record = extern struct {
     owner: ?*Owner,
     ndim: u32,
     versioned: u32,
+    /// CUDA data: the producer stream the data becomes ready on, and an event recorded on it when
+    /// the stream was attached (0 when none). The event belongs to device `cuda_device`.
+    cuda_stream: usize,
+    cuda_event: usize,
+    cuda_device: i32,
+    reserved: u32,
 
     fn dims(self: *Record) [*]i64 {
         const base: [*]u8 = @ptrCast(self);
@@ -67,6 +74,10 @@ pub fn create(spec: Spec) ?usize {
     record.owner = spec.owner;
     record.ndim = @intCast(ndim);
     record.versioned = @intFromBool(spec.versioned);
+    record.cuda_stream = 0;
+    record.cuda_event = 0;
+    record.cuda_device = 0;
+    record.reserved = 0;
     const tensor = dlpack.Tensor{
         .data = @ptrFromInt(spec.data),
         .device = spec.device,
@@ -93,6 +104,7 @@ pub fn create(spec: Spec) ?usize {
 }
 
 fn destroy(record: *Record) void {
+    if (record.cuda_event != 0) cuda.eventDestroy(record.cuda_device, record.cuda_event) catch {};
     const o = record.owner;
     std.c.free(record);
     stats.add(.exports, -1);
@@ -136,6 +148,50 @@ pub fn isOwnExport(managed: usize, versioned: bool) bool {
     }
     const m: *const dlpack.ManagedTensor = @ptrFromInt(managed);
     return m.deleter == legacyDeleter;
+}
+
+fn recordOf(managed: usize, versioned: bool) ?*Record {
+    if (!dlpack.isManagedAddress(managed) or !isOwnExport(managed, versioned)) return null;
+    return @ptrFromInt(managed);
+}
+
+fn tensorOf(record: *Record) *const dlpack.Tensor {
+    return if (record.versioned != 0) &record.managed.versioned.dl_tensor else &record.managed.legacy.dl_tensor;
+}
+
+/// Records that an export's CUDA data becomes ready on `stream` (of device `ordinal`): an event is
+/// recorded on that stream now and kept with the export until its deleter runs. Only for this
+/// library's exports of CUDA-family data, once each.
+pub fn attachStream(managed: usize, versioned: bool, ordinal: i32, stream: usize) cuda.Error!void {
+    const record = recordOf(managed, versioned) orelse return error.InvalidArgument;
+    if (record.cuda_event != 0 or !cuda.isCudaFamily(tensorOf(record).device.device_type)) {
+        return error.InvalidArgument;
+    }
+    const event = try cuda.eventCreate(ordinal);
+    cuda.eventRecord(ordinal, event, stream) catch |err| {
+        cuda.eventDestroy(ordinal, event) catch {};
+        return err;
+    };
+    record.cuda_stream = stream;
+    record.cuda_event = event;
+    record.cuda_device = ordinal;
+}
+
+/// The producer side of `__dlpack__(stream=...)` for an export, callable from any thread (the
+/// Python bridge's `__dlpack__`): `consumer` is the protocol value as an unsigned word (-1: no
+/// synchronization; 0: refused; 1, 2 or a handle). With an attached producer stream the consumer
+/// waits on the event recorded then; without one, on the legacy default stream's work so far.
+pub fn fenceForConsumer(managed: usize, versioned: bool, consumer_value: usize) cuda.Error!void {
+    const record = recordOf(managed, versioned) orelse return error.InvalidArgument;
+    const device = tensorOf(record).device;
+    if (!cuda.isCudaFamily(device.device_type)) return error.InvalidArgument;
+    const consumer = (try cuda.consumerStream(consumer_value)) orelse return;
+    if (record.cuda_event != 0) {
+        if (cuda.sameStream(record.cuda_stream, consumer)) return;
+        return cuda.streamWaitEvent(record.cuda_device, consumer, record.cuda_event);
+    }
+    const ordinal = if (device.device_type == cuda.DEVICE_CUDA) device.device_id else 0;
+    return cuda.fence(ordinal, cuda.STREAM_LEGACY, consumer);
 }
 
 // ---------------------------------------------------------------------------------------------

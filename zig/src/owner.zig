@@ -6,6 +6,7 @@ const std = @import("std");
 const dlpack = @import("dlpack.zig");
 const stats = @import("stats.zig");
 const memory = @import("memory.zig");
+const cuda = @import("cuda.zig");
 
 pub const Kind = enum(u8) {
     /// payload: a `DLManagedTensorVersioned*` from a producer.
@@ -17,6 +18,12 @@ pub const Kind = enum(u8) {
     /// payload: an id the JS side maps to a buffer (or any object) it keeps reachable. Released pins
     /// are queued for JS to sweep, because a deleter may run on any thread and must never call JS.
     pin,
+    /// payload: CUDA device memory from `cuMemAlloc_v2` on device `Owner.device` (cuda.zig).
+    cuda_device,
+    /// payload: page-locked host memory from `cuMemHostAlloc` (cuda.zig).
+    cuda_host,
+    /// payload: managed memory from `cuMemAllocManaged` (cuda.zig).
+    cuda_managed,
 };
 
 pub const Owner = struct {
@@ -24,6 +31,8 @@ pub const Owner = struct {
     kind: Kind,
     payload: usize,
     bytes: usize,
+    /// The CUDA device whose primary context frees a `cuda_*` payload.
+    device: i32 = 0,
     /// Link in the released-pins stack; only used once `refs` reached zero.
     next: ?*Owner = null,
 };
@@ -35,7 +44,7 @@ pub fn create(kind: Kind, payload: usize, bytes: usize) ?*Owner {
     owner.* = .{ .refs = std.atomic.Value(u32).init(1), .kind = kind, .payload = payload, .bytes = bytes };
     switch (kind) {
         .versioned, .legacy => stats.add(.imports, 1),
-        .native => {
+        .native, .cuda_device, .cuda_host, .cuda_managed => {
             stats.add(.allocations, 1);
             stats.add(.allocation_bytes, @intCast(bytes));
         },
@@ -67,6 +76,12 @@ pub fn release(owner: *Owner) void {
         },
         .native => {
             memory.alignedFree(@ptrFromInt(owner.payload));
+            stats.add(.allocations, -1);
+            stats.add(.allocation_bytes, -@as(i64, @intCast(owner.bytes)));
+            std.heap.c_allocator.destroy(owner);
+        },
+        .cuda_device, .cuda_host, .cuda_managed => {
+            cuda.freeOwned(owner);
             stats.add(.allocations, -1);
             stats.add(.allocation_bytes, -@as(i64, @intCast(owner.bytes)));
             std.heap.c_allocator.destroy(owner);

@@ -1,0 +1,901 @@
+/**
+ * The CUDA test cases. They run in a child process whose driver is chosen by environment
+ * (tests/support/cuda_child.ts), because a process opens its CUDA driver once:
+ * - "fake": the FAKE driver (tests/native/fakecuda.zig) over host memory, 2 devices. These check
+ *   the driver-facing logic for real without a GPU; they do not replace a GPU run. "fakepython":
+ *   the same driver, cases through the embedded Python (tests/python_cuda.test.ts).
+ * - "real": the machine's own driver (tests/cuda_gpu.test.ts runs them only where one exists).
+ * - "missing": DLPACK_CUDA_LIB pointing at no file: the no-driver behaviour, forced.
+ * - "noinit", "notdriver": a driver whose cuInit fails, and a library that is not a driver.
+ * @module
+ */
+import assert from "node:assert/strict";
+import * as cuda from "../../cuda.ts";
+import {
+  type BufferView,
+  DLPackError,
+  type DType,
+  empty,
+  exportDLPack,
+  exportDLPackLegacy,
+  fromArrayInterface,
+  importDLPack,
+  stats,
+  zeros,
+} from "../../mod.ts";
+import { core, runtime } from "../../ffi/mod.ts";
+import { deleted, make, tp } from "./producer.ts";
+import { fromPython, openPython, toPython } from "../../python.ts";
+import type { FakeDriver } from "./fakecuda.ts";
+
+/** The child process groups (see the module doc). */
+export type Group = "fake" | "fakepython" | "real" | "missing" | "noinit" | "notdriver";
+
+/** What a case gets: the fake driver's hooks in the "fake" group. */
+export interface CaseContext {
+  readonly fake: FakeDriver | null;
+}
+
+/** One case and the groups it runs in. */
+export interface CudaCase {
+  readonly name: string;
+  readonly groups: readonly Group[];
+  readonly run: (ctx: CaseContext) => void;
+}
+
+const CUDA0 = { type: "cuda", id: 0 } as const;
+
+function fakeOf(ctx: CaseContext): FakeDriver {
+  assert.ok(ctx.fake !== null, "this case needs the fake driver");
+  return ctx.fake;
+}
+
+function refused(f: () => unknown, code: string, pattern?: RegExp): DLPackError {
+  let caught: unknown;
+  assert.throws(f, (e: unknown) => {
+    caught = e;
+    assert.ok(e instanceof DLPackError, `expected DLPackError, got ${e}`);
+    assert.equal(e.code, code, e.message);
+    if (pattern) assert.match(e.message, pattern);
+    return true;
+  });
+  return caught as DLPackError;
+}
+
+/** A host view in library memory holding `values`. */
+function hostView(values: readonly number[], shape: readonly number[] = [values.length], dtype: DType = "float32") {
+  const v = empty(shape, dtype);
+  (v.array() as Float32Array).set(values);
+  return v;
+}
+
+/** Copies `values` into `dst` (any device) through a temporary host view. */
+function fill(dst: BufferView, values: readonly number[]): void {
+  using h = empty(dst.shape, dst.dtype);
+  (h.array() as Float32Array).set(values);
+  dst.copyFrom(h);
+}
+
+function valuesOf(view: BufferView): number[] {
+  using host = view.toHost();
+  return Array.from(host.toArray() as Float32Array);
+}
+
+const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
+
+/** Checks that `f` releases everything it allocates (library counts, CUDA counts, fake regions). */
+function noLeaks(ctx: CaseContext, f: () => void): void {
+  const before = { s: stats(), c: cuda.cudaStats(), f: ctx.fake?.stats() };
+  f();
+  const after = { s: stats(), c: cuda.cudaStats(), f: ctx.fake?.stats() };
+  assert.equal(after.s.allocations, before.s.allocations, "library allocations");
+  assert.equal(after.s.imports, before.s.imports, "imports");
+  assert.equal(after.s.exports, before.s.exports, "exports");
+  assert.equal(after.c.deviceAllocations, before.c.deviceAllocations, "device allocations");
+  assert.equal(after.c.hostAllocations, before.c.hostAllocations, "pinned allocations");
+  assert.equal(after.c.managedAllocations, before.c.managedAllocations, "managed allocations");
+  assert.equal(after.c.events, before.c.events, "events");
+  assert.equal(after.c.freeFailures, 0, "failed frees");
+  if (before.f !== undefined && after.f !== undefined) {
+    assert.equal(after.f.deviceAllocations, before.f.deviceAllocations, "fake driver: device regions");
+    assert.equal(after.f.hostAllocations, before.f.hostAllocations, "fake driver: pinned regions");
+    assert.equal(after.f.managedAllocations, before.f.managedAllocations, "fake driver: managed regions");
+    assert.equal(after.f.events, before.f.events, "fake driver: live events");
+    assert.equal(after.f.wrongContext, 0, "fake driver: calls with the wrong context current");
+    assert.equal(after.f.contextDepth, 0, "fake driver: context stack balanced");
+  }
+}
+
+/** Imports a producer tensor that claims `device` over `data` (an address) or its own host memory. */
+function claim(device: [number, number], shape: number[], data?: number) {
+  return make({ device, shape, dtype: "float32", ...(data === undefined ? {} : { data }) });
+}
+
+const MISSING = /needs the CUDA driver, which is missing or unusable here: .*could not be loaded/;
+
+export const CASES: readonly CudaCase[] = [
+  // -------------------------------------------------------------------------------------------
+  // Driver and devices
+  {
+    name: "available() reports the driver, its version and its devices",
+    groups: ["fake", "real"],
+    run(ctx) {
+      const status = cuda.available();
+      assert.equal(status.available, true, status.reason);
+      assert.equal(status.reason, undefined);
+      assert.ok(status.driverVersion! > 0);
+      const list = cuda.devices();
+      assert.equal(list.length, status.deviceCount);
+      assert.ok(list.length >= 1);
+      for (const [i, d] of list.entries()) {
+        assert.equal(d.id, i);
+        assert.ok(d.name.length > 0 && d.totalMemory > 0 && d.multiprocessors > 0);
+        assert.match(d.pciBusId, /^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/);
+      }
+      if (ctx.fake !== null) {
+        assert.equal(status.driverVersion, 12080);
+        assert.equal(list.length, 2);
+        assert.equal(list[1].name, "Fake CUDA Device 1 (host memory)");
+        assert.deepEqual(list[0].computeCapability, [9, 0]);
+        assert.equal(list[0].pciBusId, "0000:01:00.0");
+      }
+    },
+  },
+  {
+    name: "pointerInfo() tells device, page-locked, managed and unregistered memory apart",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using d = empty([64], "float32", { device: CUDA0 });
+        using h = empty([64], "float32", { device: { type: "cudaHost" } });
+        using m = empty([64], "float32", { device: { type: "cudaManaged" } });
+        const di = cuda.pointerInfo(d.address);
+        assert.equal(di.memoryType, "device");
+        assert.equal(di.device, 0);
+        assert.equal(di.managed, false);
+        if (di.rangeStart !== null) {
+          assert.ok(di.rangeStart <= d.address && d.address + 256n <= di.rangeStart + BigInt(di.rangeSize!));
+        }
+        assert.equal(cuda.pointerInfo(h.address).memoryType, "host");
+        assert.equal(cuda.pointerInfo(h.address).managed, false);
+        assert.equal(cuda.pointerInfo(m.address).managed, true);
+        const js = cuda.pointerInfo(runtime().addressOf(new Float32Array(4)));
+        assert.equal(js.memoryType, "unregistered");
+        assert.equal(js.device, null);
+        using plain = empty([4], "float32");
+        assert.equal(cuda.pointerInfo(plain.address).memoryType, "unregistered");
+      });
+    },
+  },
+
+  // -------------------------------------------------------------------------------------------
+  // Allocation and lifetimes
+  {
+    name: "zeros/empty on cuda, cudaHost and cudaManaged: device, verified, zeroed, array() only on the host kinds",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        const before = cuda.cudaStats();
+        using d = zeros([3, 4], "float32", { device: CUDA0 });
+        assert.deepEqual(d.device, { type: "cuda", id: 0 });
+        assert.equal(d.verified, true);
+        assert.equal(d.owner, "dlpack-ts");
+        assert.equal(d.access, "readwrite");
+        assert.ok(d.cContiguous);
+        assert.deepEqual(valuesOf(d), new Array(12).fill(0));
+        refused(() => d.array(), "device", /cuda:0/);
+        assert.equal(cuda.cudaStats().deviceAllocations, before.deviceAllocations + 1);
+        assert.equal(cuda.cudaStats().deviceBytes, before.deviceBytes + 48);
+        using h = zeros([5], "float64", { device: { type: "cudaHost" } });
+        assert.deepEqual(h.device, { type: "cudaHost", id: 0 });
+        assert.deepEqual(Array.from(h.array() as Float64Array), [0, 0, 0, 0, 0]);
+        h.set(2.5, 3);
+        assert.equal(h.get(3), 2.5);
+        using m = zeros([5], "int32", { device: { type: "cudaManaged" } });
+        assert.deepEqual(m.device, { type: "cudaManaged", id: 0 });
+        assert.deepEqual(Array.from(m.array() as Int32Array), [0, 0, 0, 0, 0]);
+        assert.equal(cuda.cudaStats().hostAllocations, before.hostAllocations + 1);
+        assert.equal(cuda.cudaStats().managedAllocations, before.managedAllocations + 1);
+        using nothing = empty([0, 3], "float32", { device: CUDA0 });
+        assert.equal(nothing.size, 0);
+        using nothingHere = nothing.toHost();
+        assert.equal(nothingHere.size, 0);
+      });
+    },
+  },
+  {
+    name: "device memory lives until the last view and export are gone",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        const base = cuda.cudaStats().deviceAllocations;
+        const x = empty([8], "float32", { device: CUDA0 });
+        fill(x, range(8));
+        const capsule = exportDLPack(x);
+        x.dispose();
+        assert.equal(cuda.cudaStats().deviceAllocations, base + 1, "the export holds it");
+        const v = importDLPack(capsule);
+        assert.equal(v.verified, true);
+        assert.deepEqual(v.device, CUDA0);
+        assert.deepEqual(valuesOf(v), range(8));
+        const legacy = exportDLPackLegacy(v);
+        v.dispose();
+        assert.equal(cuda.cudaStats().deviceAllocations, base + 1);
+        using again = importDLPack(legacy);
+        assert.deepEqual(valuesOf(again), range(8));
+      });
+    },
+  },
+  {
+    name: "an export's deleter on a foreign thread frees device memory with that device's context current",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        const before = fake.stats().deviceAllocations;
+        const x = empty([16], "float32", { device: { type: "cuda", id: 1 } });
+        const capsule = exportDLPack(x);
+        x.dispose();
+        assert.equal(fake.stats().deviceAllocations, before + 1);
+        assert.equal(tp.tp_consume_on_thread(capsule.take(), 1), 0);
+        assert.equal(fake.stats().deviceAllocations, before);
+      });
+    },
+  },
+  {
+    name: "allocation refusals: unknown device, ids of pinned and managed memory, alignment",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        const count = cuda.available().deviceCount;
+        refused(() => empty([2], "float32", { device: { type: "cuda", id: count } }), "device", /no CUDA device/);
+        refused(() => empty([2], "float32", { device: { type: "cuda", id: -1 } }), "device");
+        refused(() => empty([2], "float32", { device: { type: "cudaHost", id: 1 } }), "device", /device id 0/);
+        refused(() => empty([2], "float32", { device: CUDA0, align: 512 }), "requirements", /256/);
+        using ok = empty([2], "float32", { device: CUDA0, align: 256 });
+        assert.equal(ok.address % 256n, 0n);
+      });
+    },
+  },
+
+  // -------------------------------------------------------------------------------------------
+  // Copies
+  {
+    name: "copies in every direction keep the values: host->device, device->device, device->host",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        const values = range(24, -7).map((v) => v * 0.5);
+        using src = hostView(values, [2, 3, 4], "float64");
+        using a = empty([2, 3, 4], "float64", { device: CUDA0 });
+        assert.equal(a.copyFrom(src), a);
+        using b = empty([2, 3, 4], "float64", { device: CUDA0 });
+        b.copyFrom(a);
+        using back = empty([2, 3, 4], "float64");
+        back.copyFrom(b);
+        assert.deepEqual(Array.from(back.array() as Float64Array), values);
+        using viaHost = b.toHost();
+        assert.deepEqual(Array.from(viaHost.array() as Float64Array), values);
+        assert.deepEqual(viaHost.device, { type: "cpu", id: 0 });
+        using pinned = empty([2, 3, 4], "float64", { device: { type: "cudaHost" } });
+        pinned.copyFrom(b);
+        assert.deepEqual(Array.from(pinned.array() as Float64Array), values);
+        using managed = empty([2, 3, 4], "float64", { device: { type: "cudaManaged" } });
+        managed.copyFrom(pinned);
+        b.copyFrom(managed);
+        assert.deepEqual(valuesOf(b), values);
+      });
+    },
+  },
+  {
+    name: "copies between two devices (peer copies)",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        using a = empty([6], "int32", { device: CUDA0 });
+        using h = empty([6], "int32");
+        (h.array() as Int32Array).set([5, 4, 3, 2, 1, 0]);
+        a.copyFrom(h);
+        using b = empty([6], "int32", { device: { type: "cuda", id: 1 } });
+        b.copyFrom(a);
+        assert.deepEqual(b.device, { type: "cuda", id: 1 });
+        using back = b.toHost();
+        assert.deepEqual(Array.from(back.array() as Int32Array), [5, 4, 3, 2, 1, 0]);
+        assert.equal(fake.stats().wrongContext, 0);
+      });
+    },
+  },
+  {
+    name: "strided sources (transposed, negative strides) are copied element by element",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using h = hostView(range(6)); // 0..5 as a 2x3 C-order matrix
+        using t = importDLPack(exportDLPack(h, { shape: [3, 2], strides: [1, 3] })); // its transpose
+        const expected = Array.from(t.toArray() as Float32Array);
+        assert.deepEqual(expected, [0, 3, 1, 4, 2, 5]);
+        using d = empty([3, 2], "float32", { device: CUDA0 });
+        d.copyFrom(t);
+        assert.deepEqual(valuesOf(d), expected);
+        // A strided view of device memory: verified, and staged through the host when copied.
+        using flat = empty([6], "float32", { device: CUDA0 });
+        flat.copyFrom(h);
+        using dt = importDLPack(exportDLPack(flat, { shape: [3, 2], strides: [1, 3] }));
+        assert.equal(dt.verified, true);
+        assert.ok(!dt.cContiguous);
+        assert.deepEqual(valuesOf(dt), expected);
+        using reversed = importDLPack(exportDLPack(flat, { shape: [6], strides: [-1], offset: 5 }));
+        assert.deepEqual(valuesOf(reversed), [5, 4, 3, 2, 1, 0]);
+        using d2 = empty([6], "float32", { device: CUDA0 });
+        d2.copyFrom(reversed);
+        assert.deepEqual(valuesOf(d2), [5, 4, 3, 2, 1, 0]);
+        using c = dt.copy();
+        assert.deepEqual(c.device, CUDA0);
+        assert.ok(c.cContiguous);
+        assert.deepEqual(valuesOf(c), expected);
+      });
+    },
+  },
+  {
+    name: "views laid out alike (F order) copy in one driver call",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        using h = hostView(range(6, 10));
+        using hf = importDLPack(exportDLPack(h, { shape: [2, 3], strides: [1, 2] }));
+        using flat = empty([6], "float32", { device: CUDA0 });
+        using df = importDLPack(exportDLPack(flat, { shape: [2, 3], strides: [1, 2] }));
+        assert.ok(df.fContiguous && !df.cContiguous);
+        const copies = fake.stats().syncCopies;
+        df.copyFrom(hf);
+        assert.equal(fake.stats().syncCopies, copies + 1, "one copy of the whole span");
+        assert.deepEqual(valuesOf(flat), range(6, 10));
+      });
+    },
+  },
+  {
+    name: "copy() of device data stays on its device; __dlpack__(copy: true) copies there too",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using d = empty([4], "float32", { device: CUDA0 });
+        fill(d, [1, 2, 3, 4]);
+        using c = d.copy();
+        assert.deepEqual(c.device, CUDA0);
+        assert.notEqual(c.address, d.address);
+        assert.equal(c.verified, true);
+        assert.deepEqual(valuesOf(c), [1, 2, 3, 4]);
+        const capsule = d.__dlpack__({ maxVersion: [1, 3], copy: true });
+        using v = importDLPack(capsule);
+        assert.equal(v.flags.isCopied, true);
+        assert.notEqual(v.address, d.address);
+        assert.deepEqual(v.device, CUDA0);
+        assert.deepEqual(valuesOf(v), [1, 2, 3, 4]);
+      });
+    },
+  },
+  {
+    name: "copyFrom refusals: dtype, shape, read-only, layout, disposed, other device kinds",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using d = empty([2, 3], "float32", { device: CUDA0 });
+        using h = hostView(range(6), [2, 3]);
+        using f64 = empty([2, 3], "float64");
+        refused(() => d.copyFrom(f64), "dtype", /the source is float64, this view is float32/);
+        using wrongShape = hostView(range(6), [3, 2]);
+        refused(() => d.copyFrom(wrongShape), "shape", /\[3, 2\].*\[2, 3\]/);
+        using ro = importDLPack(exportDLPack(d, { readonly: true }));
+        assert.equal(ro.verified, true);
+        refused(() => ro.copyFrom(h), "readonly", /read-only/);
+        using transposedDst = importDLPack(exportDLPack(d, { shape: [3, 2], strides: [1, 3] }));
+        using src = hostView(range(6), [3, 2]);
+        refused(() => transposedDst.copyFrom(src), "strides", /C-contiguous/);
+        const gone = empty([2, 3], "float32", { device: CUDA0 });
+        gone.dispose();
+        refused(() => d.copyFrom(gone), "disposed");
+        refused(() => gone.toHost(), "disposed");
+        using rocm = importDLPack(make({ device: [10, 0], shape: [2, 3] }).source);
+        refused(() => d.copyFrom(rocm), "device", /rocm:0/);
+      });
+    },
+  },
+
+  // -------------------------------------------------------------------------------------------
+  // Import verification
+  {
+    name: "a CUDA claim on device memory imports verified, zero-copy",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using x = empty([16], "float32", { device: CUDA0 });
+        fill(x, range(16));
+        const deletedBefore = deleted();
+        const v = importDLPack(claim([2, 0], [4, 4], Number(x.address)).source);
+        assert.equal(v.verified, true);
+        assert.equal(v.address, x.address);
+        assert.deepEqual(valuesOf(v), range(16));
+        v.dispose();
+        assert.equal(deleted(), deletedBefore + 1);
+        using empty0 = importDLPack(make({ device: [2, 0], shape: [0], data: "null" }).source);
+        assert.equal(empty0.verified, true, "nothing to check but the device ordinal");
+      });
+    },
+  },
+  {
+    name: "false CUDA claims are refused with the driver's view, the deleter called exactly once",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using device = empty([16], "float32", { device: CUDA0 });
+        using pinned = empty([16], "float32", { device: { type: "cudaHost" } });
+        using managed = empty([16], "float32", { device: { type: "cudaManaged" } });
+        const count = cuda.available().deviceCount;
+        const cases: [string, () => ReturnType<typeof make>, RegExp][] = [
+          ["cuda on pageable host memory", () => claim([2, 0], [4]), /claims cuda:0 .*does not know .* first byte/],
+          ["cuda on pinned memory", () => claim([2, 0], [4], Number(pinned.address)), /page-locked host memory/],
+          ["cudaHost on device memory", () => claim([3, 0], [4], Number(device.address)), /device memory of cuda:0/],
+          ["cudaHost on pageable memory", () => claim([3, 0], [4]), /claims cudaHost:0 .*does not know/],
+          ["cudaManaged on device memory", () => claim([13, 0], [4], Number(device.address)), /claims cudaManaged/],
+          ["cudaHost on managed memory", () => claim([3, 0], [4], Number(managed.address)), /managed memory/],
+          ["an ordinal the driver lacks", () => claim([2, count], [4]), new RegExp(`sees ${count} device`)],
+        ];
+        if (count > 1) {
+          cases.push(["the wrong device", () => claim([2, 1], [4], Number(device.address)), /claims cuda:1 .*cuda:0/]);
+        }
+        for (const [what, makeIt, pattern] of cases) {
+          const made = makeIt();
+          const before = deleted();
+          const e = refused(() => importDLPack(made.source), "device", pattern);
+          assert.match(e.message, /deleter was called/, what);
+          assert.equal(deleted(), before + 1, `${what}: deleter once`);
+        }
+      });
+    },
+  },
+  {
+    name: "a claim is checked at its last byte too: a tensor overrunning its allocation is refused",
+    groups: ["fake"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using x = empty([16], "float32", { device: CUDA0 });
+        const before = deleted();
+        refused(() => importDLPack(claim([2, 0], [4096], Number(x.address)).source), "device", /last byte/);
+        assert.equal(deleted(), before + 1);
+        // Negative strides reach below element 0: the first byte is checked there.
+        const below = make({ device: [2, 0], shape: [4], strides: [-1], data: Number(x.address) });
+        refused(() => importDLPack(below.source), "device", /first byte/);
+        using inside = importDLPack(
+          make({ device: [2, 0], shape: [4], strides: [-1], data: Number(x.address), byteOffset: 12 }).source,
+        );
+        assert.equal(inside.verified, true);
+      });
+    },
+  },
+  {
+    name: "claims at hostile addresses (up to the top of the address space) are checked without overflow",
+    groups: ["fake"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        for (const data of [0xffff_ffff_ffff_f000n, 0x8000_0000_0000_0000n, 1n << 52n]) {
+          const made = make({ device: [2, 0], shape: [4], dtype: "float32", data });
+          const before = deleted();
+          refused(() => importDLPack(made.source), "device", /does not know/);
+          assert.equal(deleted(), before + 1);
+        }
+      });
+    },
+  },
+  {
+    name: "true cudaHost and cudaManaged claims import verified and give arrays",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using pinned = zeros([4], "float32", { device: { type: "cudaHost" } });
+        using managed = zeros([4], "float32", { device: { type: "cudaManaged" } });
+        using p = importDLPack(claim([3, 0], [4], Number(pinned.address)).source);
+        using m = importDLPack(claim([13, 0], [4], Number(managed.address)).source);
+        using c = importDLPack(claim([2, 0], [4], Number(managed.address)).source);
+        assert.ok(p.verified && m.verified && c.verified, "managed memory satisfies a cuda claim too");
+        (p.array() as Float32Array)[1] = 7;
+        assert.equal(pinned.get(1), 7);
+        assert.equal(m.array().length, 4);
+      });
+    },
+  },
+  {
+    name: "fromArrayInterface: a false cuda device claim is refused and keepAlive released",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        using host = empty([4], "float32");
+        let released = 0;
+        const keep = { dispose: () => released++ };
+        refused(
+          () => fromArrayInterface({ data: [host.address, false], shape: [4], typestr: "<f4", device: CUDA0 }, keep),
+          "device",
+          /claims cuda:0/,
+        );
+        stats(); // sweeps released pins
+        assert.equal(released, 1);
+        using d = empty([4], "float32", { device: CUDA0 });
+        using ok = fromArrayInterface({ data: [d.address, false], shape: [4], typestr: "<f4", device: CUDA0 });
+        assert.equal(ok.verified, true);
+      });
+    },
+  },
+  {
+    name: "a driver failure while checking a claim refuses the import with the driver's error",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        using x = empty([4], "float32", { device: CUDA0 });
+        const made = claim([2, 0], [4], Number(x.address));
+        const before = deleted();
+        fake.failNext("cuPointerGetAttributes", 999);
+        refused(
+          () => importDLPack(made.source),
+          "cuda",
+          /checking the tensor's cuda:0 claim: cuPointerGetAttributes returned CUDA_ERROR_UNKNOWN \(999\)/,
+        );
+        assert.equal(deleted(), before + 1);
+      });
+    },
+  },
+
+  {
+    name: "through the Python bridge: a device view crosses toPython -> fromPython zero-copy and verified",
+    groups: ["fakepython"],
+    run() {
+      using d = empty([4], "float32", { device: CUDA0 });
+      fill(d, [1, 2, 3, 4]);
+      const py = openPython();
+      const obj = toPython(d, py);
+      assert.deepEqual(obj.get("__dlpack_device__").call().toJS(), [2, 0]);
+      using v = fromPython(obj);
+      assert.equal(v.verified, true, "the capsule's claim went through the driver check");
+      assert.equal(v.address, d.address);
+      assert.deepEqual(v.device, CUDA0);
+      assert.deepEqual(valuesOf(v), [1, 2, 3, 4]);
+      obj.dispose();
+    },
+  },
+
+  // -------------------------------------------------------------------------------------------
+  // Driver errors
+  {
+    name: "driver errors carry the call, the CUresult and the driver's error name; nothing leaks",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        fake.failNext("cuMemAlloc_v2", 2);
+        const e = refused(() => empty([4], "float32", { device: CUDA0 }), "cuda");
+        assert.ok(e instanceof cuda.CudaDriverError);
+        assert.equal(e.result, 2);
+        assert.equal(e.errorName, "CUDA_ERROR_OUT_OF_MEMORY");
+        assert.equal(e.call, "cuMemAlloc_v2");
+        assert.match(e.message, /cuMemAlloc_v2 failed with CUDA_ERROR_OUT_OF_MEMORY \(2\): out of memory/);
+        // A failed memset frees the fresh allocation.
+        fake.failNext("cuMemsetD8_v2", 700);
+        refused(() => zeros([4], "float32", { device: CUDA0 }), "cuda", /CUDA_ERROR_ILLEGAL_ADDRESS \(700\)/);
+        using d = empty([4], "float32", { device: CUDA0 });
+        fake.failNext("cuMemcpyHtoD_v2", 700);
+        using four = hostView([1, 2, 3, 4]);
+        refused(() => d.copyFrom(four), "cuda", /cuMemcpyHtoD_v2 failed with CUDA_ERROR_ILLEGAL/);
+        fake.failNext("cuMemcpyDtoH_v2", 12345);
+        refused(() => d.toHost(), "cuda", /cuMemcpyDtoH_v2 failed with unknown CUresult \(12345\)/);
+        fake.failNext("cuStreamCreate", 201);
+        refused(() => cuda.createStream(), "cuda", /CUDA_ERROR_INVALID_CONTEXT/);
+        fake.failNext("cuCtxPushCurrent_v2", 201);
+        refused(() => d.toHost(), "cuda", /cuCtxPushCurrent_v2 failed/);
+      });
+    },
+  },
+
+  // -------------------------------------------------------------------------------------------
+  // Streams
+  {
+    name: "streams and events: create, record, wait, synchronize, destroy",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        const s = cuda.createStream();
+        const e = cuda.createEvent();
+        assert.ok(s > 2n && e > 0n);
+        cuda.recordEvent(e, s);
+        cuda.waitEvent(cuda.LEGACY_STREAM, e);
+        if (ctx.fake !== null) {
+          assert.deepEqual(ctx.fake.lastWait(), { stream: 1n, event: e, recordedOn: s });
+        }
+        cuda.synchronize(s);
+        cuda.synchronize();
+        cuda.synchronize(cuda.PER_THREAD_STREAM);
+        cuda.destroyEvent(e);
+        cuda.destroyStream(s);
+        refused(() => cuda.destroyStream(1), "cuda", /default streams/);
+        refused(() => cuda.synchronize(-5 as number), "cuda", /handle/);
+      });
+    },
+  },
+  {
+    name: "fenceForConsumer follows the protocol: None, -1, 0, 1, 2 and stream handles",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        using x = empty([4], "float32", { device: CUDA0 });
+        const s = cuda.createStream();
+        const t = cuda.createStream();
+        const waits = () => fake.stats().waits;
+        cuda.setProducerStream(x, s);
+        assert.equal(cuda.producerStream(x), s);
+        let n = waits();
+        cuda.fenceForConsumer(x, undefined); // None: the legacy default stream
+        assert.equal(waits(), ++n);
+        assert.equal(fake.lastWait().stream, 1n);
+        assert.equal(fake.lastWait().recordedOn, s);
+        cuda.fenceForConsumer(x, -1);
+        assert.equal(waits(), n, "-1: no synchronization");
+        refused(() => cuda.fenceForConsumer(x, 0), "cuda", /stream 0 is not allowed/);
+        cuda.fenceForConsumer(x, 2);
+        assert.equal(waits(), ++n);
+        assert.deepEqual([fake.lastWait().stream, fake.lastWait().recordedOn], [2n, s]);
+        cuda.fenceForConsumer(x, t);
+        assert.deepEqual([fake.lastWait().stream, fake.lastWait().recordedOn], [t, s]);
+        n++;
+        cuda.fenceForConsumer(x, s);
+        assert.equal(waits(), n, "same stream: nothing to wait for");
+        cuda.setProducerStream(x, null);
+        cuda.fenceForConsumer(x, t);
+        assert.deepEqual([fake.lastWait().stream, fake.lastWait().recordedOn], [t, 1n]);
+        n++;
+        cuda.fenceForConsumer(x, 1n);
+        assert.equal(waits(), n, "legacy to legacy");
+        using host = empty([4], "float32");
+        cuda.fenceForConsumer(host, null);
+        refused(() => cuda.fenceForConsumer(host, 1), "device", /stream must be None for cpu data/);
+        refused(() => cuda.setProducerStream(host, s), "device");
+        cuda.destroyStream(s);
+        cuda.destroyStream(t);
+      });
+    },
+  },
+  {
+    name: "__dlpack__({ stream }) fences CUDA data before handing out the capsule",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        using x = empty([4], "float32", { device: CUDA0 });
+        const t = cuda.createStream();
+        const n = fake.stats().waits;
+        const capsule = x.__dlpack__({ maxVersion: [1, 3], stream: t });
+        assert.equal(fake.stats().waits, n + 1);
+        assert.deepEqual([fake.lastWait().stream, fake.lastWait().recordedOn], [t, 1n]);
+        capsule.dispose();
+        refused(() => x.__dlpack__({ maxVersion: [1, 3], stream: 0 }), "cuda", /stream 0/);
+        x.__dlpack__({ maxVersion: [1, 3], stream: -1 }).dispose();
+        assert.equal(fake.stats().waits, n + 1);
+        using pinned = empty([4], "float32", { device: { type: "cudaHost" } });
+        pinned.__dlpack__({ maxVersion: [1, 3], stream: t }).dispose();
+        assert.equal(fake.stats().waits, n + 2, "pinned memory written by kernels is fenced as well");
+        cuda.destroyStream(t);
+      });
+    },
+  },
+  {
+    name: "exports carry the producer stream and an event; fenceExport waits on that event",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        using x = empty([4], "float32", { device: CUDA0 });
+        const s = cuda.createStream();
+        const t = cuda.createStream();
+        cuda.setProducerStream(x, s);
+        const events = cuda.cudaStats().events;
+        const records = fake.stats().records;
+        const capsule = exportDLPack(x);
+        assert.equal(cuda.cudaStats().events, events + 1, "the export holds an event");
+        assert.equal(fake.stats().records, records + 1, "recorded on the producer stream at export");
+        const n = fake.stats().waits;
+        cuda.fenceExport(capsule, t);
+        assert.equal(fake.stats().waits, n + 1);
+        const wait = fake.lastWait();
+        assert.deepEqual([wait.stream, wait.recordedOn], [t, s]);
+        assert.equal(fake.stats().records, records + 1, "no new event: the export's own");
+        cuda.fenceExport(capsule, -1);
+        cuda.fenceExport(capsule, s);
+        assert.equal(fake.stats().waits, n + 1, "-1 and the producer stream itself: no wait");
+        refused(() => cuda.fenceExport(capsule, 0), "cuda", /stream 0/);
+        // The native entry a Python __dlpack__ calls: -1 as all ones, 0 refused.
+        assert.equal(core().dlpk_cuda_export_fence(capsule.address, 1, (1n << 64n) - 1n), 0);
+        assert.equal(core().dlpk_cuda_export_fence(capsule.address, 1, 0), -2);
+        assert.equal(core().dlpk_cuda_export_fence(capsule.address, 1, 2), 0);
+        // Not one of our exports (NULL, misaligned, someone else's struct): refused, nothing read.
+        assert.equal(core().dlpk_cuda_export_fence(0, 1, 1), -2);
+        assert.equal(core().dlpk_cuda_export_fence(capsule.address + 4n, 1, 1), -2);
+        const foreign = make({ device: [2, 0], shape: [1], data: "null" });
+        assert.equal(core().dlpk_cuda_export_fence(foreign.address, 1, 1), -2);
+        tp.tp_consume(foreign.address, 1);
+        assert.deepEqual([fake.lastWait().stream, fake.lastWait().recordedOn], [2n, s]);
+        capsule.dispose();
+        assert.equal(cuda.cudaStats().events, events, "the event goes with the export");
+        cuda.setProducerStream(x, null);
+        const plain = exportDLPackLegacy(x);
+        cuda.fenceExport(plain, t);
+        assert.deepEqual([fake.lastWait().stream, fake.lastWait().recordedOn], [t, 1n]);
+        plain.dispose();
+        using host = empty([2], "float32");
+        const hostCapsule = exportDLPack(host);
+        refused(() => cuda.fenceExport(hostCapsule, t), "cuda", /invalid argument/);
+        hostCapsule.dispose();
+        cuda.destroyStream(s);
+        cuda.destroyStream(t);
+      });
+    },
+  },
+  {
+    name: "copies are ordered on the producer stream (or the given one) and complete on return",
+    groups: ["fake"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      noLeaks(ctx, () => {
+        using x = empty([4], "float32", { device: CUDA0 });
+        fill(x, [1, 2, 3, 4]);
+        const s = cuda.createStream();
+        let f = fake.stats();
+        x.toHost().dispose();
+        assert.equal(fake.stats().syncCopies, f.syncCopies + 1, "no producer stream: synchronous copy");
+        cuda.setProducerStream(x, s);
+        f = fake.stats();
+        using h = x.toHost();
+        assert.deepEqual(Array.from(h.array() as Float32Array), [1, 2, 3, 4]);
+        assert.equal(fake.stats().asyncCopies, f.asyncCopies + 1, "queued on the producer stream");
+        assert.equal(fake.stats().syncs, f.syncs + 1, "and awaited");
+        f = fake.stats();
+        using reversed = hostView([4, 3, 2, 1]);
+        x.copyFrom(reversed, { stream: 2 });
+        assert.equal(fake.stats().asyncCopies, f.asyncCopies + 1);
+        assert.deepEqual(valuesOf(x), [4, 3, 2, 1]);
+        cuda.destroyStream(s);
+      });
+    },
+  },
+  {
+    name: "every driver call ran with the right context current, and the context stack is balanced",
+    groups: ["fake"],
+    run(ctx) {
+      const f = fakeOf(ctx).stats();
+      assert.equal(f.wrongContext, 0);
+      assert.equal(f.contextDepth, 0);
+      assert.ok(f.retains >= 1 && f.retains <= 2, "one primary-context retain per device used");
+      assert.equal(cuda.cudaStats().freeFailures, 0);
+    },
+  },
+
+  // -------------------------------------------------------------------------------------------
+  // Without a driver
+  {
+    name: "available() is false and says why",
+    groups: ["missing"],
+    run() {
+      const status = cuda.available();
+      assert.equal(status.available, false);
+      assert.equal(status.deviceCount, 0);
+      assert.match(
+        status.reason!,
+        /^\/nonexistent\/libcuda\.so\.1 \(from DLPACK_CUDA_LIB\) could not be loaded: .*No such file/,
+      );
+    },
+  },
+  {
+    name: 'every CUDA call throws DLPackError "cuda" saying the driver is missing and why',
+    groups: ["missing"],
+    run() {
+      using unverified = importDLPack(make({ device: [2, 0], shape: [4] }).source);
+      using host = empty([4], "float32");
+      const calls: [string, () => unknown][] = [
+        ["devices", () => cuda.devices()],
+        ["pointerInfo", () => cuda.pointerInfo(host.address)],
+        ["createStream", () => cuda.createStream()],
+        ["synchronize", () => cuda.synchronize()],
+        ["createEvent", () => cuda.createEvent()],
+        ["empty cuda", () => empty([4], "float32", { device: CUDA0 })],
+        ["zeros cudaHost", () => zeros([4], "float32", { device: { type: "cudaHost" } })],
+        ["empty cudaManaged", () => empty([4], "float32", { device: { type: "cudaManaged" } })],
+        ["toHost", () => unverified.toHost()],
+        ["copyFrom into device", () => unverified.assumeWritable().copyFrom(host)],
+        ["copyFrom from device", () => host.copyFrom(unverified)],
+        ["copy", () => unverified.copy()],
+        ["fence with a handle", () => cuda.fenceForConsumer(unverified, 0x7f00n)],
+        ["__dlpack__ with a handle", () => unverified.__dlpack__({ stream: 0x7f00 })],
+      ];
+      for (const [what, call] of calls) {
+        const e = refused(call, "cuda", MISSING);
+        assert.ok(!(e instanceof cuda.CudaDriverError), what);
+      }
+      assert.deepEqual(cuda.cudaStats(), {
+        deviceAllocations: 0,
+        deviceBytes: 0,
+        hostAllocations: 0,
+        hostBytes: 0,
+        managedAllocations: 0,
+        managedBytes: 0,
+        events: 0,
+        freeFailures: 0,
+      });
+    },
+  },
+  {
+    name: "CUDA-claimed tensors import unverified; device views refuse array(), host kinds give arrays",
+    groups: ["missing"],
+    run() {
+      using d = importDLPack(make({ device: [2, 1], shape: [4] }).source);
+      assert.equal(d.verified, false);
+      assert.deepEqual(d.device, { type: "cuda", id: 1 });
+      refused(() => d.array(), "device", /cuda:1/);
+      d.require({ device: { type: "cuda", id: 1 } });
+      const e = refused(() => d.require({ device: { type: "cuda", id: 0 } }), "requirements");
+      assert.deepEqual(e.refusals, ["device: required cuda:0, got cuda:1"]);
+      using p = importDLPack(make({ device: [3, 0], shape: [4] }).source);
+      using m = importDLPack(make({ device: [13, 0], shape: [4] }).source);
+      assert.ok(!p.verified && !m.verified);
+      assert.equal(p.array().length, 4);
+      assert.equal(m.array().length, 4);
+      using c = importDLPack(make({ shape: [4] }).source);
+      assert.equal(c.verified, true);
+    },
+  },
+  {
+    name: "stream None and -1 need no driver for CUDA data; host copies need none at all",
+    groups: ["missing"],
+    run() {
+      using d = importDLPack(make({ device: [2, 0], shape: [4] }).source);
+      d.__dlpack__({ maxVersion: [1, 3] }).dispose();
+      d.__dlpack__({ maxVersion: [1, 3], stream: -1 }).dispose();
+      d.__dlpack__({ maxVersion: [1, 3], stream: 1 }).dispose();
+      using a = hostView([1, 2, 3, 4, 5, 6], [2, 3]);
+      using b = empty([2, 3], "float32");
+      b.copyFrom(a);
+      assert.deepEqual(Array.from(b.array() as Float32Array), [1, 2, 3, 4, 5, 6]);
+      using t = importDLPack(exportDLPack(a, { shape: [3, 2], strides: [1, 3] }));
+      using c = empty([3, 2], "float32");
+      c.copyFrom(t);
+      assert.deepEqual(Array.from(c.array() as Float32Array), [1, 4, 2, 5, 3, 6]);
+      // Overlapping views of one buffer: memmove semantics.
+      using buf = hostView([0, 1, 2, 3, 4, 5, 6, 7]);
+      using lo = importDLPack(exportDLPack(buf, { shape: [6] }));
+      using hi = importDLPack(exportDLPack(buf, { shape: [6], offset: 2 }));
+      lo.copyFrom(hi);
+      assert.deepEqual(Array.from(buf.array() as Float32Array), [2, 3, 4, 5, 6, 7, 6, 7]);
+      using h = a.toHost();
+      assert.deepEqual(Array.from(h.array() as Float32Array), [1, 2, 3, 4, 5, 6]);
+    },
+  },
+  {
+    name: "a driver whose cuInit fails is reported with the driver's error name",
+    groups: ["noinit"],
+    run() {
+      const status = cuda.available();
+      assert.equal(status.available, false);
+      assert.match(status.reason!, /^cuInit failed: CUDA_ERROR_NO_DEVICE \(100\): no CUDA-capable device is detected/);
+      refused(() => empty([1], "float32", { device: CUDA0 }), "cuda", /cuInit failed: CUDA_ERROR_NO_DEVICE/);
+      using d = importDLPack(make({ device: [2, 0], shape: [4] }).source);
+      assert.equal(d.verified, false);
+    },
+  },
+  {
+    name: "a library that is not a CUDA driver is reported as such",
+    groups: ["notdriver"],
+    run() {
+      const status = cuda.available();
+      assert.equal(status.available, false);
+      assert.match(status.reason!, /\(from DLPACK_CUDA_LIB\) has no symbol cuInit: not a CUDA driver/);
+    },
+  },
+];
