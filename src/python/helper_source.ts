@@ -16,8 +16,11 @@ _lib.dlpk_py_capsule.restype = _ctypes.py_object
 _lib.dlpk_py_capsule.argtypes = [_ctypes.c_size_t, _ctypes.c_uint32]
 _lib.dlpk_managed_delete.restype = None
 _lib.dlpk_managed_delete.argtypes = [_ctypes.c_double, _ctypes.c_uint32]  # addresses cross as f64
+_lib.dlpk_cuda_export_fence.restype = _ctypes.c_int32
+_lib.dlpk_cuda_export_fence.argtypes = [_ctypes.c_size_t, _ctypes.c_uint32, _ctypes.c_size_t]
 
-_HOST = (1, 3, 11, 13)  # CPU, CUDAHost, ROCMHost, CUDAManaged: streams mean nothing there
+_HOST = (1, 11)  # CPU, ROCMHost: only stream=None
+_CUDA = (2, 3, 13)  # CUDA, CUDAHost, CUDAManaged: the consumer's stream waits for the producer's
 
 
 class DLPackTensor:
@@ -45,10 +48,15 @@ class DLPackTensor:
                 "dlpack-ts: cannot export data on device %r to device %r%s"
                 % (self._device, tuple(dl_device), " without a copy" if copy is False else "")
             )
-        if stream is not None and self._device[0] in _HOST:
+        if self._device[0] in _CUDA:
+            # None means the legacy default stream (1); -1 (all ones) asks for no synchronisation.
+            status = _lib.dlpk_cuda_export_fence(template, 1, (1 if stream is None else stream) & 0xFFFFFFFFFFFFFFFF)
+            if status == -2:
+                raise BufferError("dlpack-ts: stream 0 is not allowed (use 1 for the legacy default stream)")
+            if status != 0:
+                raise BufferError("dlpack-ts: could not order the consumer stream after the producer (status %d)" % status)
+        elif stream is not None:
             raise BufferError("dlpack-ts: stream must be None for host data, got %r" % (stream,))
-        if stream is not None:
-            raise BufferError("dlpack-ts: stream fencing for device %r is not available" % (self._device,))
         versioned = max_version is not None and tuple(max_version)[0] >= 1
         if not versioned and self._readonly and not copy:
             raise BufferError(

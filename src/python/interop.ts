@@ -10,6 +10,7 @@ import { I32, refusalError, scratch, U32 } from "../description.ts";
 import { type ArrayInterface, importArrayInterface } from "../array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
 import { deviceCode, type DeviceType } from "../devices.ts";
+import { isCudaFamily, setProducerStream } from "../cuda.ts";
 import { fromDLDataType } from "../dtypes.ts";
 import { BufferView, viewFromScratch } from "../view.ts";
 import {
@@ -105,7 +106,13 @@ export function fromPython(
       s.capi.Py_DecRef(result);
     }
   });
-  if (view !== undefined) return view;
+  if (view !== undefined) {
+    // The producer ordered its work before our stream: later exports of this view fence on it.
+    if (opts.stream !== undefined && opts.stream !== null && isCudaFamily(view.device.type)) {
+      setProducerStream(view, opts.stream);
+    }
+    return view;
+  }
   const fields = iface!;
   if (fields.masked) throw new DLPackError("null_data", `${producer} is a masked array; masks are not supported`);
   // The view keeps the Python object alive: its memory belongs to it.

@@ -564,6 +564,33 @@ export const CASES: readonly CudaCase[] = [
     },
   },
 
+  {
+    name: "through the Python bridge: __dlpack__(stream=...) makes the consumer's stream wait on the producer's",
+    groups: ["fakepython"],
+    run(ctx) {
+      const fake = fakeOf(ctx);
+      using d = empty([4], "float32", { device: CUDA0 });
+      const producer = cuda.createStream();
+      const consumer = cuda.createStream();
+      cuda.setProducerStream(d, producer);
+      const py = openPython();
+      const obj = toPython(d, py);
+      py.set("t", obj);
+      py.exec(`c = t.__dlpack__(max_version=(1, 0), stream=${consumer})`);
+      const wait = fake.lastWait();
+      assert.equal(wait.stream, consumer, "the consumer's stream waits");
+      assert.equal(wait.recordedOn, producer, "on an event recorded on the producer's stream");
+      assert.throws(
+        () => py.exec("t.__dlpack__(max_version=(1, 0), stream=0)"),
+        /BufferError: .*stream 0 is not allowed/,
+      );
+      py.exec("del c, t");
+      obj.dispose();
+      cuda.destroyStream(producer);
+      cuda.destroyStream(consumer);
+    },
+  },
+
   // -------------------------------------------------------------------------------------------
   // Driver errors
   {
