@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "79e3d69268fd38bff2856f698ee96891a656d214e9d5bb43634ee39cdfb3bcda",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "00a667307c967bf63a4d7e8fc213fdb2c5344f31f0530bcefbbe6e93f964567d",
-  "libdlpack-0.1.0-linux-aarch64.so": "d6d589f70aefe05c0d8df201f6885ee35948062f5831049f4c049fcd671514f6",
-  "libdlpack-0.1.0-linux-x86_64.so": "52f12774c678f9d1b3a71823784ae6c3f58294a2537db65bde2eeb1d16ac5307",
-  "libdlpack-0.1.0-windows-x86_64.dll": "14030d7f5b31bd3f3b018960f7eee892a847da7e06f6c31277460e90bf2e19f2",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "373010a06a2c5245f8241c46424164c65aa90109a8fef4b4087f708df7e33d6e",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "8c22f4d190bcab2cb546f1ce912f71b009cbf9637553f65f2d7f31617684a7a2",
+  "libdlpack-0.1.0-linux-aarch64.so": "e24891f270389933838f5b8091db00abe06ab20d1d3d465dbbf140e2714877f0",
+  "libdlpack-0.1.0-linux-x86_64.so": "d59d4246a90bd03b442fa618fb91427d278b6fbd77fe08a20cf4b7b8439bc765",
+  "libdlpack-0.1.0-windows-x86_64.dll": "78766b6f06c2df88168ed91f74a96fa8b15799800d20e6c8e839bd7446005dcc",
 });

@@ -202,6 +202,9 @@ export function core(): Bound<Symbols> {
       `${path} describes tensors in ${size} bytes, this module expects ${DESCRIPTION_BYTES}: rebuild it with ${BUILD_COMMAND}`,
     );
   }
+  // Deleters and capsule destructors handed to foreign code point into this library: it must stay
+  // mapped even if this runtime closes its handle (Deno does when an isolate ends).
+  lib.symbols.dlpk_retain_library();
   loaded = lib;
   return lib.symbols;
 }

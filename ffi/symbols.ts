@@ -6,7 +6,7 @@
 import type { SymbolTable } from "./types.ts";
 
 /** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 5;
+export const ABI_VERSION = 6;
 
 /** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
 export const DESCRIPTION_BYTES = 120 + 16 * 64;
@@ -18,16 +18,18 @@ export const symbols = {
   // do not (Deno converts number -> u64 on a slow path).
   dlpk_abi_version: { args: [], returns: "u32" },
   dlpk_description_size: { args: [], returns: "u32" },
+  dlpk_retain_library: { args: [], returns: "i32" },
   dlpk_import: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
   dlpk_owner_release: { args: ["f64"], returns: "void" },
-  dlpk_pin_new: { args: ["f64", "f64", "f64"], returns: "i32" },
-  dlpk_pins_drain: { args: ["f64", "u32"], returns: "u32" },
+  dlpk_pin_domain: { args: [], returns: "f64" },
+  dlpk_pin_new: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },
+  dlpk_pins_drain: { args: ["f64", "f64", "u32"], returns: "u32" },
   dlpk_stats: { args: ["f64"], returns: "u32" },
   dlpk_export: { args: ["u32", "f64"], returns: "i32" },
   // The TypedArray itself is the first argument: the runtime passes its data pointer.
-  dlpk_export_buffer: { args: ["buffer", "f64", "f64", "u32", "f64"], returns: "i32" },
+  dlpk_export_buffer: { args: ["buffer", "f64", "f64", "f64", "u32", "f64"], returns: "i32" },
   dlpk_managed_delete: { args: ["f64", "u32"], returns: "void" },
   dlpk_is_own_export: { args: ["f64", "u32"], returns: "u32" },
   dlpk_alloc: { args: ["f64", "f64", "u32", "f64"], returns: "i32" },
@@ -38,8 +40,15 @@ export const symbols = {
   dlpk_py_none: { args: [], returns: "usize" },
   dlpk_py_take_error: { args: ["buffer", "u32"], returns: "i32" },
   dlpk_py_consume: { args: ["f64", "u32", "f64"], returns: "i32" },
-  // Called by Python through ctypes, listed so the table names every export of the library.
-  dlpk_py_capsule: { args: ["usize", "u32"], returns: "usize" },
+  dlpk_py_install: { args: ["f64", "f64", "f64"], returns: "i32" },
+  dlpk_py_attach_thread: { args: [], returns: "i32" },
+  dlpk_py_decref: { args: ["f64"], returns: "void" },
+  dlpk_py_call1: { args: ["f64", "f64"], returns: "f64" },
+  dlpk_py_wrap: { args: ["f64", "u32"], returns: "f64" },
+  dlpk_py_from: {
+    args: ["f64", "i32", "i32", "i32", "i32", "i32", "f64", "u32", "f64", "f64", "u32"],
+    returns: "i32",
+  },
 
   // CUDA (zig/src/cuda.zig; the driver is dlopen'ed at first use, so none of these needs CUDA to
   // load). Statuses: 0 ok, > 0 a CUresult, < 0 a library status (-1: no driver). Data addresses

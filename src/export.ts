@@ -10,7 +10,7 @@ import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, dtypeOfArray
 import { deviceCode, type DeviceType } from "./devices.ts";
 import { I32, refusalError, scratch, U32 } from "./description.ts";
 import { checkShape, checkStrides, cStrides, reach } from "./layout.ts";
-import { newPinId, recordPin } from "./owner.ts";
+import { newPinId, pinDomain, recordPin } from "./owner.ts";
 import { Capsule } from "./capsule.ts";
 import { BufferView } from "./view.ts";
 import { copyOf } from "./alloc.ts";
@@ -163,7 +163,7 @@ function exportTypedArray(
   s.setAddress(layout.byteOffset);
   writeLayout(s, { type: "cpu", id: 0 }, layout, exportFlags);
   const id = newPinId();
-  const status = core().dlpk_export_buffer(x, id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
+  const status = core().dlpk_export_buffer(x, pinDomain(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
   if (status !== 0) throw refusalError(status, s, false);
   // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
   recordPin(id, x);

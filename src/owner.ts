@@ -139,10 +139,22 @@ let sweepTimer: unknown;
  * runs on the JS thread when that is noticed (for objects that need an explicit release). */
 export function pin(value: unknown, bytes: number, onRelease?: () => void): number {
   const id = newPinId();
-  const status = core().dlpk_pin_new(id, bytes, scratch.at);
+  const status = core().dlpk_pin_new(pinDomain(), id, bytes, scratch.at);
   if (status !== 0) throw new DLPackError("library", `could not pin memory (status ${status})`);
   recordPin(id, value, onRelease);
   return scratch.owner();
+}
+
+let domain = 0;
+
+/** This realm's pin domain: released pins come back to the realm that made them (each Worker and
+ * each module instance has its own pin table). */
+export function pinDomain(): number {
+  if (domain === 0) {
+    domain = core().dlpk_pin_domain();
+    if (domain === 0) throw new DLPackError("library", "out of memory making the pin domain");
+  }
+  return domain;
 }
 
 /** The id for a pin about to be made natively (`dlpk_export_buffer` makes its own). */
@@ -174,7 +186,7 @@ export function sweepPins(): number {
   const lib = core();
   let total = 0;
   for (;;) {
-    const n = lib.dlpk_pins_drain(drainedAt ||= runtime().addressOf(drained), drained.length);
+    const n = lib.dlpk_pins_drain(pinDomain(), drainedAt ||= runtime().addressOf(drained), drained.length);
     for (let i = 0; i < n; i++) {
       const entry = pinned.get(drained[i]);
       pinned.delete(drained[i]);

@@ -4,10 +4,11 @@
  * holds the GIL around every call. `PyObject` handles hold one reference each.
  * @module
  */
-import { core, corePath, openLibrary, runtime } from "../../ffi/mod.ts";
+import { core, openLibrary, runtime } from "../../ffi/mod.ts";
 import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
 import type { Bound } from "../../ffi/types.ts";
 import { DLPackError } from "../errors.ts";
+import { LazyBackstop } from "../owner.ts";
 import { toAddress } from "../address.ts";
 import { discoverPython, type PythonInstall } from "./discover.ts";
 import { HELPER_SOURCE } from "./helper_source.ts";
@@ -88,13 +89,16 @@ function start(library: string | undefined): BridgeState {
     capi.PyEval_SaveThread(); // release the GIL; every call takes it with PyGILState_Ensure
     initializedHere = true;
   }
+  // A lasting thread state for this thread: without one (an interpreter started on another thread,
+  // as in a Worker or a second isolate), each PyGILState_Release would drop the thread state and
+  // any exception pending between two calls.
+  lib.dlpk_py_attach_thread();
   const partial = { capi, install, none: lib.dlpk_py_none(), initializedHere };
   return withGil(partial, (): BridgeState => {
     const bootstrap = [
       "import sys as _s, types as _t",
       "if 'dlpack_ts' not in _s.modules:",
       "    _m = _t.ModuleType('dlpack_ts')",
-      `    _m._DLPK_LIB = ${JSON.stringify(corePath())}`,
       `    exec(${JSON.stringify(HELPER_SOURCE)}, _m.__dict__)`,
       "    _s.modules['dlpack_ts'] = _m",
     ].join("\n");
@@ -112,6 +116,8 @@ function start(library: string | undefined): BridgeState {
       toJson: attr("_to_json"),
       tensorClass: attr("DLPackTensor"),
     };
+    // Native builtins for DLPackTensor, and the objects the native fast paths call.
+    if (lib.dlpk_py_install(module, s.capsuleOf, s.tensorClass) !== 0) throw pythonError("installing dlpack_ts");
     const extend = attr("_extend_path");
     const args = toPythonTuple(s, [install.path, install.executable ?? null]);
     capi.Py_DecRef(check(capi.PyObject_Call(extend, args, 0), "dlpack_ts._extend_path"));
@@ -184,21 +190,28 @@ export function toPythonTuple(s: BridgeState, values: readonly PyArg[]): number 
   return tuple;
 }
 
-const registry = new FinalizationRegistry<number>((handle) => {
-  const s = state;
-  if (s !== undefined) withGil(s, () => s.capi.Py_DecRef(handle));
-});
+/** Drops the reference of PyObjects collected without `dispose()` (a backstop). */
+const registry = new LazyBackstop<number>(
+  (handle) => core().dlpk_py_decref(handle),
+  (holder) => !(holder as PyObject).disposed,
+);
 
 /** A Python object: one reference, released by `dispose()` (or, as a backstop, by GC). */
 export class PyObject {
   #handle: number;
   #py: Python;
+  #epoch: number;
 
   /** @internal Takes over a new reference. */
   constructor(handle: number, py: Python) {
     this.#handle = handle;
     this.#py = py;
-    registry.register(this, handle, this);
+    this.#epoch = registry.add(this, handle);
+  }
+
+  /** Whether `dispose()` ran. */
+  get disposed(): boolean {
+    return this.#handle === 0;
   }
 
   /** The `PyObject*` (pass `{ handle }` objects of other bridges the same way). */
@@ -228,6 +241,13 @@ export class PyObject {
 
   /** `obj(*args)`. */
   call(...args: PyArg[]): PyObject {
+    if (args.length === 1 && args[0] instanceof PyObject) {
+      // The common `f(obj)`: one native call (it takes the GIL itself).
+      const h = this.#live();
+      const result = core().dlpk_py_call1(h, args[0].handleNumber);
+      if (result === 0) throw pythonError("call");
+      return new PyObject(result, this.#py);
+    }
     return this.callWith(args);
   }
 
@@ -286,10 +306,9 @@ export class PyObject {
     const h = this.#handle;
     if (h === 0) return;
     this.#handle = 0;
-    registry.unregister(this);
+    registry.remove(this, this.#epoch);
     // Releasing a reference stays allowed after close(): the interpreter is still running.
-    const s = this.#py.rawState;
-    withGil(s, () => s.capi.Py_DecRef(h));
+    core().dlpk_py_decref(h);
   }
 
   /** Same as {@link PyObject.dispose}, for `using`. */
@@ -323,11 +342,6 @@ export class Python {
   /** @internal The shared state, checked open. */
   get state(): BridgeState {
     if (this.#closed) throw new DLPackError("python", "this Python bridge was closed");
-    return this.#state;
-  }
-
-  /** @internal The shared state even after close (for releasing references). */
-  get rawState(): BridgeState {
     return this.#state;
   }
 

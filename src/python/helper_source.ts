@@ -1,26 +1,29 @@
 /**
- * The Python half of the bridge, run once per interpreter as the module `dlpack_ts`. It calls
- * libdlpack through ctypes.PyDLL (the GIL stays held), so capsules and deleters stay native and
- * nothing ever calls back into JavaScript.
+ * The Python half of the bridge, run once per interpreter as the module `dlpack_ts`. Capsules,
+ * releases and CUDA fences go through builtins libdlpack installs on it (plain C functions, no
+ * ctypes), so deleters stay native and nothing ever calls back into JavaScript.
  * @module
  */
 
-/** Python source of the `dlpack_ts` module; `_DLPK_LIB` (libdlpack's path) is set before it runs. */
+/** Python source of the `dlpack_ts` module. */
 export const HELPER_SOURCE = `
-import ctypes as _ctypes
 import json as _json
 import sys as _sys
 
-_lib = _ctypes.PyDLL(_DLPK_LIB)
-_lib.dlpk_py_capsule.restype = _ctypes.py_object
-_lib.dlpk_py_capsule.argtypes = [_ctypes.c_size_t, _ctypes.c_uint32]
-_lib.dlpk_managed_delete.restype = None
-_lib.dlpk_managed_delete.argtypes = [_ctypes.c_double, _ctypes.c_uint32]  # addresses cross as f64
-_lib.dlpk_cuda_export_fence.restype = _ctypes.c_int32
-_lib.dlpk_cuda_export_fence.argtypes = [_ctypes.c_size_t, _ctypes.c_uint32, _ctypes.c_size_t]
+# _native_capsule(template, flags), _native_release(template) and _native_fence(template, stream)
+# are builtins libdlpack adds to this module right after it runs (dlpk_py_install).
 
 _HOST = (1, 11)  # CPU, ROCMHost: only stream=None
 _CUDA = (2, 3, 13)  # CUDA, CUDAHost, CUDAManaged: the consumer's stream waits for the producer's
+_DTYPES = {
+    (6, 8): "bool", (0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
+    (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
+    (2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16",
+    (5, 32): "complex32", (5, 64): "complex64", (5, 128): "complex128",
+    (7, 8): "float8_e3m4", (8, 8): "float8_e4m3", (9, 8): "float8_e4m3b11fnuz", (10, 8): "float8_e4m3fn",
+    (11, 8): "float8_e4m3fnuz", (12, 8): "float8_e5m2", (13, 8): "float8_e5m2fnuz", (14, 8): "float8_e8m0fnu",
+    (15, 6): "float6_e2m3fn", (16, 6): "float6_e3m2fn", (17, 4): "float4_e2m1fn",
+}
 
 
 class DLPackTensor:
@@ -30,14 +33,20 @@ class DLPackTensor:
     accept it. The JS memory stays pinned until this object and every array made from it are gone.
     """
 
-    __slots__ = ("_template", "_device", "_readonly", "shape", "dtype", "__weakref__")
+    __slots__ = ("_template", "_device", "_readonly", "shape", "_code", "_bits", "__weakref__")
 
-    def __init__(self, template, device_type, device_id, readonly, shape, dtype):
+    def __init__(self, template, device_type, device_id, readonly, shape, code, bits):
         self._template = template
         self._device = (device_type, device_id)
-        self._readonly = bool(readonly)
-        self.shape = tuple(shape)
-        self.dtype = dtype
+        self._readonly = readonly
+        self.shape = shape
+        self._code = code
+        self._bits = bits
+
+    @property
+    def dtype(self):
+        """The dtype's name ("float32", "bfloat16", ...)."""
+        return _DTYPES.get((self._code, self._bits), "code %d bits %d" % (self._code, self._bits))
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         template = self._template
@@ -50,7 +59,7 @@ class DLPackTensor:
             )
         if self._device[0] in _CUDA:
             # None means the legacy default stream (1); -1 (all ones) asks for no synchronisation.
-            status = _lib.dlpk_cuda_export_fence(template, 1, (1 if stream is None else stream) & 0xFFFFFFFFFFFFFFFF)
+            status = _native_fence(template, (1 if stream is None else stream) & 0xFFFFFFFFFFFFFFFF)
             if status == -2:
                 raise BufferError("dlpack-ts: stream 0 is not allowed (use 1 for the legacy default stream)")
             if status != 0:
@@ -63,7 +72,7 @@ class DLPackTensor:
                 "dlpack-ts: read-only data cannot be exported through the legacy DLPack struct"
                 " (ask for max_version >= (1, 0))"
             )
-        return _lib.dlpk_py_capsule(template, (1 if versioned else 0) | (2 if copy else 0))
+        return _native_capsule(template, (1 if versioned else 0) | (2 if copy else 0))
 
     def __dlpack_device__(self):
         return self._device
@@ -76,7 +85,7 @@ class DLPackTensor:
         template = self._template
         if template:
             self._template = 0
-            _lib.dlpk_managed_delete(template, 1)
+            _native_release(template)
 
     def __del__(self):
         try:

@@ -5,13 +5,13 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
+import { toAddress } from "../address.ts";
 import { DLPackError } from "../errors.ts";
 import { I32, refusalError, scratch, U32 } from "../description.ts";
 import { type ArrayInterface, importArrayInterface } from "../array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
 import { deviceCode, type DeviceType } from "../devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda.ts";
-import { fromDLDataType } from "../dtypes.ts";
 import { BufferView, viewFromScratch } from "../view.ts";
 import {
   bridge,
@@ -39,6 +39,8 @@ export interface FromPythonOptions {
 
 const STATUS_CONSUMED = 14;
 const STATUS_CAPSULE_NAME = 15;
+const STATUS_INTERFACE = 20;
+const STATUS_RAISED = 21;
 const READ_ONLY = 1;
 
 function stateOf(obj: unknown): { s: BridgeState; py: Python | undefined } {
@@ -59,61 +61,91 @@ export function fromPython(
   opts: FromPythonOptions = {},
 ): BufferView {
   const { s, py } = stateOf(obj);
+  const handle = obj instanceof PyObject ? obj.handleNumber : toAddress(obj.handle, "handle");
+  if (handle === 0) throw new DLPackError("python", "fromPython needs a Python object, got a NULL handle");
   const maxVersion = opts.maxVersion === undefined ? [1, 3] : opts.maxVersion;
-  const device = opts.device ? [deviceCode(opts.device.type), opts.device.id ?? 0] : null;
-  const args: PyArg[] = [obj as PyArg, maxVersion, opts.copy ?? null, device, opts.stream ?? null];
-  let iface: (ArrayInterface & { masked?: boolean }) | undefined;
-  let producer = "";
-  const view = withGil(s, () => {
-    const tuple = toPythonTuple(s, args);
+  const stream = opts.stream === undefined || opts.stream === null ? NaN : Number(opts.stream);
+  // One native call: the negotiation in dlpack_ts._capsule_of, then the capsule checks and import.
+  const status = core().dlpk_py_from(
+    handle,
+    maxVersion === null ? -1 : maxVersion[0],
+    maxVersion === null ? -1 : maxVersion[1],
+    opts.copy === undefined || opts.copy === null ? -1 : opts.copy ? 1 : 0,
+    opts.device ? deviceCode(opts.device.type) : -1,
+    opts.device?.id ?? 0,
+    stream,
+    0,
+    scratch.at,
+    nameAt(),
+    NAME_BYTES,
+  );
+  if (status === STATUS_RAISED) throw pythonError("__dlpack__");
+  const producer = producerName();
+  if (status === STATUS_INTERFACE) return fromArrayInterfaceOf(s, py, obj, producer);
+  if (status === STATUS_CONSUMED) {
+    throw new DLPackError("consumed", `the capsule from ${producer} was already consumed (its name starts with used_)`);
+  }
+  if (status === STATUS_CAPSULE_NAME) {
+    throw new DLPackError(
+      "python",
+      `${producer} returned a capsule that is not named "dltensor" or "dltensor_versioned"`,
+    );
+  }
+  if (status !== 0) throw refusalError(status, scratch, false);
+  const versioned = scratch.i32[I32.major] >= 0;
+  const flags = scratch.u32[U32.flags];
+  const view = viewFromScratch(
+    scratch,
+    versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
+    producer,
+    "external",
+  );
+  // The producer ordered its work before our stream: later exports of this view fence on it.
+  if (opts.stream !== undefined && opts.stream !== null && isCudaFamily(view.device.type)) {
+    setProducerStream(view, opts.stream);
+  }
+  return view;
+}
+
+const NAME_BYTES = 256;
+const nameBuffer = new Uint8Array(NAME_BYTES);
+let nameAddress = 0;
+const decoder = new TextDecoder();
+let lastName = "";
+let lastNameBytes = new Uint8Array(0);
+
+function nameAt(): number {
+  return nameAddress ||= runtime().addressOf(nameBuffer);
+}
+
+/** The producer name the native call wrote (the same few names recur: reuse the last string). */
+function producerName(): string {
+  const end = nameBuffer.indexOf(0);
+  const bytes = nameBuffer.subarray(0, end < 0 ? NAME_BYTES : end);
+  if (bytes.length === lastNameBytes.length && bytes.every((b, i) => b === lastNameBytes[i])) return lastName;
+  lastNameBytes = bytes.slice();
+  return lastName = decoder.decode(bytes);
+}
+
+/** Objects with only `__array_interface__`: read its fields, keep the object alive. */
+function fromArrayInterfaceOf(
+  s: BridgeState,
+  py: Python | undefined,
+  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  producer: string,
+): BufferView {
+  const fields = withGil(s, () => {
+    const tuple = toPythonTuple(s, [obj as PyArg, null, null, null, null]);
     const result = s.capi.PyObject_Call(s.capsuleOf, tuple, 0);
     s.capi.Py_DecRef(tuple);
-    if (result === 0) throw pythonError("__dlpack__");
+    if (result === 0) throw pythonError("__array_interface__");
     try {
-      const capsule = s.capi.PyTuple_GetItem(result, 0);
-      producer = runtime().cString(
-        check(s.capi.PyUnicode_AsUTF8AndSize(s.capi.PyTuple_GetItem(result, 1), 0), "producer"),
-      );
-      if (capsule === s.none) {
-        iface = JSON.parse(
-          runtime().cString(check(s.capi.PyUnicode_AsUTF8AndSize(s.capi.PyTuple_GetItem(result, 2), 0), "iface")),
-        );
-        return undefined;
-      }
-      const status = core().dlpk_py_consume(capsule, 0, scratch.at);
-      if (status === STATUS_CONSUMED) {
-        throw new DLPackError(
-          "consumed",
-          `the capsule from ${producer} was already consumed (its name starts with used_)`,
-        );
-      }
-      if (status === STATUS_CAPSULE_NAME) {
-        throw new DLPackError(
-          "python",
-          `${producer} returned a capsule that is not named "dltensor" or "dltensor_versioned"`,
-        );
-      }
-      if (status !== 0) throw refusalError(status, scratch, false);
-      const versioned = scratch.i32[I32.major] >= 0;
-      const flags = scratch.u32[U32.flags];
-      return viewFromScratch(
-        scratch,
-        versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
-        producer,
-        "external",
-      );
+      const json = check(s.capi.PyUnicode_AsUTF8AndSize(s.capi.PyTuple_GetItem(result, 2), 0), "iface");
+      return JSON.parse(runtime().cString(json)) as ArrayInterface & { masked?: boolean };
     } finally {
       s.capi.Py_DecRef(result);
     }
   });
-  if (view !== undefined) {
-    // The producer ordered its work before our stream: later exports of this view fence on it.
-    if (opts.stream !== undefined && opts.stream !== null && isCudaFamily(view.device.type)) {
-      setProducerStream(view, opts.stream);
-    }
-    return view;
-  }
-  const fields = iface!;
   if (fields.masked) throw new DLPackError("null_data", `${producer} is a masked array; masks are not supported`);
   // The view keeps the Python object alive: its memory belongs to it.
   const keepAlive = py !== undefined ? (obj as PyObject).python.wrap(obj as PyObject) : wrapForeign(s, obj);
@@ -139,23 +171,15 @@ export type ToPythonOptions = ExportOptions;
  * pinned until Python has dropped the object and every array made from it.
  */
 export function toPython(x: Exportable, py: Python, opts: ToPythonOptions = {}): PyObject {
-  const s = py.state;
+  void py.state; // refuses a closed bridge before anything is exported
   const capsule = exportDLPack(x, opts);
   const template = capsule.takeAddress();
   try {
-    const status = core().dlpk_describe(template, 1, scratch.at);
-    if (status !== 0) throw refusalError(status, scratch, false);
-    const ndim = scratch.i32[I32.ndim];
-    const shape = Array.from(scratch.f64.subarray(15, 15 + ndim));
-    const dtype = fromDLDataType({ code: scratch.u32[8], bits: scratch.u32[9], lanes: 1 }) ?? "unknown";
-    const readonly = (scratch.u32[7] & READ_ONLY) !== 0;
-    const device = x instanceof BufferView ? x.device : { type: "cpu" as const, id: 0 };
-    return withGil(s, () => {
-      const args = toPythonTuple(s, [template, deviceCode(device.type), device.id, readonly, shape, dtype]);
-      const made = s.capi.PyObject_Call(s.tensorClass, args, 0);
-      s.capi.Py_DecRef(args);
-      return new PyObject(check(made, "DLPackTensor"), py);
-    });
+    const readonly = (x instanceof BufferView && x.access !== "readwrite") || opts.readonly === true;
+    // One native call makes the DLPackTensor (it takes the GIL itself).
+    const made = core().dlpk_py_wrap(template, readonly ? 1 : 0);
+    if (made === 0) throw pythonError("DLPackTensor");
+    return new PyObject(made, py);
   } catch (error) {
     core().dlpk_managed_delete(template, 1);
     throw error;

@@ -60,10 +60,14 @@ export function gcUnavailable(): string | false {
 export function runScript(
   script: string,
   env: Record<string, string> = {},
+  args: readonly string[] = [],
+  /** Deno: run with --allow-all (reading /proc/self needs it). */
+  allowAll = false,
 ): { code: number; stdout: string; stderr: string } {
   if (isDeno) {
+    const permissions = allowAll ? ["--allow-all"] : ["--allow-ffi", "--allow-read", "--allow-env", "--allow-run"];
     const out = new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-ffi", "--allow-read", "--allow-env", "--allow-run", script],
+      args: ["run", ...permissions, script, ...args],
       env,
       stdout: "piped",
       stderr: "piped",
@@ -83,7 +87,7 @@ export function runScript(
     process: { env: Record<string, string | undefined>; execPath: string };
   };
   const out = bun.Bun.spawnSync({
-    cmd: [bun.process.execPath, "run", script],
+    cmd: [bun.process.execPath, "run", script, ...args],
     env: { ...bun.process.env, ...env },
   });
   const dec = new TextDecoder();

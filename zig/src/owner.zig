@@ -33,9 +33,31 @@ pub const Owner = struct {
     bytes: usize,
     /// The CUDA device whose primary context frees a `cuda_*` payload.
     device: i32 = 0,
+    /// Pins: the stack of the JS realm that made the pin, where its id goes back.
+    domain: ?*PinDomain = null,
     /// Link in the released-pins stack; only used once `refs` reached zero.
     next: ?*Owner = null,
 };
+
+/// Released pins of one JS realm (a module instance: the main program, each Worker, each Deno test
+/// file). A realm drains only its own: ids mean nothing to another realm's pin table. Domains are
+/// never freed (a realm cannot announce its end); each is one word.
+pub const PinDomain = struct {
+    head: std.atomic.Value(?*Owner) = std.atomic.Value(?*Owner).init(null),
+};
+
+pub fn createDomain() ?*PinDomain {
+    const domain = std.heap.c_allocator.create(PinDomain) catch return null;
+    domain.* = .{};
+    return domain;
+}
+
+/// A pin owner of `domain` for JS object `id`, holding one reference.
+pub fn createPin(domain: *PinDomain, id: usize, bytes: usize) ?*Owner {
+    const pin = create(.pin, id, bytes) orelse return null;
+    pin.domain = domain;
+    return pin;
+}
 
 /// Creates an owner holding one reference. Returns null when out of memory (the caller then
 /// decides what happens to the payload).
@@ -91,22 +113,21 @@ pub fn release(owner: *Owner) void {
     }
 }
 
-var released_pins: std.atomic.Value(?*Owner) = std.atomic.Value(?*Owner).init(null);
-
 fn pushReleasedPin(owner: *Owner) void {
+    const stack = &owner.domain.?.head;
     // A Treiber push. Only `drainReleasedPins` pops, and it takes the whole stack in one swap, so
     // there is no ABA hazard.
-    var head = released_pins.load(.monotonic);
+    var head = stack.load(.monotonic);
     while (true) {
         owner.next = head;
-        head = released_pins.cmpxchgWeak(head, owner, .release, .monotonic) orelse return;
+        head = stack.cmpxchgWeak(head, owner, .release, .monotonic) orelse return;
     }
 }
 
-/// Writes up to `out.len` released pin ids and frees their records. Returns how many were written;
-/// anything beyond `out.len` stays queued for the next call.
-pub fn drainReleasedPins(out: []f64) usize {
-    var list = released_pins.swap(null, .acquire);
+/// Writes up to `out.len` released pin ids of `domain` and frees their records. Returns how many
+/// were written; anything beyond `out.len` stays queued for the next call.
+pub fn drainReleasedPins(domain: *PinDomain, out: []f64) usize {
+    var list = domain.head.swap(null, .acquire);
     var written: usize = 0;
     while (list) |owner| {
         if (written == out.len) break;
@@ -149,39 +170,45 @@ test "last release calls the deleter exactly once" {
     try std.testing.expectEqual(@as(u32, 1), test_deleted.load(.monotonic));
 }
 
-test "released pins are drained in batches and nothing is lost" {
+test "released pins are drained in batches, per domain, and nothing is lost" {
+    var domain: PinDomain = .{};
+    var other: PinDomain = .{};
     var ids: [5]*Owner = undefined;
-    for (&ids, 0..) |*slot, i| slot.* = create(.pin, 100 + i, 8).?;
+    for (&ids, 0..) |*slot, i| slot.* = createPin(&domain, 100 + i, 8).?;
+    release(createPin(&other, 7, 0).?);
     for (ids) |owner| release(owner);
     var out: [2]f64 = undefined;
     var seen: usize = 0;
     var sum: f64 = 0;
     while (true) {
-        const n = drainReleasedPins(&out);
+        const n = drainReleasedPins(&domain, &out);
         if (n == 0) break;
         for (out[0..n]) |id| sum += id;
         seen += n;
     }
     try std.testing.expectEqual(@as(usize, 5), seen);
     try std.testing.expectEqual(@as(f64, 100 + 101 + 102 + 103 + 104), sum);
+    try std.testing.expectEqual(@as(usize, 1), drainReleasedPins(&other, &out));
+    try std.testing.expectEqual(@as(f64, 7), out[0]);
 }
 
 test "pins released from many threads are all drained" {
     const per_thread = 2000;
     const thread_count = 8;
+    var domain: PinDomain = .{};
     const Worker = struct {
-        fn run(base: usize) void {
+        fn run(d: *PinDomain, base: usize) void {
             var i: usize = 0;
-            while (i < per_thread) : (i += 1) release(create(.pin, base + i, 0).?);
+            while (i < per_thread) : (i += 1) release(createPin(d, base + i, 0).?);
         }
     };
     var threads: [thread_count]std.Thread = undefined;
-    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{i * per_thread});
+    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{ &domain, i * per_thread });
     for (threads) |t| t.join();
     var out: [256]f64 = undefined;
     var seen: usize = 0;
     while (true) {
-        const n = drainReleasedPins(&out);
+        const n = drainReleasedPins(&domain, &out);
         if (n == 0) break;
         seen += n;
     }

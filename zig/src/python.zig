@@ -14,6 +14,16 @@ const memory = @import("memory.zig");
 
 const PyObject = opaque {};
 const Destructor = *const fn (*PyObject) callconv(.c) void;
+const CFunction = *const fn (?*PyObject, ?*PyObject) callconv(.c) ?*PyObject;
+
+/// CPython's `PyMethodDef` (stable ABI).
+const MethodDef = extern struct {
+    name: [*:0]const u8,
+    method: CFunction,
+    flags: c_int,
+    doc: ?[*:0]const u8,
+};
+const METH_VARARGS: c_int = 1;
 
 /// The C API functions this module calls, resolved from the loaded libpython.
 const Api = struct {
@@ -30,7 +40,25 @@ const Api = struct {
     PyErr_Clear: *const fn () callconv(.c) void,
     Py_DecRef: *const fn (?*PyObject) callconv(.c) void,
     PyExc_BufferError: **PyObject,
+    PyExc_TypeError: **PyObject,
     _Py_NoneStruct: *PyObject,
+    _Py_TrueStruct: *PyObject,
+    _Py_FalseStruct: *PyObject,
+    PyGILState_Ensure: *const fn () callconv(.c) c_int,
+    PyEval_SaveThread: *const fn () callconv(.c) ?*anyopaque,
+    PyGILState_Release: *const fn (c_int) callconv(.c) void,
+    PyObject_Call: *const fn (*PyObject, *PyObject, ?*PyObject) callconv(.c) ?*PyObject,
+    PyObject_SetAttrString: *const fn (*PyObject, [*:0]const u8, *PyObject) callconv(.c) c_int,
+    PyTuple_New: *const fn (isize) callconv(.c) ?*PyObject,
+    PyTuple_SetItem: *const fn (*PyObject, isize, *PyObject) callconv(.c) c_int,
+    PyTuple_GetItem: *const fn (*PyObject, isize) callconv(.c) ?*PyObject,
+    PyTuple_Size: *const fn (*PyObject) callconv(.c) isize,
+    PyLong_FromLongLong: *const fn (c_longlong) callconv(.c) ?*PyObject,
+    PyLong_FromUnsignedLongLong: *const fn (c_ulonglong) callconv(.c) ?*PyObject,
+    PyLong_AsUnsignedLongLongMask: *const fn (*PyObject) callconv(.c) c_ulonglong,
+    PyErr_Occurred: *const fn () callconv(.c) ?*PyObject,
+    PyCFunction_NewEx: *const fn (*const MethodDef, ?*PyObject, ?*PyObject) callconv(.c) ?*PyObject,
+    Py_IncRef: *const fn (?*PyObject) callconv(.c) void,
 };
 
 var api: ?Api = null;
@@ -81,6 +109,8 @@ pub fn noneObject() usize {
 pub fn takeError(out: []u8) i32 {
     const a = api orelse return -1;
     std.debug.assert(out.len > 0);
+    const gil = Gil.take().?;
+    defer gil.release();
     var kind: ?*PyObject = null;
     var value: ?*PyObject = null;
     var traceback: ?*PyObject = null;
@@ -241,4 +271,241 @@ fn copyExport(template: usize, versioned: bool) ?usize {
         owner_mod.release(created);
         return null;
     };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fast paths for the bridge's hot calls. Each takes the GIL itself (PyGILState is reentrant), and
+// handles cross as f64, so a JS call is one fast FFI call instead of a dozen C API calls.
+
+/// The helper module's objects the fast paths call (new references, kept for the process).
+var capsule_of: ?*PyObject = null;
+var tensor_class: ?*PyObject = null;
+
+/// Whether this OS thread holds a lasting Python thread state. A thread the interpreter did not
+/// start on (a second JS isolate, a Worker) would otherwise get a fresh thread state from every
+/// PyGILState_Ensure and lose it (with any pending exception) at the matching Release.
+threadlocal var attached: bool = false;
+
+/// Gives the calling thread a lasting thread state. Call it while the thread does NOT hold the
+/// GIL (the bridge does so right after initializing or finding the interpreter). Idempotent.
+pub fn attachThread() i32 {
+    const a = api orelse return STATUS_NOT_LOADED;
+    if (attached) return 0;
+    _ = a.PyGILState_Ensure(); // never released: keeps this thread's state alive
+    _ = a.PyEval_SaveThread(); // but lets go of the GIL
+    attached = true;
+    return 0;
+}
+
+pub const Gil = struct {
+    state: c_int,
+    pub fn take() ?Gil {
+        const a = api orelse return null;
+        return .{ .state = a.PyGILState_Ensure() };
+    }
+    pub fn release(self: Gil) void {
+        api.?.PyGILState_Release(self.state);
+    }
+};
+
+fn objectAt(address: usize) *PyObject {
+    std.debug.assert(address != 0);
+    return @ptrFromInt(address);
+}
+
+fn newTuple(a: Api, items: []const ?*PyObject) ?*PyObject {
+    // Steals every item, also on failure.
+    const tuple = a.PyTuple_New(@intCast(items.len)) orelse {
+        for (items) |item| a.Py_DecRef(item);
+        return null;
+    };
+    var failed = false;
+    for (items, 0..) |item, i| {
+        if (item) |it| {
+            _ = a.PyTuple_SetItem(tuple, @intCast(i), it);
+        } else failed = true;
+    }
+    if (failed) {
+        a.Py_DecRef(tuple);
+        return null;
+    }
+    return tuple;
+}
+
+fn none(a: Api) *PyObject {
+    a.Py_IncRef(a._Py_NoneStruct);
+    return a._Py_NoneStruct;
+}
+
+fn boolean(a: Api, value: bool) *PyObject {
+    const o = if (value) a._Py_TrueStruct else a._Py_FalseStruct;
+    a.Py_IncRef(o);
+    return o;
+}
+
+/// Keeps the helper module's `_capsule_of` and `DLPackTensor` for the fast paths, and installs the
+/// native functions `_native_capsule(template, flags)`, `_native_release(template)` and
+/// `_native_fence(template, stream)` on the module (used by DLPackTensor instead of ctypes).
+pub fn install(module: usize, capsule_of_fn: usize, tensor_cls: usize) i32 {
+    const a = api orelse return STATUS_NOT_LOADED;
+    const gil = Gil.take().?;
+    defer gil.release();
+    a.Py_IncRef(objectAt(capsule_of_fn));
+    a.Py_IncRef(objectAt(tensor_cls));
+    capsule_of = objectAt(capsule_of_fn);
+    tensor_class = objectAt(tensor_cls);
+    for (&methods) |*def| {
+        const function = a.PyCFunction_NewEx(def, null, null) orelse return -1;
+        defer a.Py_DecRef(function);
+        if (a.PyObject_SetAttrString(objectAt(module), def.name, function) != 0) return -1;
+    }
+    return 0;
+}
+
+var methods = [_]MethodDef{
+    .{ .name = "_native_capsule", .method = nativeCapsule, .flags = METH_VARARGS, .doc = "capsule over a clone of an export template" },
+    .{ .name = "_native_release", .method = nativeRelease, .flags = METH_VARARGS, .doc = "release an export template" },
+    .{ .name = "_native_fence", .method = nativeFence, .flags = METH_VARARGS, .doc = "order a consumer stream after the producer" },
+};
+
+fn wordArgs(comptime n: usize, args: ?*PyObject) ?[n]u64 {
+    const a = api.?;
+    const tuple = args orelse return null;
+    if (a.PyTuple_Size(tuple) != n) {
+        a.PyErr_SetString(a.PyExc_TypeError.*, "dlpack-ts: wrong number of arguments");
+        return null;
+    }
+    var out: [n]u64 = undefined;
+    for (&out, 0..) |*slot, i| {
+        slot.* = a.PyLong_AsUnsignedLongLongMask(a.PyTuple_GetItem(tuple, @intCast(i)).?);
+        if (a.PyErr_Occurred() != null) return null;
+    }
+    return out;
+}
+
+fn nativeCapsule(_: ?*PyObject, args: ?*PyObject) callconv(.c) ?*PyObject {
+    const words = wordArgs(2, args) orelse return null;
+    const made = makeCapsule(@intCast(words[0]), @truncate(words[1]));
+    return if (made == 0) null else @ptrFromInt(made);
+}
+
+fn nativeRelease(_: ?*PyObject, args: ?*PyObject) callconv(.c) ?*PyObject {
+    const a = api.?;
+    const words = wordArgs(1, args) orelse return null;
+    if (dlpack.isManagedAddress(@intCast(words[0]))) dlpack.deleteManaged(@intCast(words[0]), true);
+    return none(a);
+}
+
+/// Returns the fence status as an int (0 ok, -2 stream 0, other negatives: failures).
+fn nativeFence(_: ?*PyObject, args: ?*PyObject) callconv(.c) ?*PyObject {
+    const a = api.?;
+    const words = wordArgs(2, args) orelse return null;
+    const status = fence_hook(@intCast(words[0]), @intCast(words[1]));
+    return a.PyLong_FromLongLong(status);
+}
+
+/// Set by root.zig: the CUDA fence (kept out of this module so it needs no CUDA import).
+pub var fence_hook: *const fn (usize, usize) i32 = noFence;
+
+fn noFence(_: usize, _: usize) i32 {
+    return -1;
+}
+
+pub fn decref(handle: usize) void {
+    const a = api orelse return;
+    const gil = Gil.take().?;
+    defer gil.release();
+    a.Py_DecRef(objectAt(handle));
+}
+
+/// `callable(arg)`: a new reference, or 0 with the exception pending.
+pub fn call1(callable: usize, arg: usize) usize {
+    const a = api orelse return 0;
+    const gil = Gil.take().?;
+    defer gil.release();
+    a.Py_IncRef(objectAt(arg));
+    const args = newTuple(a, &.{objectAt(arg)}) orelse return 0;
+    defer a.Py_DecRef(args);
+    return @intFromPtr(a.PyObject_Call(objectAt(callable), args, null));
+}
+
+/// A `DLPackTensor` over `template` (a versioned export of ours): a new reference, or 0 with the
+/// exception pending (the template is then still the caller's).
+pub fn wrapTemplate(template: usize, readonly: bool) usize {
+    const a = api orelse return 0;
+    const cls = tensor_class orelse return 0;
+    const gil = Gil.take().?;
+    defer gil.release();
+    const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
+    const t = &m.dl_tensor;
+    const ndim: usize = @intCast(t.ndim);
+    const shape = a.PyTuple_New(@intCast(ndim)) orelse return 0;
+    for (0..ndim) |d| {
+        const extent = a.PyLong_FromLongLong(t.shape.?[d]) orelse {
+            a.Py_DecRef(shape);
+            return 0;
+        };
+        _ = a.PyTuple_SetItem(shape, @intCast(d), extent);
+    }
+    const args = newTuple(a, &.{
+        a.PyLong_FromUnsignedLongLong(template),
+        a.PyLong_FromLongLong(t.device.device_type),
+        a.PyLong_FromLongLong(t.device.device_id),
+        boolean(a, readonly),
+        shape,
+        a.PyLong_FromLongLong(t.dtype.code),
+        a.PyLong_FromLongLong(t.dtype.bits),
+    }) orelse return 0;
+    defer a.Py_DecRef(args);
+    return @intFromPtr(a.PyObject_Call(cls, args, null));
+}
+
+/// Returned by `from` when the object has no `__dlpack__` but an `__array_interface__`: the caller
+/// takes the general path.
+pub const STATUS_INTERFACE: i32 = 20;
+/// The call into Python raised: the exception is pending.
+pub const STATUS_RAISED: i32 = 21;
+
+pub const FromOptions = struct {
+    /// -1: ask for the legacy struct (max_version None).
+    max_major: i32,
+    max_minor: i32,
+    /// -1 None, 0 False, 1 True.
+    copy: i32,
+    /// -1: no dl_device.
+    device_type: i32,
+    device_id: i32,
+    /// null: stream None.
+    stream: ?i64,
+    strict_offset: bool,
+};
+
+/// `fromPython`'s fast path: the numpy-style negotiation in `_capsule_of`, then `consume`. Writes
+/// the producer's name (UTF-8, NUL-terminated, truncated) into `name`.
+pub fn from(obj: usize, options: FromOptions, out: *describe.Description, name: []u8) i32 {
+    const a = api orelse return STATUS_NOT_LOADED;
+    const negotiate = capsule_of orelse return STATUS_NOT_LOADED;
+    const gil = Gil.take().?;
+    defer gil.release();
+    a.Py_IncRef(objectAt(obj));
+    const max_version = if (options.max_major < 0) none(a) else newTuple(a, &.{
+        a.PyLong_FromLongLong(options.max_major),
+        a.PyLong_FromLongLong(options.max_minor),
+    });
+    const copy: ?*PyObject = if (options.copy < 0) none(a) else boolean(a, options.copy != 0);
+    const device = if (options.device_type < 0) none(a) else newTuple(a, &.{
+        a.PyLong_FromLongLong(options.device_type),
+        a.PyLong_FromLongLong(options.device_id),
+    });
+    const stream = if (options.stream) |value| a.PyLong_FromLongLong(value) else none(a);
+    const args = newTuple(a, &.{ objectAt(obj), max_version, copy, device, stream }) orelse return STATUS_RAISED;
+    defer a.Py_DecRef(args);
+    const result = a.PyObject_Call(negotiate, args, null) orelse return STATUS_RAISED;
+    defer a.Py_DecRef(result);
+    std.debug.assert(name.len > 0);
+    const written = if (a.PyTuple_GetItem(result, 1)) |producer| appendUnicode(a, name, producer) else 0;
+    name[written] = 0;
+    const capsule = a.PyTuple_GetItem(result, 0) orelse return STATUS_RAISED;
+    if (capsule == a._Py_NoneStruct) return STATUS_INTERFACE;
+    return consume(@intFromPtr(capsule), options.strict_offset, out);
 }

@@ -3,6 +3,7 @@
 //! or unwind into the host.
 
 const std = @import("std");
+const builtin = @import("builtin");
 const dlpack = @import("dlpack.zig");
 const describe = @import("describe.zig");
 const owner = @import("owner.zig");
@@ -14,7 +15,7 @@ const cuda = @import("cuda.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
@@ -23,6 +24,28 @@ pub const IMPORT_KEEP_ON_REFUSAL: u32 = 4;
 
 export fn dlpk_abi_version() u32 {
     return ABI_VERSION;
+}
+
+const DlInfo = extern struct {
+    fname: ?[*:0]const u8,
+    fbase: ?*anyopaque,
+    sname: ?[*:0]const u8,
+    saddr: ?*anyopaque,
+};
+extern "c" fn dladdr(address: *const anyopaque, info: *DlInfo) c_int;
+
+/// Makes this library impossible to unload. Foreign code keeps pointers into it for as long as it
+/// likes (deleters of exports, capsule destructors, Python builtins), while a runtime may dlclose
+/// its handle when the isolate that opened it goes away (Deno does, between test files). Called
+/// by the loader right after the ABI check; returns 0, or -1 when the platform offers no way.
+export fn dlpk_retain_library() i32 {
+    if (builtin.os.tag == .windows) return -1;
+    var info: DlInfo = undefined;
+    if (dladdr(@ptrCast(&dlpk_retain_library), &info) == 0) return -1;
+    const path = info.fname orelse return -1;
+    // RTLD_NODELETE on an already-loaded object: one more reference, and no unloading ever.
+    _ = std.c.dlopen(path, .{ .NOW = true, .NODELETE = true, .NOLOAD = true }) orelse return -1;
+    return 0;
 }
 
 export fn dlpk_description_size() u32 {
@@ -108,14 +131,15 @@ export fn dlpk_export(options: u32, spec_address: f64) i32 {
 /// so JS never computes the address), pinned as `pin_id` (`pin_bytes` bytes) for as long as the
 /// export lives. The spec's address fields hold the byte offset of element 0 within the buffer;
 /// on success they are overwritten with the managed struct's address.
-export fn dlpk_export_buffer(buffer: ?[*]u8, pin_id: f64, pin_bytes: f64, options: u32, spec_address: f64) i32 {
+export fn dlpk_export_buffer(buffer: ?[*]u8, domain_address: f64, pin_id: f64, pin_bytes: f64, options: u32, spec_address: f64) i32 {
     const spec = descriptionAt(spec_address) orelse return invalid;
     const base = buffer orelse return invalid;
+    const domain = domainAt(domain_address) orelse return invalid;
     if (!(pin_id >= 0 and pin_id < describe.MAX_EXACT_F and pin_bytes >= 0 and pin_bytes < describe.MAX_EXACT_F)) {
         return invalid;
     }
     const offset = @as(usize, spec.address_hi) << 32 | spec.address_lo;
-    const pin = owner.create(.pin, @intFromFloat(pin_id), @intFromFloat(pin_bytes)) orelse
+    const pin = owner.createPin(domain, @intFromFloat(pin_id), @intFromFloat(pin_bytes)) orelse
         return @intFromEnum(describe.Status.out_of_memory);
     spec.setAddress(@intFromPtr(base) + offset);
     spec.setOwner(@intFromPtr(pin));
@@ -202,22 +226,36 @@ export fn dlpk_owner_release(address: f64) void {
 
 /// Creates a pin owner: `id` names a JS object the JS side keeps reachable until the id comes back
 /// from `dlpk_pins_drain`.
-export fn dlpk_pin_new(id: f64, bytes: f64, out_address: f64) i32 {
+fn domainAt(value: f64) ?*owner.PinDomain {
+    const address = describe.addressFromF64(value) orelse return null;
+    if (address == 0 or address % @alignOf(owner.PinDomain) != 0) return null;
+    return @ptrFromInt(address);
+}
+
+/// A new pin domain for a JS realm: its address, or 0 when out of memory. Never freed.
+export fn dlpk_pin_domain() f64 {
+    const domain = owner.createDomain() orelse return 0;
+    return @floatFromInt(@intFromPtr(domain));
+}
+
+export fn dlpk_pin_new(domain_address: f64, id: f64, bytes: f64, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
+    const domain = domainAt(domain_address) orelse return invalid;
     if (!(id >= 0 and id < describe.MAX_EXACT and bytes >= 0 and bytes < describe.MAX_EXACT)) {
         return @intFromEnum(describe.Status.invalid_argument);
     }
-    const created = owner.create(.pin, @intFromFloat(id), @intFromFloat(bytes)) orelse
+    const created = owner.createPin(domain, @intFromFloat(id), @intFromFloat(bytes)) orelse
         return @intFromEnum(describe.Status.out_of_memory);
     out.setOwner(@intFromPtr(created));
     return 0;
 }
 
-export fn dlpk_pins_drain(out_address: f64, capacity: u32) u32 {
+export fn dlpk_pins_drain(domain_address: f64, out_address: f64, capacity: u32) u32 {
+    const domain = domainAt(domain_address) orelse return 0;
     const address = describe.addressFromF64(out_address) orelse return 0;
     if (address == 0 or address % 8 != 0) return 0;
     const out: [*]f64 = @ptrFromInt(address);
-    return @intCast(owner.drainReleasedPins(out[0..capacity]));
+    return @intCast(owner.drainReleasedPins(domain, out[0..capacity]));
 }
 
 export fn dlpk_stats(out_address: f64) u32 {
@@ -266,11 +304,84 @@ export fn dlpk_py_consume(capsule_address: f64, options: u32, out_address: f64) 
     return python.consume(capsule, options & IMPORT_STRICT_OFFSET != 0, out);
 }
 
-/// Called from Python (ctypes.PyDLL, GIL held): a new capsule over a clone (or a copy) of a
-/// versioned export template. Returns a new reference, or 0 with an exception set.
-export fn dlpk_py_capsule(template: usize, flags: u32) usize {
-    if (template == 0) return 0;
-    return python.makeCapsule(template, flags);
+/// Keeps the helper module's `_capsule_of` and `DLPackTensor` and installs the native functions the
+/// Python side calls (capsules, release, CUDA fence) on `module`. Takes the GIL.
+export fn dlpk_py_install(module: f64, capsule_of: f64, tensor_class: f64) i32 {
+    const m = describe.addressFromF64(module) orelse return invalid;
+    const c = describe.addressFromF64(capsule_of) orelse return invalid;
+    const t = describe.addressFromF64(tensor_class) orelse return invalid;
+    if (m == 0 or c == 0 or t == 0) return invalid;
+    python.fence_hook = pythonFence;
+    return python.install(m, c, t);
+}
+
+/// The Python side's fence: 0, -2 for the disallowed stream 0, else the CUDA status.
+fn pythonFence(template: usize, stream: usize) i32 {
+    if (stream == 0) return -2;
+    if (!dlpack.isManagedAddress(template)) return invalid;
+    return cudaStatus(exports.fenceForConsumer(template, true, stream));
+}
+
+/// Gives the calling thread a lasting Python thread state (call without holding the GIL).
+export fn dlpk_py_attach_thread() i32 {
+    return python.attachThread();
+}
+
+/// Drops one reference (takes the GIL).
+export fn dlpk_py_decref(handle: f64) void {
+    const h = describe.addressFromF64(handle) orelse return;
+    if (h != 0) python.decref(h);
+}
+
+/// `callable(arg)` under the GIL: a new reference, or 0 with the exception pending.
+export fn dlpk_py_call1(callable: f64, arg: f64) f64 {
+    const c = describe.addressFromF64(callable) orelse return 0;
+    const a = describe.addressFromF64(arg) orelse return 0;
+    if (c == 0 or a == 0) return 0;
+    return @floatFromInt(python.call1(c, a));
+}
+
+/// A `DLPackTensor` over a versioned export template: a new reference, or 0 with the exception
+/// pending (the template then stays the caller's).
+export fn dlpk_py_wrap(template: f64, readonly: u32) f64 {
+    const t = describe.addressFromF64(template) orelse return 0;
+    if (!dlpack.isManagedAddress(t)) return 0;
+    return @floatFromInt(python.wrapTemplate(t, readonly != 0));
+}
+
+/// `fromPython`'s fast path (see python.from). `stream` NaN means None. The producer's name goes to
+/// `name_address` (UTF-8, NUL-terminated, at most `name_capacity` bytes).
+export fn dlpk_py_from(
+    obj: f64,
+    max_major: i32,
+    max_minor: i32,
+    copy: i32,
+    device_type: i32,
+    device_id: i32,
+    stream: f64,
+    options: u32,
+    out_address: f64,
+    name_address: f64,
+    name_capacity: u32,
+) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    const o = describe.addressFromF64(obj) orelse return invalid;
+    const n = describe.addressFromF64(name_address) orelse return invalid;
+    if (o == 0 or n == 0 or name_capacity == 0) return invalid;
+    if (!(std.math.isNan(stream) or (stream >= -describe.MAX_EXACT_F and stream <= describe.MAX_EXACT_F and @floor(stream) == stream))) {
+        return invalid;
+    }
+    out.status = 0;
+    const name: [*]u8 = @ptrFromInt(n);
+    return python.from(o, .{
+        .max_major = max_major,
+        .max_minor = max_minor,
+        .copy = copy,
+        .device_type = device_type,
+        .device_id = device_id,
+        .stream = if (std.math.isNan(stream)) null else @intFromFloat(stream),
+        .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
+    }, out, name[0..name_capacity]);
 }
 
 // =============================================================================================
