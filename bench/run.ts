@@ -72,14 +72,16 @@ const rows: Row[] = [
     target: 1,
   },
   {
-    name: "import + array() + dispose",
+    name: "import + array()",
     unit: "ns",
-    deno: d("import_array_dispose_ns"),
-    bun: b("import_array_dispose_ns"),
+    deno: d("import_array_ns"),
+    bun: b("import_array_ns"),
     ref: [d("bare_arraybuffer_ns"), b("bare_arraybuffer_ns")],
     refText: `bare zero-copy ArrayBuffer (Deno getArrayBuffer ${fmt(d("bare_arraybuffer_ns"))} ns, Bun toArrayBuffer ${
       fmt(b("bare_arraybuffer_ns"))
-    } ns)`,
+    } ns); with dispose (detaching the array): ${fmt(d("import_array_dispose_ns"))} / ${
+      fmt(b("import_array_dispose_ns"))
+    } ns`,
     target: 1.5,
   },
   {

@@ -36,7 +36,9 @@ export function denoRuntime(): Runtime {
       };
     },
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
-      return Deno.UnsafePointerView.getArrayBuffer(Deno.UnsafePointer.create(BigInt(address))!, byteLength);
+      // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
+      const pointer = Deno.UnsafePointer.create(address as unknown as bigint)!;
+      return Deno.UnsafePointerView.getArrayBuffer(pointer, byteLength);
     },
     addressOf(view: ArrayBufferView): number {
       return Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(view as Uint8Array<ArrayBuffer>)));
@@ -110,7 +112,7 @@ export function denoRuntime(): Runtime {
       }
     },
     cString(address: number): string {
-      return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(BigInt(address))!);
+      return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(address as unknown as bigint)!);
     },
     os: Deno.build.os,
     arch: Deno.build.arch,

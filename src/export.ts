@@ -8,7 +8,7 @@ import { core } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
 import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, dtypeOfArray } from "./dtypes.ts";
 import { deviceCode, type DeviceType } from "./devices.ts";
-import { I32, refusalError, scratch, U32 } from "./description.ts";
+import { F64, I32, refusalError, scratch, U32 } from "./description.ts";
 import { checkShape, checkStrides, cStrides, reach } from "./layout.ts";
 import { newPinId, pinDomain, recordPin } from "./owner.ts";
 import { Capsule } from "./capsule.ts";
@@ -148,8 +148,11 @@ function exportTypedArray(
   versioned: boolean,
   flags: number,
 ): Capsule {
+  // Touching .buffer first also matters in Bun: a small TypedArray's storage moves out of the GC heap
+  // the first time its buffer is materialized, and the exported pointer must not go stale.
   checkTypedArray(x);
   const info = dtypeInfo(dtypeOfArray(x));
+  if (opts === undefined && x.byteLength > 0) return exportWholeArray(x, info, versioned, flags);
   const layout = resolveLayout({ info, shape: [x.length], strides: undefined, zeroAt: 0 }, x.byteLength, false, opts);
   const readonly = opts?.readonly === true;
   if (readonly && !versioned) throw legacyReadOnly();
@@ -166,6 +169,25 @@ function exportTypedArray(
   const status = core().dlpk_export_buffer(x, pinDomain(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
   if (status !== 0) throw refusalError(status, s, false);
   // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
+  recordPin(id, x);
+  return new Capsule(s.address(), versioned);
+}
+
+/** The common export: a whole TypedArray, 1-D, no options. Writes the spec straight away. */
+function exportWholeArray(x: AnyTypedArray, info: DTypeInfo, versioned: boolean, flags: number): Capsule {
+  const s = scratch;
+  s.setAddress(0);
+  s.i32[I32.ndim] = 1;
+  s.f64[F64.shape] = x.length;
+  s.f64[F64.strides] = 1;
+  s.i32[I32.deviceType] = 1;
+  s.i32[I32.deviceId] = 0;
+  s.u32[U32.code] = info.dl.code;
+  s.u32[U32.bits] = info.dl.bits;
+  s.u32[U32.flags] = flags;
+  const id = newPinId();
+  const status = core().dlpk_export_buffer(x, pinDomain(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
+  if (status !== 0) throw refusalError(status, s, false);
   recordPin(id, x);
   return new Capsule(s.address(), versioned);
 }

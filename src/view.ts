@@ -404,7 +404,7 @@ export class BufferView {
   array(): AnyTypedArray {
     if (this.#array !== undefined) return this.#array;
     this.#live();
-    if (!isHostAccessible(this.#device.type)) {
+    if (this.#device.type !== "cpu" && !isHostAccessible(this.#device.type)) {
       throw new DLPackError(
         "device",
         `array() needs host-accessible memory; this view is on ${
@@ -414,7 +414,14 @@ export class BufferView {
     }
     const Ctor = this.#info.array;
     if (this.#size === 0) return this.#array = new Ctor(new ArrayBuffer(0));
-    const [start, byteLength] = this.#byteSpan();
+    let start: number;
+    let byteLength: number;
+    const bits = this.#info.bits;
+    if (bits >= 8) {
+      const bytes = bits >> 3;
+      start = this.#address + this.#minOffset * bytes;
+      byteLength = (this.#maxOffset - this.#minOffset + 1) * bytes;
+    } else [start, byteLength] = this.#byteSpan();
     const buffer = runtime().arrayBuffer(start, byteLength);
     // A plain symbol property (defineProperty is several times slower on ArrayBuffers).
     (buffer as ArrayBuffer & { [VIEW_OF_BUFFER]?: BufferView })[VIEW_OF_BUFFER] = this;
