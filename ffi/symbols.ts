@@ -26,6 +26,10 @@ export const symbols = {
   dlpk_is_own_export: { args: ["usize", "u32"], returns: "u32" },
   dlpk_alloc: { args: ["f64", "f64", "u32", "buffer"], returns: "i32" },
   dlpk_copy: { args: ["buffer", "usize", "u32"], returns: "i32" },
+  // Pin realms: each JS realm (main thread, each Worker) drains only its own released pins.
+  dlpk_realm_new: { args: [], returns: "usize" },
+  dlpk_pin_new_in: { args: ["usize", "f64", "f64", "buffer"], returns: "i32" },
+  dlpk_pins_drain_in: { args: ["usize", "buffer", "u32"], returns: "u32" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

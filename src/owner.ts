@@ -87,13 +87,24 @@ const pinned = new Map<number, unknown>();
 let nextPinId = 1;
 const drained = new Float64Array(256);
 let sweepTimer: unknown;
+// This realm's native pin queue. Every Worker evaluates this module again and so gets its own:
+// pin ids are per realm, and a shared queue would let one realm unpin another's buffer.
+let realm = 0;
+
+function realmAddress(): number {
+  if (realm === 0) {
+    realm = core().dlpk_realm_new();
+    if (realm === 0) throw new DLPackError("library", "out of memory while registering this JS realm's pin queue");
+  }
+  return realm;
+}
 
 /** Keeps `value` reachable until the returned native owner's last reference goes. `onRelease`
  * runs on the JS thread when that is noticed (for objects that need an explicit release). */
 export function pin(value: unknown, bytes: number, onRelease?: () => void): number {
   sweepPins();
   const id = nextPinId++;
-  const status = core().dlpk_pin_new(id, bytes, scratch.f64);
+  const status = core().dlpk_pin_new_in(realmAddress(), id, bytes, scratch.f64);
   if (status !== 0) throw new DLPackError("library", `could not pin memory (status ${status})`);
   pinned.set(id, onRelease === undefined ? value : new PinnedWithRelease(value, onRelease));
   scheduleSweep();
@@ -104,17 +115,30 @@ class PinnedWithRelease {
   constructor(readonly value: unknown, readonly onRelease: () => void) {}
 }
 
-/** Drops every pin whose native owner was released since the last sweep; returns how many. */
+/** Drops every pin whose native owner was released since the last sweep; returns how many.
+ * A release callback may reenter (export, import, stats() all sweep): each batch is copied out of
+ * the shared buffer first, and a callback that throws cannot stop the rest of the batch. */
 export function sweepPins(): number {
   if (pinned.size === 0) return 0;
   const lib = core();
+  const queue = realmAddress();
   let total = 0;
   for (;;) {
-    const n = lib.dlpk_pins_drain(drained, drained.length);
+    const n = lib.dlpk_pins_drain_in(queue, drained, drained.length);
+    const ids = n === 0 ? drained.subarray(0, 0) : drained.slice(0, n);
+    const callbacks: (() => void)[] = [];
     for (let i = 0; i < n; i++) {
-      const entry = pinned.get(drained[i]);
-      pinned.delete(drained[i]);
-      if (entry instanceof PinnedWithRelease) entry.onRelease();
+      const entry = pinned.get(ids[i]);
+      pinned.delete(ids[i]);
+      if (entry instanceof PinnedWithRelease) callbacks.push(entry.onRelease);
+    }
+    for (const release of callbacks) {
+      try {
+        release();
+      } catch {
+        // A keepAlive's release is a notification: the memory is already given back, nothing
+        // can be retried, and throwing here would surface in an unrelated call (or the timer).
+      }
     }
     total += n;
     if (n < drained.length) return total;

@@ -186,3 +186,33 @@ test {
     _ = exports;
     _ = memory;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Pin realms (reliability issue): each JS realm (main thread, each Worker) drains only the pins it
+// made. The realm-less dlpk_pin_new / dlpk_pins_drain above share one queue across realms, where a
+// Worker could unpin the main thread's buffer that happens to carry the same id.
+
+/// A new realm record (never freed; see owner.createRealm), or 0 when out of memory.
+export fn dlpk_realm_new() usize {
+    const realm = owner.createRealm() orelse return 0;
+    return @intFromPtr(realm);
+}
+
+/// `dlpk_pin_new` for a pin whose release is queued for `realm`.
+export fn dlpk_pin_new_in(realm: usize, id: f64, bytes: f64, out_address: usize) i32 {
+    const out = descriptionAt(out_address) orelse return @intFromEnum(describe.Status.invalid_argument);
+    if (realm == 0 or realm % @alignOf(owner.Realm) != 0) return @intFromEnum(describe.Status.invalid_argument);
+    if (!(id >= 0 and id < describe.MAX_EXACT and bytes >= 0 and bytes < describe.MAX_EXACT)) {
+        return @intFromEnum(describe.Status.invalid_argument);
+    }
+    const created = owner.createIn(@ptrFromInt(realm), .pin, @intFromFloat(id), @intFromFloat(bytes)) orelse
+        return @intFromEnum(describe.Status.out_of_memory);
+    out.setOwner(@intFromPtr(created));
+    return 0;
+}
+
+/// `dlpk_pins_drain` for one realm's released pins.
+export fn dlpk_pins_drain_in(realm: usize, out: [*]f64, capacity: u32) u32 {
+    if (realm == 0 or realm % @alignOf(owner.Realm) != 0) return 0;
+    return @intCast(owner.drainRealm(@ptrFromInt(realm), out[0..capacity]));
+}
