@@ -173,8 +173,10 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       break;
     case Status.overflow:
       code = "overflow";
-      message = `element count, byte span or address range overflows (limit 2^53 bytes and elements, ` +
-        `the largest a JavaScript number indexes exactly)`;
+      message = dim >= 0
+        ? `extent ${found} of dimension ${dim} exceeds 2^53, the largest a JavaScript number holds exactly`
+        : `element count, byte span or address range overflows (limit 2^53 bytes and elements, ` +
+          `the largest a JavaScript number indexes exactly)`;
       break;
     case Status.nullData:
       code = "null_data";

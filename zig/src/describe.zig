@@ -172,6 +172,11 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
     if (empty) size = 0 else if (size_overflowed or size > MAX_EXACT) {
         return out.refuse(.overflow, -1, 0, @intCast(MAX_EXACT));
     }
+    // Even in an empty tensor, an extent the description cannot carry exactly would reach JS
+    // rounded (and could not be exported again).
+    for (shape[0..ndim], 0..) |e, d| {
+        if (e > MAX_EXACT) return out.refuse(.overflow, @intCast(d), e, @intCast(MAX_EXACT));
+    }
 
     if (t.strides) |given| {
         for (0..ndim) |d| strides[d] = given[d];
@@ -209,7 +214,11 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
     const hi_bits = (max_offset + 1) * slot_bits;
     const lo_bytes: i128 = @divFloor(lo_bits, 8);
     const hi_bytes: i128 = @divFloor(hi_bits + 7, 8);
-    if (!empty and (hi_bytes - lo_bytes > MAX_EXACT or -lo_bytes > MAX_EXACT or hi_bytes > MAX_EXACT)) {
+    // Element offsets are limited too, not only bytes: packed sub-byte elements fit twice as many
+    // offsets into a byte span, and the description carries them as exact f64s.
+    if (!empty and (hi_bytes - lo_bytes > MAX_EXACT or -lo_bytes > MAX_EXACT or hi_bytes > MAX_EXACT or
+        -min_offset > MAX_EXACT or max_offset > MAX_EXACT))
+    {
         return out.refuse(.overflow, -1, 0, @intCast(MAX_EXACT));
     }
 
@@ -448,10 +457,26 @@ test "element count and span overflow are refused" {
     f.managed.dl_tensor.byte_offset = std.math.maxInt(u64);
     try testing.expectEqual(Status.overflow, f.run());
 
-    // A huge shape with a zero extent is an empty tensor, not an overflow.
-    f.init(f32_t, &.{ std.math.maxInt(i64), 0 }, &.{ 1, 1 });
+    // Packed float4: a stride of 2^53 + 1 elements is only 2^52 bytes, but the offset itself would
+    // reach JS rounded (found by the fuzzer).
+    f.init(.{ .code = 17, .bits = 4, .lanes = 1 }, &.{ 2, 2 }, &.{ 2, (1 << 53) + 1 });
+    try testing.expectEqual(Status.overflow, f.run());
+    f.init(.{ .code = 17, .bits = 4, .lanes = 1 }, &.{ 2, 2 }, &.{ 2, -((1 << 53) + 1) });
+    try testing.expectEqual(Status.overflow, f.run());
+
+    // A large extent next to a zero one is an empty tensor, not an overflow...
+    f.init(f32_t, &.{ 1 << 53, 0 }, &.{ 1, 1 });
     try testing.expectEqual(Status.ok, f.run());
     try testing.expectEqual(@as(f64, 0), f.out.size);
+    try testing.expectEqual(@as(f64, 1 << 53), f.out.shape[0]);
+
+    // ...but an extent beyond 2^53 cannot be described exactly, even in an empty tensor (found by
+    // tests/native/fuzz_validator.zig: it reached JS rounded and could not be exported again).
+    f.init(f32_t, &.{ std.math.maxInt(i64), 0 }, &.{ 1, 1 });
+    try testing.expectEqual(Status.overflow, f.run());
+    try testing.expectEqual(@as(i32, 0), f.out.detail_dim);
+    f.init(f32_t, &.{ 0, (1 << 53) + 1 }, &.{ 1, 1 });
+    try testing.expectEqual(Status.overflow, f.run());
 }
 
 test "sub-byte types: packed by default, padded with the flag" {
