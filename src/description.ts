@@ -106,6 +106,7 @@ export const Status = {
   outOfMemory: 11,
   invalidArgument: 12,
   strides: 13,
+  badAddress: 14,
 } as const;
 
 const DTYPE_BITS: Readonly<Record<number, string>> = {
@@ -169,6 +170,8 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       code = "shape";
       message = dim >= 0
         ? `negative extent ${found} in dimension ${dim}`
+        : dim === -2
+        ? `the shape pointer 0x${BigInt.asUintN(64, found).toString(16)} cannot point at int64 values`
         : `shape is NULL for a tensor of ndim ${s.i32[I32.ndim]}`;
       break;
     case Status.overflow:
@@ -189,8 +192,17 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       break;
     case Status.strides:
       code = "strides";
-      message = `invalid strides`;
+      message = dim === -2
+        ? `the strides pointer 0x${BigInt.asUintN(64, found).toString(16)} cannot point at int64 values`
+        : `invalid strides`;
       break;
+    case Status.badAddress:
+      // Nothing could be read, so there is no deleter to call either.
+      return new DLPackError(
+        "null_data",
+        `0x${BigInt.asUintN(64, found).toString(16)} cannot be a managed tensor (misaligned, in the first ` +
+          `page, or beyond user space); nothing was read and no deleter called`,
+      );
     case Status.outOfMemory:
       code = "library";
       message = "out of memory while recording the import";

@@ -5,14 +5,14 @@
  * @module
  */
 import { core, runtime } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
+import { DLPackError, optionalBoolean, optionsObject, shown } from "./errors.ts";
 import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, dtypeOfArray } from "./dtypes.ts";
 import { deviceCode, type DeviceType, isHostAccessible } from "./devices.ts";
 import { I32, refusalError, scratch, U32 } from "./description.ts";
 import { checkShape, checkStrides, cStrides, reach } from "./layout.ts";
 import { pin } from "./owner.ts";
 import { Capsule } from "./capsule.ts";
-import { BufferView } from "./view.ts";
+import { type BufferView, isBufferView } from "./view.ts";
 import { copyOf } from "./alloc.ts";
 
 /** Options of the export functions. */
@@ -197,8 +197,10 @@ function legacyReadOnly(): DLPackError {
   );
 }
 
-function exportAny(x: Exportable, opts: ExportOptions | undefined, versioned: boolean, flags = 0): Capsule {
-  if (x instanceof BufferView) return exportView(x, opts, versioned, flags);
+function exportAny(x: Exportable, options: ExportOptions | undefined, versioned: boolean, flags = 0): Capsule {
+  const opts = optionsObject(options, "export options");
+  optionalBoolean(opts.readonly, "readonly");
+  if (isBufferView(x)) return exportView(x, opts, versioned, flags);
   if (ArrayBuffer.isView(x) && !(x instanceof DataView)) return exportTypedArray(x, opts, versioned, flags);
   throw new DLPackError("dtype", "export takes a BufferView or a TypedArray");
 }
@@ -238,10 +240,18 @@ export interface DLPackProtocolOptions {
 }
 
 /** `view.__dlpack__(opts)`: the producer side of the protocol with the Python keyword semantics. */
-export function viewDLPack(view: BufferView, opts: DLPackProtocolOptions = {}): Capsule {
+export function viewDLPack(view: BufferView, options?: DLPackProtocolOptions): Capsule {
+  const opts = optionsObject(options, "__dlpack__ options");
   const max = opts.maxVersion;
+  if (max !== undefined && max !== null && !isIntPair(max)) {
+    throw new DLPackError("version", `maxVersion must be [major, minor] (non-negative integers), got ${shown(max)}`);
+  }
   const versioned = max !== undefined && max !== null && max[0] >= 1;
+  if (opts.copy !== null) optionalBoolean(opts.copy, "copy");
   if (opts.dlDevice !== undefined && opts.dlDevice !== null) {
+    if (!isIntPair(opts.dlDevice)) {
+      throw new DLPackError("device", `dlDevice must be [device type, id] (integers), got ${shown(opts.dlDevice)}`);
+    }
     const [type, id] = opts.dlDevice;
     const mine = deviceCode(view.device.type);
     if (type !== mine || id !== view.device.id) {
@@ -261,4 +271,9 @@ export function viewDLPack(view: BufferView, opts: DLPackProtocolOptions = {}): 
     return exportAny(copy, undefined, versioned, IS_COPIED);
   }
   return exportAny(view, undefined, versioned);
+}
+
+function isIntPair(value: unknown): value is readonly [number, number] {
+  return Array.isArray(value) && value.length === 2 &&
+    value.every((v) => typeof v === "number" && Number.isSafeInteger(v) && v >= 0);
 }

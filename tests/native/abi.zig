@@ -96,6 +96,7 @@ pub const Status = enum(i32) {
     out_of_memory = 11,
     invalid_argument = 12,
     strides = 13,
+    bad_address = 14,
     _,
 };
 

@@ -78,6 +78,9 @@ fn mallocExact(bytes: usize) error{OutOfMemory}![*]u8 {
 
 const Fields = struct {
     null_managed: bool,
+    /// Instead of the struct's address, pass one that cannot be a struct: 0 means no, 1..7 the
+    /// struct's address plus that (misaligned), anything else that address itself.
+    bad_managed: usize,
     versioned: bool,
     major: u32,
     minor: u32,
@@ -139,6 +142,12 @@ fn hostileI64(r: std.Random) i64 {
 fn generate(r: std.Random) Fields {
     var f: Fields = undefined;
     f.null_managed = r.uintLessThan(u16, 400) == 0;
+    f.bad_managed = if (r.uintLessThan(u16, 300) != 0) 0 else switch (r.uintLessThan(u8, 4)) {
+        0 => r.intRangeAtMost(usize, 1, 7),
+        1 => r.intRangeAtMost(usize, 8, 4095) & ~@as(usize, 7),
+        2 => @as(usize, 1) << 56,
+        else => std.math.maxInt(usize) & ~@as(usize, 7),
+    };
     f.versioned = r.boolean();
     f.major = if (chance(r, 92)) 1 else switch (r.uintLessThan(u8, 3)) {
         0 => 0,
@@ -247,6 +256,10 @@ fn modelLayout(f: *const Fields) Model {
     var m = Model{};
     if (f.null_managed) {
         m.refuse(.null_managed);
+        return m;
+    }
+    if (f.bad_managed != 0) {
+        m.refuse(.bad_address);
         return m;
     }
     // A foreign major may lay out everything after `flags` differently.
@@ -617,11 +630,11 @@ fn printFields(f: *const Fields) void {
     const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
     std.debug.print(
         "  fields: versioned {} major {d} minor {d} flags 0x{x} ndim {d} dtype {d}/{d}/{d} device {d}:{d} shape {any}{s} strides {any}{s}\n" ++
-            "          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} keep {} deleter {} null_managed {}\n",
+            "          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} keep {} deleter {} null_managed {} bad_managed 0x{x}\n",
         .{
             f.versioned,    f.major,     f.minor,        f.flags,       f.ndim,       f.code,  f.bits,   f.lanes,     f.device_type,
             f.device_id,    f.shape[0..rank], if (f.shape_null) " (NULL)" else "", f.strides[0..rank], if (f.strides_null) " (NULL)" else "",
-            f.data,         f.byte_offset, f.allocated,  f.data_len,    f.strict,     f.keep,  f.has_deleter, f.null_managed,
+            f.data,         f.byte_offset, f.allocated,  f.data_len,    f.strict,     f.keep,  f.has_deleter, f.null_managed, f.bad_managed,
         },
     );
 }
@@ -637,7 +650,8 @@ pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
     if (!f.null_managed) {
         produced = try build(&f);
     } else if (f.allocated) std.c.free(@ptrFromInt(f.alloc_base));
-    const managed: usize = if (produced) |p| p.managed else 0;
+    var managed: usize = if (produced) |p| p.managed else 0;
+    if (f.bad_managed != 0 and managed != 0) managed = if (f.bad_managed < 8) managed + f.bad_managed else f.bad_managed;
     const imports_before = abi.stat(.imports);
     const exports_before = abi.stat(.exports);
     const calls_before = deleter_calls;
@@ -648,7 +662,7 @@ pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
     const status = abi.dlpk_import(managed, options, @intFromPtr(&d));
     tally.cases += 1;
     // The producer's deleter runs on refusal unless the caller kept the tensor; never on success.
-    const expect_deleted: u32 = if (status != 0 and !f.keep and f.has_deleter and managed != 0) 1 else 0;
+    const expect_deleted: u32 = if (status != 0 and !f.keep and f.has_deleter and managed != 0 and f.bad_managed == 0) 1 else 0;
 
     if (m.refusals != 0) {
         if (status == 0) {
@@ -662,9 +676,9 @@ pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
             return fail("refusal ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expect_deleted });
         }
         tally.refused[@intCast(@min(status, 15))] += 1;
-        // Kept or deleter-less tensors are still ours to free.
+        // Kept, deleter-less or never-found tensors are still ours to free.
         if (produced) |p| {
-            if (f.keep and f.has_deleter) abi.consume(p.managed, f.versioned) else if (!f.has_deleter or f.keep) p.free();
+            if (f.bad_managed != 0) p.free() else if (f.keep and f.has_deleter) abi.consume(p.managed, f.versioned) else if (!f.has_deleter or f.keep) p.free();
         }
     } else {
         if (status != 0) {
@@ -741,11 +755,12 @@ fn printTally(t: *const Tally, seed: u64, seconds: f64) void {
     std.debug.print(
         "fuzz: {d} cases (seed {d}) in {d:.1} s: accepted {d} in real memory, {d} at fake addresses, {d} empty; " ++
             "{d} re-exported; {d} elements checked; refused: version {d}, flags {d}, rank {d}, dtype {d}, device {d}, " ++
-            "shape {d}, overflow {d}, null_data {d}, byte_offset {d}, null_managed {d}; 0 failures\n",
+            "shape {d}, overflow {d}, null_data {d}, byte_offset {d}, null_managed {d}, bad_address {d}; 0 failures\n",
         .{
             t.cases,         seed,           seconds,        t.accepted_in_memory, t.accepted_fake_address, t.accepted_empty,
             t.round_trips,   t.elements_checked, t.refused[2], t.refused[3],      t.refused[4],            t.refused[5],
             t.refused[6],    t.refused[7],   t.refused[8],   t.refused[9],         t.refused[10],           t.refused[1],
+            t.refused[14],
         },
     );
 }

@@ -22,8 +22,22 @@ pub const Status = enum(i32) {
     out_of_memory = 11,
     invalid_argument = 12,
     strides = 13,
+    /// The managed pointer cannot be a struct: misaligned, in the never-mapped first page, or
+    /// beyond any 64-bit user address space. Nothing was read and no deleter called.
+    bad_address = 14,
     _,
 };
+
+/// Nothing is ever mapped here (Linux mmap_min_addr, macOS __PAGEZERO, Windows' 64 KiB).
+pub const FIRST_VALID_ADDRESS: usize = 4096;
+/// User space ends below 2^56 on every current 64-bit OS (x86-64 LA57, AArch64, RISC-V Sv57).
+pub const ADDRESS_LIMIT: usize = 1 << 56;
+
+/// Whether `address` could hold a `T`: aligned for it and inside user space. A producer that
+/// passes anything else would make the first read fault (or, misaligned, panic) in the host.
+pub fn plausible(comptime T: type, address: usize) bool {
+    return address % @alignOf(T) == 0 and address >= FIRST_VALID_ADDRESS and address < ADDRESS_LIMIT - @sizeOf(T);
+}
 
 /// Views never exceed 2^53 elements or bytes: JS numbers index exactly up to there.
 pub const MAX_EXACT: u64 = 1 << 53;
@@ -112,6 +126,7 @@ pub fn describe(managed: usize, options: Options, out: *Description) Status {
     out.version_minor = -1;
     out.flags = 0;
     if (managed == 0) return out.refuse(.null_managed, -1, 0, 0);
+    if (!plausible(dlpack.ManagedTensorVersioned, managed)) return out.refuse(.bad_address, -1, @bitCast(@as(u64, managed)), 0);
 
     var tensor: *const dlpack.Tensor = undefined;
     if (options.versioned) {
@@ -150,6 +165,13 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
     }
     if (t.device.device_id < 0) return out.refuse(.device, -1, t.device.device_id, 0);
     if (ndim > 0 and t.shape == null) return out.refuse(.shape, -1, 0, 0);
+    // Array pointers are read below: one that cannot point at i64s is refused, not dereferenced.
+    if (ndim > 0 and !plausible(i64, @intFromPtr(t.shape.?))) {
+        return out.refuse(.shape, -2, @bitCast(@as(u64, @intFromPtr(t.shape.?))), 0);
+    }
+    if (ndim > 0 and t.strides != null and !plausible(i64, @intFromPtr(t.strides.?))) {
+        return out.refuse(.strides, -2, @bitCast(@as(u64, @intFromPtr(t.strides.?))), 0);
+    }
 
     // Extents and the element count. Shape is copied out first so a producer that mutates its
     // arrays concurrently cannot make the checks and the description disagree.
@@ -393,6 +415,22 @@ test "every refusal rule" {
     f.init(f32_t, &.{2}, &.{1});
 
     try testing.expectEqual(Status.null_managed, describe(0, .{ .versioned = true }, &f.out));
+    // Pointers that cannot be a struct are refused before anything is read (a misaligned one
+    // used to panic, aborting the host: importDLPack({ versioned: 4097 })).
+    for ([_]usize{ 8, 4095, @intFromPtr(&f.managed) + 4, 1 << 56, std.math.maxInt(usize) - 7 }) |bad| {
+        try testing.expectEqual(Status.bad_address, describe(bad, .{ .versioned = true }, &f.out));
+        try testing.expectEqual(Status.bad_address, describe(bad, .{ .versioned = false }, &f.out));
+    }
+    f.managed.dl_tensor.shape = @ptrFromInt(16);
+    try testing.expectEqual(Status.shape, f.run());
+    // A misaligned array pointer, written as a producer would (no Zig cast checks it).
+    @as(*usize, @ptrCast(&f.managed.dl_tensor.shape)).* = @intFromPtr(&f.shape) + 1;
+    try testing.expectEqual(Status.shape, f.run());
+    f.managed.dl_tensor.shape = &f.shape;
+    f.managed.dl_tensor.strides = @ptrFromInt(8);
+    try testing.expectEqual(Status.strides, f.run());
+    f.managed.dl_tensor.strides = &f.strides;
+    try testing.expectEqual(Status.ok, f.run());
 
     f.managed.version.major = 0;
     try testing.expectEqual(Status.version, f.run());

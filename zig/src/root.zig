@@ -51,7 +51,8 @@ export fn dlpk_import(managed: usize, options: u32, out_address: usize) i32 {
         status = .out_of_memory;
         out.status = @intFromEnum(status);
     }
-    if (managed != 0 and !keep) {
+    // A pointer that cannot be a struct has no deleter we could find.
+    if (managed != 0 and !keep and status != .bad_address) {
         dlpack.deleteManaged(managed, versioned);
         stats.add(.deleters_called, 1);
     }
