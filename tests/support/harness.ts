@@ -56,14 +56,30 @@ export function gcUnavailable(): string | false {
   return false;
 }
 
-/** Runs a script in a fresh process of the same runtime; returns exit code and output. */
+/** Resident set size of this process in bytes (for the soak's leak check). */
+export function rssBytes(): number {
+  if (isDeno) return Deno.memoryUsage().rss;
+  const proc = (globalThis as unknown as { process: { memoryUsage(): { rss: number } } }).process;
+  return proc.memoryUsage().rss;
+}
+
+/** Runs a script in a fresh process of the same runtime; returns exit code and output. With
+ * `gc`, the script may force collections (Deno needs a V8 flag for that; Bun always can). */
 export function runScript(
   script: string,
   env: Record<string, string> = {},
+  options: { gc?: boolean } = {},
 ): { code: number; stdout: string; stderr: string } {
   if (isDeno) {
     const out = new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-ffi", "--allow-read", "--allow-env", script],
+      args: [
+        "run",
+        "--allow-ffi",
+        "--allow-read",
+        "--allow-env",
+        ...(options.gc ? ["--v8-flags=--expose-gc"] : []),
+        script,
+      ],
       env,
       stdout: "piped",
       stderr: "piped",

@@ -1,0 +1,111 @@
+/**
+ * The soak: mixed import / export / chain / array-interface / native-thread traffic for a fixed
+ * time with RSS sampled once a second. At the end everything must be released: live counters
+ * back to zero, every producer tensor deleted exactly once, and RSS flat after the warm-up.
+ * Prints one line of JSON (`{"soak": ...}`) and exits 1 when a check fails.
+ *
+ *   tools/soak.sh [seconds] [deno|bun|both]      (default 600 s, both runtimes)
+ *
+ * Environment: SOAK_SECONDS (default 600), SOAK_MAX_DRIFT_MB (default 16), SOAK_EXTRA (a module
+ * exporting more `workloads`, e.g. Python exchange).
+ * @module
+ */
+import { stats } from "../../mod.ts";
+import { runtime } from "../../ffi/mod.ts";
+import { sweepPins } from "../../src/owner.ts";
+import { deleted } from "../support/producer.ts";
+import { rssBytes } from "../support/harness.ts";
+import { produced, type Workload, workloads } from "./workloads.ts";
+
+const seconds = Number(runtime().env("SOAK_SECONDS") ?? 600);
+const maxDriftMb = Number(runtime().env("SOAK_MAX_DRIFT_MB") ?? 16);
+const extra = runtime().env("SOAK_EXTRA");
+const all: Workload[] = [...workloads];
+if (extra !== undefined && extra !== "") {
+  const url = new URL(extra, `file://${runtime().env("PWD") ?? "."}/`).href;
+  all.push(...((await import(url)) as { workloads: Workload[] }).workloads);
+}
+
+const MB = 1024 * 1024;
+const schedule: Workload[] = all.flatMap((w) => Array<Workload>(w.weight).fill(w));
+const counts = new Map<string, number>(all.map((w) => [w.name, 0]));
+const samples: number[] = [];
+const start = performance.now();
+let next = start;
+let i = 0;
+
+const collect = async () => {
+  runtime().gc();
+  await new Promise((resolve) => setTimeout(resolve, 5)); // let finalizers run
+};
+
+while (performance.now() - start < seconds * 1000) {
+  // Bursts of work between samples; timers (the pin sweep) and finalizers run in the gaps.
+  for (let k = 0; k < 200; k++, i++) {
+    const w = schedule[i % schedule.length];
+    w.run(i);
+    counts.set(w.name, counts.get(w.name)! + 1);
+  }
+  if (performance.now() >= next) {
+    await collect();
+    samples.push(rssBytes());
+    next += 1000;
+  } else {
+    await new Promise((resolve) => setTimeout(resolve, 0));
+  }
+}
+
+// Drain: the GC backstop releases what the last workload left behind.
+for (let k = 0; k < 50; k++) {
+  await collect();
+  sweepPins();
+  const s = stats();
+  if (s.imports + s.exports + s.allocations + s.pinned === 0) break;
+}
+const final = stats();
+samples.push(rssBytes());
+
+const median = (xs: number[]) => {
+  const s = xs.slice().sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+};
+// The first fifth warms up (JIT, allocator pools); drift compares the median of the next fifth
+// with the median of the last fifth.
+const fifth = Math.max(1, Math.floor(samples.length / 5));
+const early = samples.slice(fifth, 2 * fifth);
+const late = samples.slice(-fifth);
+const driftMb = (median(late) - median(early.length > 0 ? early : samples)) / MB;
+const producerDeleted = deleted() - produced.deletedAtStart;
+const failures: string[] = [];
+if (driftMb > maxDriftMb) failures.push(`RSS grew ${driftMb.toFixed(1)} MB after the warm-up (limit ${maxDriftMb})`);
+for (const key of ["imports", "exports", "allocations", "pinned", "allocatedBytes", "pinnedBytes"] as const) {
+  if (final[key] !== 0) failures.push(`stats().${key} is ${final[key]} at the end`);
+}
+if (producerDeleted !== produced.count) {
+  failures.push(`${produced.count} producer tensors made, ${producerDeleted} deleted`);
+}
+
+console.log(JSON.stringify({
+  soak: {
+    runtime: runtime().name,
+    seconds: Math.round((performance.now() - start) / 100) / 10,
+    units: i,
+    perWorkload: Object.fromEntries(counts),
+    producerTensors: produced.count,
+    producerDeleted,
+    rssMb: {
+      first: Math.round(samples[0] / MB),
+      warm: Math.round(median(early.length > 0 ? early : samples) / MB),
+      last: Math.round(median(late) / MB),
+      max: Math.round(Math.max(...samples) / MB),
+    },
+    driftMb: Math.round(driftMb * 10) / 10,
+    maxDriftMb,
+    final,
+    failures,
+  },
+}));
+if (failures.length > 0) {
+  (globalThis as { Deno?: { exit(c: number): void } }).Deno?.exit(1);
+  (globalThis as unknown as { process?: { exit(c: number): void } }).process?.exit(1);
+}
