@@ -56,11 +56,14 @@ export function gcUnavailable(): string | false {
   return false;
 }
 
-/** Resident set size of this process in bytes (for the soak's leak check). */
-export function rssBytes(): number {
-  if (isDeno) return Deno.memoryUsage().rss;
-  const proc = (globalThis as unknown as { process: { memoryUsage(): { rss: number } } }).process;
-  return proc.memoryUsage().rss;
+/** Memory of this process in bytes: resident set size, and the JS heap's committed (`heapTotal`)
+ * and live (`heapUsed`) parts, for the soak's leak check. */
+export function memoryBytes(): { rss: number; heapTotal: number; heapUsed: number } {
+  type Usage = { rss: number; heapTotal: number; heapUsed: number };
+  const usage: Usage = isDeno
+    ? Deno.memoryUsage()
+    : (globalThis as unknown as { process: { memoryUsage(): Usage } }).process.memoryUsage();
+  return { rss: usage.rss, heapTotal: usage.heapTotal, heapUsed: usage.heapUsed };
 }
 
 /** Runs a script in a fresh process of the same runtime; returns exit code and output. With
