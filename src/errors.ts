@@ -51,11 +51,11 @@ export function shown(value: unknown): string {
   return `${typeof value} ${String(value)}`;
 }
 
-/** Checks an options argument: undefined, or an object (arrays and functions are mistakes too).
- * Returns it typed, so callers read fields without guarding each access. */
-export function optionsObject<T extends object>(value: T | undefined, what: string): Partial<T> {
-  if (value === undefined) return {};
-  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+/** Checks an options argument: undefined or null (no options), or an object (arrays and
+ * functions are mistakes too). Returns it typed, so callers read fields without guarding each. */
+export function optionsObject<T extends object>(value: T | undefined | null, what: string): Partial<T> {
+  if (value === undefined || value === null) return {};
+  if (typeof value !== "object" || Array.isArray(value)) {
     throw new DLPackError("requirements", `${what} must be an options object, got ${shown(value)}`);
   }
   return value;
