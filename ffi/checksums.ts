@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "373010a06a2c5245f8241c46424164c65aa90109a8fef4b4087f708df7e33d6e",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "8c22f4d190bcab2cb546f1ce912f71b009cbf9637553f65f2d7f31617684a7a2",
-  "libdlpack-0.1.0-linux-aarch64.so": "e24891f270389933838f5b8091db00abe06ab20d1d3d465dbbf140e2714877f0",
-  "libdlpack-0.1.0-linux-x86_64.so": "d59d4246a90bd03b442fa618fb91427d278b6fbd77fe08a20cf4b7b8439bc765",
-  "libdlpack-0.1.0-windows-x86_64.dll": "78766b6f06c2df88168ed91f74a96fa8b15799800d20e6c8e839bd7446005dcc",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "7b5dd59482ca4aa2f0d6d9757bafa684308bf2ce69fe5c40bd50f6c4164cb9a6",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "b6cfaaa7bb501061b536da598025c57c99ba8f85bfc320395bd869133c665f9f",
+  "libdlpack-0.1.0-linux-aarch64.so": "00db78b047958bdec6f12e4e882c60c2753e00aeda3383b1cd13d420434e7013",
+  "libdlpack-0.1.0-linux-x86_64.so": "deb51974042372993628f3e20f53986f95ac32c72ffc0920dcda79d4a8f9bbc8",
+  "libdlpack-0.1.0-windows-x86_64.dll": "26c46438c8e6fd3e72704f9c24d7c0d66ba7a08dd3dfc705564a21b5cc304238",
 });

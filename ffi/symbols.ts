@@ -6,7 +6,7 @@
 import type { SymbolTable } from "./types.ts";
 
 /** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 6;
+export const ABI_VERSION = 7;
 
 /** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
 export const DESCRIPTION_BYTES = 120 + 16 * 64;
@@ -23,7 +23,7 @@ export const symbols = {
   dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
   dlpk_owner_release: { args: ["f64"], returns: "void" },
-  dlpk_pin_domain: { args: [], returns: "f64" },
+  dlpk_realm_new: { args: [], returns: "f64" },
   dlpk_pin_new: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },
   dlpk_pins_drain: { args: ["f64", "f64", "u32"], returns: "u32" },
   dlpk_stats: { args: ["f64"], returns: "u32" },

@@ -12,15 +12,16 @@ const MAX_U64 = (1n << 64n) - 1n;
 const MAX_EXACT = 2n ** 53n;
 
 /** Normalises an address argument to what native calls take: a number (0 for null). Addresses at
- * or above 2^53 (no 64-bit OS hands those to user space) are refused. */
+ * or above 2^53 (no 64-bit OS hands those to user space) are refused like any non-address. */
 export function toAddress(value: unknown, what = "address"): number {
   const v = runtime().pointerValue(value);
   if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return v;
   if (typeof v === "bigint" && v >= 0n && v < MAX_EXACT) return Number(v);
   if (typeof v === "bigint" && v >= MAX_EXACT && v <= MAX_U64) {
+    // No 64-bit OS hands out user addresses this high: it cannot point at anything.
     throw new DLPackError(
-      "overflow",
-      `${what} 0x${v.toString(16)} is at or above 2^53, beyond what this library addresses`,
+      "null_data",
+      `${what} 0x${v.toString(16)} is at or above 2^53, beyond any user-space address this library handles`,
     );
   }
   const shown = typeof value === "bigint" ? `${value}n` : typeof value === "object" ? "an object" : String(value);

@@ -4,7 +4,7 @@
  * @module
  */
 import { core } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
+import { checkDeviceId, DLPackError, optionsObject, shown } from "./errors.ts";
 import { type DType, dtypeInfo } from "./dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
 import { refusalError, scratch } from "./description.ts";
@@ -36,11 +36,21 @@ function checkAlignment(align: unknown): number {
   return align;
 }
 
-function allocate(shape: readonly number[], dtype: DType, opts: AllocOptions | undefined, zero: boolean): BufferView {
+function allocate(
+  shape: readonly number[],
+  dtype: DType,
+  options: AllocOptions | undefined,
+  zero: boolean,
+): BufferView {
   const checked = checkShape(shape);
   const info = dtypeInfo(dtype);
-  const align = checkAlignment(opts?.align);
-  const device = opts?.device ?? { type: "cpu" as const, id: 0 };
+  const opts = optionsObject(options, "allocation options");
+  const align = checkAlignment(opts.align);
+  const device = opts.device ?? { type: "cpu" as const, id: 0 };
+  if (device === null || typeof device !== "object") {
+    throw new DLPackError("device", `device must be { type, id? }, got ${shown(device)}`);
+  }
+  if (device.id !== undefined) checkDeviceId(device.id);
   const size = sizeOf(checked);
   const nbytes = Math.ceil((size * info.bits) / 8);
   if (device.type !== "cpu") {

@@ -5,7 +5,7 @@
  * @module
  */
 import { core } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
+import { checkDeviceId, DLPackError, shown } from "./errors.ts";
 import { type DType, type DTypeInfo, dtypeInfo } from "./dtypes.ts";
 import { deviceCode, type DeviceType } from "./devices.ts";
 import { I32, refusalError, scratch, U32 } from "./description.ts";
@@ -159,7 +159,12 @@ function checkFields(iface: ArrayInterface): Fields {
     });
   }
   const device = iface.device ?? { type: "cpu" as const, id: 0 };
-  return { address, readonly, info, shape, strides, deviceType: deviceCode(device.type), deviceId: device.id ?? 0 };
+  if (device === null || typeof device !== "object") {
+    throw new DLPackError("device", `device must be { type, id? }, got ${shown(device)}`);
+  }
+  const deviceType = deviceCode(device.type);
+  const deviceId = device.id === undefined ? 0 : checkDeviceId(device.id);
+  return { address, readonly, info, shape, strides, deviceType, deviceId };
 }
 
 function releaseKeepAlive(value: unknown): void {

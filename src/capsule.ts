@@ -18,12 +18,24 @@ const OWNED = 0;
 const TAKEN = 1;
 const DISPOSED = 2;
 
+let branded: (x: object) => boolean;
+
+/** Whether `x` really is a capsule this library made (not merely `instanceof`: a prototype
+ * impostor would pass that and then fail on the first private field). */
+export function isCapsule(x: unknown): x is Capsule {
+  return typeof x === "object" && x !== null && branded(x);
+}
+
 /** An exported DLPack tensor (versioned or legacy) until a consumer takes it. */
 export class Capsule {
   #address: number;
   #versioned: boolean;
   #state = OWNED;
   #epoch: number;
+
+  static {
+    branded = (x) => #state in x;
+  }
 
   /** @internal Made by the export functions. */
   constructor(address: number, versioned: boolean) {

@@ -116,7 +116,8 @@ export const Status = {
   outOfMemory: 11,
   invalidArgument: 12,
   strides: 13,
-  misaligned: 17,
+  /** Cannot be a managed tensor (misaligned, first page, beyond user space): nothing read. */
+  badAddress: 17,
   // CUDA claim checks (zig/src/cuda.zig); 14-16 are the Python bridge's statuses.
   deviceClaim: 18,
   cuda: 19,
@@ -175,12 +176,6 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
   switch (status) {
     case Status.nullManaged:
       return new DLPackError("null_data", "the managed tensor pointer is NULL (nothing to import, no deleter to call)");
-    case Status.misaligned:
-      return new DLPackError(
-        "null_data",
-        `the managed tensor address is not 8-byte aligned (off by ${found}): it cannot be a DLPack struct, ` +
-          "so nothing was read and no deleter was called",
-      );
     case Status.version:
       code = "version";
       message = `DLPack major version ${found} is not supported: this library reads major ${limit} (any minor)`;
@@ -209,12 +204,16 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       code = "shape";
       message = dim >= 0
         ? `negative extent ${found} in dimension ${dim}`
+        : dim === -2
+        ? `the shape pointer 0x${BigInt.asUintN(64, found).toString(16)} cannot point at int64 values`
         : `shape is NULL for a tensor of ndim ${s.i32[I32.ndim]}`;
       break;
     case Status.overflow:
       code = "overflow";
-      message = `element count, byte span or address range overflows (limit 2^53 bytes and elements, ` +
-        `the largest a JavaScript number indexes exactly)`;
+      message = dim >= 0
+        ? `extent ${found} of dimension ${dim} exceeds 2^53, the largest a JavaScript number holds exactly`
+        : `element count, byte span or address range overflows (limit 2^53 bytes and elements, ` +
+          `the largest a JavaScript number indexes exactly)`;
       break;
     case Status.nullData:
       code = "null_data";
@@ -227,7 +226,9 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       break;
     case Status.strides:
       code = "strides";
-      message = `invalid strides`;
+      message = dim === -2
+        ? `the strides pointer 0x${BigInt.asUintN(64, found).toString(16)} cannot point at int64 values`
+        : `invalid strides`;
       break;
     case Status.deviceClaim:
       code = "device";
@@ -245,6 +246,13 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       } claim: ${last.call} returned ${last.errorName} (${last.result})`;
       break;
     }
+    case Status.badAddress:
+      // Nothing could be read, so there is no deleter to call either.
+      return new DLPackError(
+        "null_data",
+        `${found === 0n ? "that address" : `0x${BigInt.asUintN(64, found).toString(16)}`} cannot be a managed ` +
+          `tensor (misaligned, in the first page, or beyond user space); nothing was read and no deleter called`,
+      );
     case Status.outOfMemory:
       code = "library";
       message = "out of memory while recording the import";

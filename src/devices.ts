@@ -55,7 +55,8 @@ const HOST_ACCESSIBLE = new Set<DeviceType>(["cpu", "cudaHost", "cudaManaged", "
 
 /** The `DLDeviceType` value of a device name. */
 export function deviceCode(type: DeviceType): number {
-  const code = CODES[type];
+  // Own keys only: "constructor" or "__proto__" must not resolve through Object.prototype.
+  const code = typeof type === "string" && Object.hasOwn(CODES, type) ? CODES[type] : undefined;
   if (code === undefined) {
     throw new DLPackError(
       "device",

@@ -5,14 +5,14 @@
  * @module
  */
 import { core } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
+import { DLPackError, optionalBoolean, optionsObject, shown } from "./errors.ts";
 import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, dtypeOfArray } from "./dtypes.ts";
 import { deviceCode, type DeviceType } from "./devices.ts";
 import { F64, I32, refusalError, scratch, U32 } from "./description.ts";
 import { checkShape, checkStrides, cStrides, reach } from "./layout.ts";
-import { newPinId, pinDomain, recordPin } from "./owner.ts";
+import { newPinId, realmAddress, recordPin } from "./owner.ts";
 import { Capsule } from "./capsule.ts";
-import { BufferView } from "./view.ts";
+import { type BufferView, isBufferView } from "./view.ts";
 import { copyOf } from "./alloc.ts";
 import { attachProducerStream, fenceForConsumer } from "./cuda.ts";
 
@@ -166,7 +166,7 @@ function exportTypedArray(
   s.setAddress(layout.byteOffset);
   writeLayout(s, { type: "cpu", id: 0 }, layout, exportFlags);
   const id = newPinId();
-  const status = core().dlpk_export_buffer(x, pinDomain(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
+  const status = core().dlpk_export_buffer(x, realmAddress(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
   if (status !== 0) throw refusalError(status, s, false);
   // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
   recordPin(id, x);
@@ -186,7 +186,7 @@ function exportWholeArray(x: AnyTypedArray, info: DTypeInfo, versioned: boolean,
   s.u32[U32.bits] = info.dl.bits;
   s.u32[U32.flags] = flags;
   const id = newPinId();
-  const status = core().dlpk_export_buffer(x, pinDomain(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
+  const status = core().dlpk_export_buffer(x, realmAddress(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
   if (status !== 0) throw refusalError(status, s, false);
   recordPin(id, x);
   return new Capsule(s.address(), versioned);
@@ -234,8 +234,10 @@ function legacyReadOnly(): DLPackError {
   );
 }
 
-function exportAny(x: Exportable, opts: ExportOptions | undefined, versioned: boolean, flags = 0): Capsule {
-  if (x instanceof BufferView) return exportView(x, opts, versioned, flags);
+function exportAny(x: Exportable, options: ExportOptions | undefined, versioned: boolean, flags = 0): Capsule {
+  const opts = optionsObject(options, "export options");
+  optionalBoolean(opts.readonly, "readonly");
+  if (isBufferView(x)) return exportView(x, opts, versioned, flags);
   if (ArrayBuffer.isView(x) && !(x instanceof DataView)) return exportTypedArray(x, opts, versioned, flags);
   throw new DLPackError("dtype", "export takes a BufferView or a TypedArray");
 }
@@ -277,10 +279,18 @@ export interface DLPackProtocolOptions {
 }
 
 /** `view.__dlpack__(opts)`: the producer side of the protocol with the Python keyword semantics. */
-export function viewDLPack(view: BufferView, opts: DLPackProtocolOptions = {}): Capsule {
+export function viewDLPack(view: BufferView, options?: DLPackProtocolOptions): Capsule {
+  const opts = optionsObject(options, "__dlpack__ options");
   const max = opts.maxVersion;
+  if (max !== undefined && max !== null && !isIntPair(max)) {
+    throw new DLPackError("version", `maxVersion must be [major, minor] (non-negative integers), got ${shown(max)}`);
+  }
   const versioned = max !== undefined && max !== null && max[0] >= 1;
+  if (opts.copy !== null) optionalBoolean(opts.copy, "copy");
   if (opts.dlDevice !== undefined && opts.dlDevice !== null) {
+    if (!isIntPair(opts.dlDevice)) {
+      throw new DLPackError("device", `dlDevice must be [device type, id] (integers), got ${shown(opts.dlDevice)}`);
+    }
     const [type, id] = opts.dlDevice;
     const mine = deviceCode(view.device.type);
     if (type !== mine || id !== view.device.id) {
@@ -299,4 +309,9 @@ export function viewDLPack(view: BufferView, opts: DLPackProtocolOptions = {}): 
     return exportAny(copy, undefined, versioned, IS_COPIED);
   }
   return exportAny(view, undefined, versioned);
+}
+
+function isIntPair(value: unknown): value is readonly [number, number] {
+  return Array.isArray(value) && value.length === 2 &&
+    value.every((v) => typeof v === "number" && Number.isSafeInteger(v) && v >= 0);
 }

@@ -5,11 +5,11 @@
  */
 import { core } from "../ffi/mod.ts";
 import { refusalError, scratch, U32 } from "./description.ts";
-import { DLPackError } from "./errors.ts";
+import { DLPackError, optionsObject, shown } from "./errors.ts";
 import { type AddressLike, toAddress } from "./address.ts";
-import { type BufferView, viewFromScratch } from "./view.ts";
+import { BufferView, isBufferView, viewFromScratch } from "./view.ts";
 import type { Owner } from "./owner.ts";
-import { Capsule } from "./capsule.ts";
+import { Capsule, isCapsule } from "./capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
@@ -55,15 +55,23 @@ export function importManaged(
 }
 
 function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
-  const producer = opts?.producer ?? null;
-  if (src instanceof Capsule) {
+  // Options are checked before anything is taken: on a mistake here the caller still owns src.
+  const producer = optionsObject(opts, "import options").producer ?? null;
+  if (producer !== null && typeof producer !== "string") {
+    throw new DLPackError("requirements", `producer must be a string, got ${shown(producer)}`);
+  }
+  if (isCapsule(src)) {
     const versioned = src.versioned;
     return importManaged(src.takeAddress(), versioned, strict, producer);
+  }
+  if (src instanceof Capsule || (src instanceof BufferView && !isBufferView(src))) {
+    // Object.create(Capsule.prototype) and the like: the prototype's getters would throw.
+    throw new DLPackError("null_data", "this object only pretends to be a Capsule or BufferView");
   }
   if (src !== null && typeof src === "object") {
     if (typeof (src as DLPackProvider).__dlpack__ === "function") {
       const capsule = (src as DLPackProvider).__dlpack__({ maxVersion: MAX_VERSION });
-      if (!(capsule instanceof Capsule)) {
+      if (!isCapsule(capsule)) {
         throw new DLPackError("null_data", "__dlpack__() must return a Capsule");
       }
       const name = producer ?? (src as { constructor?: { name?: string } }).constructor?.name ?? null;

@@ -134,27 +134,27 @@ let nextPinId = 1;
 const drained = new Float64Array(256);
 let drainedAt = 0;
 let sweepTimer: unknown;
+// This realm's native pin queue. Every Worker evaluates this module again and so gets its own:
+// pin ids are per realm, and a shared queue would let one realm unpin another's buffer.
+let realm = 0;
+
+/** This realm's native pin queue (made on first use). */
+export function realmAddress(): number {
+  if (realm === 0) {
+    realm = core().dlpk_realm_new();
+    if (realm === 0) throw new DLPackError("library", "out of memory while registering this JS realm's pin queue");
+  }
+  return realm;
+}
 
 /** Keeps `value` reachable until the returned native owner's last reference goes. `onRelease`
  * runs on the JS thread when that is noticed (for objects that need an explicit release). */
 export function pin(value: unknown, bytes: number, onRelease?: () => void): number {
   const id = newPinId();
-  const status = core().dlpk_pin_new(pinDomain(), id, bytes, scratch.at);
+  const status = core().dlpk_pin_new(realmAddress(), id, bytes, scratch.at);
   if (status !== 0) throw new DLPackError("library", `could not pin memory (status ${status})`);
   recordPin(id, value, onRelease);
   return scratch.owner();
-}
-
-let domain = 0;
-
-/** This realm's pin domain: released pins come back to the realm that made them (each Worker and
- * each module instance has its own pin table). */
-export function pinDomain(): number {
-  if (domain === 0) {
-    domain = core().dlpk_pin_domain();
-    if (domain === 0) throw new DLPackError("library", "out of memory making the pin domain");
-  }
-  return domain;
 }
 
 /** The id for a pin about to be made natively (`dlpk_export_buffer` makes its own). */
@@ -180,17 +180,31 @@ class PinnedWithRelease {
   constructor(readonly value: unknown, readonly onRelease: () => void) {}
 }
 
-/** Drops every pin whose native owner was released since the last sweep; returns how many. */
+/** Drops every pin whose native owner was released since the last sweep; returns how many.
+ * A release callback may reenter (export, import, stats() all sweep): each batch is copied out of
+ * the shared buffer first, and a callback that throws cannot stop the rest of the batch. */
 export function sweepPins(): number {
   if (pinned.size === 0) return 0;
   const lib = core();
+  const queue = realmAddress();
   let total = 0;
   for (;;) {
-    const n = lib.dlpk_pins_drain(pinDomain(), drainedAt ||= runtime().addressOf(drained), drained.length);
+    const n = lib.dlpk_pins_drain(queue, drainedAt ||= runtime().addressOf(drained), drained.length);
+    // A copy: a release callback may pin or sweep again, which reuses `drained`.
+    const ids = n === 0 ? drained.subarray(0, 0) : drained.slice(0, n);
+    const callbacks: (() => void)[] = [];
     for (let i = 0; i < n; i++) {
-      const entry = pinned.get(drained[i]);
-      pinned.delete(drained[i]);
-      if (entry instanceof PinnedWithRelease) entry.onRelease();
+      const entry = pinned.get(ids[i]);
+      pinned.delete(ids[i]);
+      if (entry instanceof PinnedWithRelease) callbacks.push(entry.onRelease);
+    }
+    for (const release of callbacks) {
+      try {
+        release();
+      } catch {
+        // A keepAlive's release is a notification: the memory is already given back, nothing
+        // can be retried, and throwing here would surface in an unrelated call (or the timer).
+      }
     }
     total += n;
     if (n < drained.length) return total;

@@ -3,9 +3,9 @@
  * `"<field>: required <x>, got <y>"`, so users see everything wrong at once.
  * @module
  */
-import { DLPackError } from "./errors.ts";
+import { DLPackError, shown } from "./errors.ts";
 import { type DType, isDType } from "./dtypes.ts";
-import { type DeviceType, formatDevice } from "./devices.ts";
+import { deviceCode, type DeviceType, formatDevice } from "./devices.ts";
 import type { BufferView } from "./view.ts";
 
 /** What a caller needs of a view. Every field is optional. */
@@ -51,30 +51,50 @@ function checkRequirements(req: Requirements): void {
   const bad = (what: string) => {
     throw new DLPackError("requirements", `invalid requirement: ${what}`);
   };
+  if (req === null || typeof req !== "object" || Array.isArray(req)) {
+    bad(`requirements must be an object such as { dtype: "float32" }, got ${shown(req)}`);
+  }
   if (req.alignment !== undefined) {
     const a = req.alignment;
-    if (!Number.isInteger(a) || a <= 0 || (a & (a - 1)) !== 0 || a > 1 << 20) {
-      bad(`alignment must be a power of two up to 2^20, got ${a}`);
+    if (typeof a !== "number" || !Number.isInteger(a) || a <= 0 || (a & (a - 1)) !== 0 || a > 1 << 20) {
+      bad(`alignment must be a power of two up to 2^20, got ${shown(a)}`);
     }
   }
   if (req.dtype !== undefined) {
+    if (typeof req.dtype !== "string" && !Array.isArray(req.dtype)) {
+      bad(`dtype must be a dtype name or an array of them, got ${shown(req.dtype)}`);
+    }
     for (const d of typeof req.dtype === "string" ? [req.dtype] : req.dtype) {
-      if (!isDType(d)) bad(`unknown dtype ${JSON.stringify(d)}`);
+      if (!isDType(d)) bad(`unknown dtype ${typeof d === "string" ? JSON.stringify(d) : shown(d)}`);
     }
   }
   if (req.shape !== undefined) {
+    if (!Array.isArray(req.shape)) bad(`shape must be an array of extents or null, got ${shown(req.shape)}`);
     for (const e of req.shape) {
-      if (e !== null && (!Number.isInteger(e) || e < 0)) {
-        bad(`shape extents must be non-negative integers or null, got ${e}`);
+      if (e !== null && (typeof e !== "number" || !Number.isSafeInteger(e) || e < 0)) {
+        bad(`shape extents must be non-negative integers or null, got ${shown(e)}`);
       }
     }
   }
   for (const field of ["ndim", "size"] as const) {
     const v = req[field];
-    if (v !== undefined && (!Number.isInteger(v) || v < 0)) bad(`${field} must be a non-negative integer, got ${v}`);
+    if (v !== undefined && (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0)) {
+      bad(`${field} must be a non-negative integer, got ${shown(v)}`);
+    }
   }
   if (req.contiguous !== undefined && !["C", "F", "any"].includes(req.contiguous)) {
-    bad(`contiguous must be "C", "F" or "any", got ${JSON.stringify(req.contiguous)}`);
+    bad(`contiguous must be "C", "F" or "any", got ${shown(req.contiguous)}`);
+  }
+  if (req.device !== undefined) {
+    const d = req.device;
+    if (d === null || typeof d !== "object") bad(`device must be { type, id? }, got ${shown(d)}`);
+    deviceCode(d.type); // throws "device" for an unknown type
+    if (d.id !== undefined && (typeof d.id !== "number" || !Number.isInteger(d.id) || d.id < 0)) {
+      bad(`device id must be a non-negative integer, got ${shown(d.id)}`);
+    }
+  }
+  if (req.writable !== undefined && typeof req.writable !== "boolean") {
+    bad(`writable must be true or false, got ${shown(req.writable)}`);
   }
 }
 

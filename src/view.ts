@@ -117,6 +117,7 @@ type Construct = (
 ) => BufferView;
 
 let construct: Construct;
+let branded: (x: object) => boolean;
 
 /** Makes a view; only library modules call this. */
 export function makeView(init: ViewInit): BufferView {
@@ -197,10 +198,17 @@ export function viewFromScratch(
   }
 }
 
+/** Whether `x` really is a view this library made. `instanceof` is not enough: an object made with
+ * `Object.create(BufferView.prototype)` passes it and then fails on the first private field. */
+export function isBufferView(x: unknown): x is BufferView {
+  return typeof x === "object" && x !== null && branded(x);
+}
+
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
   static {
     construct = (...args) => new BufferView(...args);
+    branded = (x) => #owner in x;
   }
 
   #address: number;
@@ -402,8 +410,8 @@ export class BufferView {
    * The array is detached (length 0) when the view is disposed, so it can never read freed memory.
    */
   array(): AnyTypedArray {
-    if (this.#array !== undefined) return this.#array;
     this.#live();
+    if (this.#array !== undefined) return this.#array;
     if (this.#device.type !== "cpu" && !isHostAccessible(this.#device.type)) {
       throw new DLPackError(
         "device",
@@ -481,12 +489,13 @@ export class BufferView {
     const info = this.#info;
     switch (info.kind) {
       case "int":
+        a[at] = expectInteger(value, info.name);
+        return;
       case "float":
         a[at] = expectNumber(value, info.name);
         return;
       case "bigint":
-        if (typeof value !== "bigint") throw typeError(info.name, "a bigint", value);
-        a[at] = value;
+        a[at] = expectBigInt(value, info.name);
         return;
       case "bool":
         if (typeof value !== "boolean") throw typeError(info.name, "a boolean", value);
@@ -701,14 +710,22 @@ export class BufferView {
     if (owner === 0) return;
     this.#owner = 0;
     const buffer = this.#buffer;
-    if (buffer !== undefined) {
-      // Detaching leaves every TypedArray over it with length 0: no access after free.
-      (buffer as ArrayBuffer & { transfer(length: number): ArrayBuffer }).transfer(0);
-      this.#buffer = undefined;
-    }
+    this.#buffer = undefined;
     this.#array = undefined;
     this.#keepAliveValue = undefined;
     views.remove(this, this.#epoch);
+    if (buffer !== undefined) {
+      if (isDetached(buffer)) {
+        // Someone transferred it (ArrayBuffer.prototype.transfer, postMessage): the runtimes move
+        // native memory into the new buffer without copying, and nothing can revoke that one.
+        // Keeping this share for the rest of the process is the only way it never reads freed
+        // memory; stats() shows it.
+        transferredShares.push(owner);
+        return;
+      }
+      // Detaching leaves every TypedArray over it with length 0: no access after free.
+      (buffer as ArrayBuffer & { transfer(length: number): ArrayBuffer }).transfer(0);
+    }
     core().dlpk_owner_release(owner);
   }
 
@@ -719,6 +736,13 @@ export class BufferView {
 
   #live(): void {
     if (this.#owner === 0) throw new DLPackError("disposed", "this view was disposed");
+    if (this.#buffer !== undefined && isDetached(this.#buffer)) {
+      throw new DLPackError(
+        "disposed",
+        "the ArrayBuffer array() returned was transferred or detached by other code; this view no longer " +
+          "reads through it (the memory stays alive for the transferred buffer: see the README's threat model)",
+      );
+    }
   }
 
   /** @internal A one-line description for logs. */
@@ -729,8 +753,45 @@ export class BufferView {
   }
 }
 
+/** Owner shares of views whose array() buffer was transferred away; never released. */
+const transferredShares: number[] = [];
+
+function isDetached(buffer: ArrayBuffer): boolean {
+  return (buffer as ArrayBuffer & { detached?: boolean }).detached === true;
+}
+
 function expectNumber(value: Scalar, dtype: DType): number {
   if (typeof value !== "number") throw typeError(dtype, "a number", value);
+  return value;
+}
+
+const INT_RANGES: Readonly<Record<string, readonly [number, number]>> = {
+  int8: [-128, 127],
+  int16: [-32768, 32767],
+  int32: [-(2 ** 31), 2 ** 31 - 1],
+  uint8: [0, 255],
+  uint16: [0, 65535],
+  uint32: [0, 2 ** 32 - 1],
+};
+
+const BIGINT_RANGES: Readonly<Record<string, readonly [bigint, bigint]>> = {
+  int64: [-(2n ** 63n), 2n ** 63n - 1n],
+  uint64: [0n, 2n ** 64n - 1n],
+};
+
+/** An integer element must be an integer in the dtype's range: a TypedArray store would
+ * silently truncate 1.5, wrap 300 to 44 and turn NaN into 0. */
+function expectInteger(value: Scalar, dtype: DType): number {
+  const n = expectNumber(value, dtype);
+  const [lo, hi] = INT_RANGES[dtype];
+  if (!Number.isInteger(n) || n < lo || n > hi) throw typeError(dtype, `an integer in ${lo}..${hi}`, value);
+  return n;
+}
+
+function expectBigInt(value: Scalar, dtype: DType): bigint {
+  if (typeof value !== "bigint") throw typeError(dtype, "a bigint", value);
+  const [lo, hi] = BIGINT_RANGES[dtype];
+  if (value < lo || value > hi) throw typeError(dtype, `a bigint in ${lo}..${hi}`, value);
   return value;
 }
 

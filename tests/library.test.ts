@@ -8,7 +8,7 @@ const probe = new URL("./support/load_probe.ts", import.meta.url).pathname;
 
 test("the library loads from the local build and reports its ABI", () => {
   assert.equal(corePath(), localBuildPath(runtime().os));
-  assert.equal(ABI_VERSION, 6);
+  assert.equal(ABI_VERSION, 7);
   assert.equal(libraryFileName("linux"), "libdlpack.so");
   assert.equal(libraryFileName("darwin"), "libdlpack.dylib");
   assert.equal(libraryFileName("windows"), "dlpack.dll");
@@ -42,17 +42,17 @@ test("a library of another ABI version is refused with a clear error", () => {
   const other = findLibrary("DLPACK_TESTPROD_LIB", "dlpack_testprod");
   const out = runScript(probe, { DLPACK_LIB: other });
   assert.equal(out.code, 0, out.stderr);
-  assert.match(out.stdout, /library: .*speaks native ABI 65535, this module needs 6: rebuild it/);
+  assert.match(out.stdout, /library: .*speaks native ABI 65535, this module needs 7: rebuild it/);
 });
 
 test("libdlpack stays mapped once retained, even after its handle is closed", () => {
   // Deleters and capsule destructors given to foreign code point into the library; a runtime that
   // closes its handle (Deno does when an isolate ends) must not unmap it under them.
   const probe = new URL("./support/retain_probe.ts", import.meta.url).pathname;
-  const bare = runScript(probe, {}, [], true);
+  const bare = runScript(probe, {}, { allowAll: true });
   assert.equal(bare.code, 0, bare.stderr);
   assert.match(bare.stdout, /mapped false/, "control: closing an unretained handle unmaps it");
-  const retained = runScript(probe, {}, ["--retain"], true);
+  const retained = runScript(probe, {}, { args: ["--retain"], allowAll: true });
   assert.equal(retained.code, 0, retained.stderr);
   assert.match(retained.stdout, /retain 0\nmapped true/);
 }, { skip: runtime().os === "linux" ? false : "reads /proc/self/maps (Linux)" });

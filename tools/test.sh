@@ -18,18 +18,42 @@ else
 fi
 
 failed_suites=""
-step() { # <name> <command...>: runs a step, records its exit status
+passed_checks=0
+skipped_checks=0
+step() { # <name> <command...>: runs a step, records its exit status (77: skipped, with its reason)
   name=$1; shift
   echo
   echo "== $name =="
+  start=$(date +%s)
   ( "$@" ) >"$LOG/$name.log" 2>&1
   code=$?
   cat "$LOG/$name.log"
-  [ $code -eq 0 ] || failed_suites="$failed_suites $name"
+  echo "($name: $(( $(date +%s) - start )) s)"
+  if [ $code -eq 77 ]; then skipped_checks=$((skipped_checks + 1))
+  elif [ $code -ne 0 ]; then failed_suites="$failed_suites $name"
+  fi
   return 0
+}
+check() { # <name> <command...>: a step that is one check of its own (counted as passed when it exits 0)
+  step "$@"
+  case " $failed_suites " in
+    *" $1 "*) ;;
+    *) grep -q '^skipped:' "$LOG/$1.log" || passed_checks=$((passed_checks + 1)) ;;
+  esac
 }
 
 step zig-test sh -c 'cd zig && zig build test --summary all'
+# Reliability (README "Reliability and threat model"): the seeded validator fuzzer, releases from
+# 8 threads, and valgrind memcheck over the unit tests, a fuzz run and the thread stress test.
+check zig-fuzz sh -c 'cd zig && zig build fuzz -- --seed 1 --cases 1000000'
+check zig-threads sh -c 'cd zig && zig build threads -- --releases 1000000 --threads 8'
+check zig-valgrind sh -c '
+  if ! command -v valgrind >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing valgrind (Debian package)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null
+  fi
+  if ! command -v valgrind >/dev/null 2>&1; then echo "skipped: valgrind is not installed"; exit 77; fi
+  valgrind --version && cd zig && zig build valgrind --summary all'
 # Cross-builds every release target into dist/ (the URL, release and single-binary tests use it) and
 # fails when the committed ffi/checksums.ts no longer matches those bytes.
 step release tools/release.sh --check
@@ -59,9 +83,9 @@ bun_failed=$(grep -E '^ *[0-9]+ fail$' "$LOG/bun-test.log" | tail -n 1 | tr -dc 
 bun_skipped=$(grep -E '^ *[0-9]+ skip$' "$LOG/bun-test.log" | tail -n 1 | tr -dc 0-9)
 
 n() { echo "${1:-0}"; }
-passed=$(( $(n "$zig_passed") + $(n "$deno_passed") + $(n "$bun_passed") ))
+passed=$(( $(n "$zig_passed") + $(n "$deno_passed") + $(n "$bun_passed") + passed_checks ))
 failed=$(( $(n "$zig_total") - $(n "$zig_passed") + $(n "$deno_failed") + $(n "$bun_failed") ))
-skipped=$(( $(n "$deno_skipped") + $(n "$bun_skipped") ))
+skipped=$(( $(n "$deno_skipped") + $(n "$bun_skipped") + skipped_checks ))
 # A step that failed without failing a counted test (a check, a crash) still counts as a failure.
 for s in $failed_suites; do
   case $s in
@@ -74,7 +98,7 @@ done
 
 echo
 echo "== summary =="
-echo "zig: $(n "$zig_passed")/$(n "$zig_total") passed; deno: $(n "$deno_passed") passed, $(n "$deno_failed") failed, $(n "$deno_skipped") skipped; bun: $(n "$bun_passed") passed, $(n "$bun_failed") failed, $(n "$bun_skipped") skipped"
+echo "zig: $(n "$zig_passed")/$(n "$zig_total") passed; native reliability checks: $passed_checks passed, $skipped_checks skipped; deno: $(n "$deno_passed") passed, $(n "$deno_failed") failed, $(n "$deno_skipped") skipped; bun: $(n "$bun_passed") passed, $(n "$bun_failed") failed, $(n "$bun_skipped") skipped"
 [ -z "$failed_suites" ] || echo "failed steps:$failed_suites"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ -z "$failed_suites" ]

@@ -58,6 +58,7 @@ pub fn build(b: *std.Build) void {
     test_step.dependOn(&b.addRunArtifact(unit).step);
 
     addRelease(b);
+    addReliabilitySteps(b, target, test_step);
 }
 
 /// The release matrix. The glibc 2.17 floor (CentOS 7, 2014) lets the Linux builds load on old
@@ -94,5 +95,94 @@ fn addRelease(b: *std.Build) void {
         const lib = b.addLibrary(.{ .name = "dlpack", .linkage = .dynamic, .root_module = module });
         const name = b.fmt("libdlpack-{s}-{s}-{s}.{s}", .{ version, spec.os, spec.arch, spec.ext });
         step.dependOn(&b.addInstallFileWithDir(lib.getEmittedBin(), .prefix, name).step);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reliability: the validator fuzzer, the thread stress test and the valgrind runs
+// (tests/native/, README "Reliability and threat model").
+
+/// The library's sources as a module a harness imports (so its `export fn`s link into the harness).
+fn coreModule(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.builtin.OptimizeMode, fuzz: bool) *std.Build.Module {
+    return b.createModule(.{
+        .root_source_file = b.path("src/root.zig"),
+        .target = target,
+        .optimize = optimize,
+        .link_libc = true,
+        .fuzz = fuzz,
+    });
+}
+
+fn harness(b: *std.Build, file: []const u8, target: std.Build.ResolvedTarget, optimize: std.builtin.OptimizeMode, fuzz: bool) *std.Build.Module {
+    const m = b.createModule(.{
+        .root_source_file = b.path(file),
+        .target = target,
+        .optimize = optimize,
+        .link_libc = true,
+        .fuzz = fuzz,
+    });
+    m.addImport("libdlpack", coreModule(b, target, optimize, fuzz));
+    return m;
+}
+
+fn addReliabilitySteps(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Build.Step) void {
+    const main_source = "../tests/native/reliability.zig";
+    const fuzz_source = "../tests/native/fuzz_validator.zig";
+
+    // Valgrind cannot decode AVX-512, so the harness targets the baseline x86-64 CPU: the same
+    // binary then serves the native runs and the valgrind runs (one ReleaseSafe compile in CI).
+    // ReleaseSafe keeps every overflow and bounds check of the library armed and runs the fuzzer
+    // 30x faster than Debug.
+    var query = target.query;
+    if (target.result.cpu.arch == .x86_64) query.cpu_model = .baseline;
+    const portable = b.resolveTargetQuery(query);
+    const exe = b.addExecutable(.{ .name = "reliability", .root_module = harness(b, main_source, portable, .ReleaseSafe, false) });
+
+    // `zig build fuzz -- --seed N --cases N` (or `--seconds S`, or `--case K` to replay one).
+    const fuzz_run = b.addRunArtifact(exe);
+    fuzz_run.addArg("fuzz");
+    if (b.args) |args| fuzz_run.addArgs(args);
+    b.step("fuzz", "Fuzz the import validator with a fixed seed (args: --seed N --cases N | --seconds S | --case K)").dependOn(&fuzz_run.step);
+
+    // `zig build threads -- --releases N --threads T`
+    const threads_run = b.addRunArtifact(exe);
+    threads_run.addArg("threads");
+    if (b.args) |args| threads_run.addArgs(args);
+    b.step("threads", "Release imports, exports, pins and allocations from many threads at once").dependOn(&threads_run.step);
+
+    // The harnesses' own unit tests (short runs, regressions) join `zig build test`.
+    test_step.dependOn(&b.addRunArtifact(b.addTest(.{ .root_module = harness(b, main_source, target, .Debug, false) })).step);
+
+    // A static, coverage-instrumented build of the fuzzer for libFuzzer (tools/fuzz.sh links it
+    // with clang -fsanitize=fuzzer). Zig 0.15.2's own `zig build test --fuzz` crashes in its build
+    // runner (ziglang/zig#25798), so the instrumentation is used with libFuzzer instead.
+    const fuzz_lib = b.addLibrary(.{
+        .name = "fuzz_validator",
+        .linkage = .static,
+        .root_module = harness(b, fuzz_source, target, .ReleaseSafe, true),
+    });
+    fuzz_lib.bundle_compiler_rt = true;
+    const install_fuzz_lib = b.addInstallArtifact(fuzz_lib, .{});
+    b.step("fuzz-lib", "Build the libFuzzer target (see tools/fuzz.sh)").dependOn(&install_fuzz_lib.step);
+
+    // `zig build valgrind`: the unit tests (Debug), a fuzz run and the thread stress test under
+    // memcheck; any error or leak fails the step.
+    const memcheck = [_][]const u8{
+        "valgrind",                 "--tool=memcheck",                 "--error-exitcode=99", "--leak-check=full",
+        "--show-leak-kinds=definite,indirect,possible", "--errors-for-leak-kinds=definite,indirect,possible", "--quiet",
+    };
+    const vg_step = b.step("valgrind", "Run the unit tests, a fuzz run and the thread stress test under valgrind memcheck");
+    const unit = b.addTest(.{ .root_module = coreModule(b, portable, .Debug, false) });
+    const runs = [_]struct { artifact: *std.Build.Step.Compile, args: []const []const u8 }{
+        .{ .artifact = unit, .args = &.{} },
+        .{ .artifact = exe, .args = &.{ "fuzz", "--seed", "11", "--cases", "50000" } },
+        .{ .artifact = exe, .args = &.{ "threads", "--releases", "20000", "--threads", "8" } },
+    };
+    for (runs) |run| {
+        const cmd = b.addSystemCommand(&memcheck);
+        cmd.addArtifactArg(run.artifact);
+        cmd.addArgs(run.args);
+        cmd.has_side_effects = true;
+        vg_step.dependOn(&cmd.step);
     }
 }

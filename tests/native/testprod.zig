@@ -334,3 +334,87 @@ export fn tp_static_tensor(bytes: f64, rows: u32) usize {
     };
     return @intFromPtr(&t.managed);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Bulk helpers for the thread and soak tests (tests/threads.test.ts, tests/soak/): many tensors
+// per FFI call, and releases that run on native threads while the JS thread keeps working.
+
+/// Makes `count` tensors from one spec; writes their addresses into `out`. Returns how many were
+/// made (fewer when out of memory).
+export fn tp_make_many(spec: [*]const i64, count: u32, out: [*]f64) u32 {
+    for (0..count) |i| {
+        const address = tp_make(spec);
+        if (address == 0) return @intCast(i);
+        out[i] = @floatFromInt(address);
+    }
+    return count;
+}
+
+/// A batch of releases running on native threads. Entries are `address * 2 + versioned`.
+const Release = struct {
+    items: []usize,
+    threads: [64]std.Thread = undefined,
+    /// The number of workers; also the stride each one walks `items` with.
+    workers: usize = 0,
+    /// Threads to join (0 when the releases ran on the caller's thread).
+    joinable: usize = 0,
+    go: std.atomic.Value(bool) = std.atomic.Value(bool).init(false),
+    ready: std.atomic.Value(usize) = std.atomic.Value(usize).init(0),
+    finished: std.atomic.Value(usize) = std.atomic.Value(usize).init(0),
+
+    fn work(self: *Release, first: usize) void {
+        _ = self.ready.fetchAdd(1, .acq_rel);
+        // All threads start releasing together, so the releases really overlap.
+        while (!self.go.load(.acquire)) std.atomic.spinLoopHint();
+        var i = first;
+        while (i < self.items.len) : (i += self.workers) {
+            const tagged = self.items[i];
+            dlpack.deleteManaged(tagged / 2, tagged % 2 == 1);
+        }
+        _ = self.finished.fetchAdd(1, .acq_rel);
+    }
+};
+
+/// Starts releasing `count` tagged tensors on `threads` threads and returns at once with a handle
+/// for `tp_release_done` / `tp_release_wait`; 0 when out of memory (nothing released then).
+export fn tp_release_start(tagged: [*]const f64, count: u32, threads: u32) usize {
+    const self = std.heap.c_allocator.create(Release) catch return 0;
+    const items = std.heap.c_allocator.alloc(usize, count) catch {
+        std.heap.c_allocator.destroy(self);
+        return 0;
+    };
+    for (items, 0..) |*slot, i| slot.* = @intFromFloat(tagged[i]);
+    self.* = .{ .items = items };
+    const wanted: usize = std.math.clamp(threads, 1, 64);
+    var spawned: usize = 0;
+    while (spawned < wanted) : (spawned += 1) {
+        self.threads[spawned] = std.Thread.spawn(.{}, Release.work, .{ self, spawned }) catch break;
+    }
+    if (spawned == 0) {
+        // No thread at all: release on this one, so no tensor is lost.
+        self.workers = 1;
+        self.go.store(true, .release);
+        Release.work(self, 0);
+        return @intFromPtr(self);
+    }
+    // Workers read the stride only after `go`, so fewer threads than asked still cover every item.
+    self.workers = spawned;
+    self.joinable = spawned;
+    while (self.ready.load(.acquire) < spawned) std.atomic.spinLoopHint();
+    self.go.store(true, .release);
+    return @intFromPtr(self);
+}
+
+/// Whether every release of a handle has finished (1) or not yet (0), without waiting.
+export fn tp_release_done(handle: usize) u32 {
+    const self: *Release = @ptrFromInt(handle);
+    return @intFromBool(self.finished.load(.acquire) == self.workers);
+}
+
+/// Waits for the releases of a handle and frees it.
+export fn tp_release_wait(handle: usize) void {
+    const self: *Release = @ptrFromInt(handle);
+    for (self.threads[0..self.joinable]) |t| t.join();
+    std.heap.c_allocator.free(self.items);
+    std.heap.c_allocator.destroy(self);
+}

@@ -56,18 +56,31 @@ export function gcUnavailable(): string | false {
   return false;
 }
 
-/** Runs a script in a fresh process of the same runtime; returns exit code and output. */
+/** Memory of this process in bytes: resident set size, and the JS heap's committed (`heapTotal`)
+ * and live (`heapUsed`) parts, for the soak's leak check. */
+export function memoryBytes(): { rss: number; heapTotal: number; heapUsed: number } {
+  type Usage = { rss: number; heapTotal: number; heapUsed: number };
+  const usage: Usage = isDeno
+    ? Deno.memoryUsage()
+    : (globalThis as unknown as { process: { memoryUsage(): Usage } }).process.memoryUsage();
+  return { rss: usage.rss, heapTotal: usage.heapTotal, heapUsed: usage.heapUsed };
+}
+
+/** Runs a script in a fresh process of the same runtime; returns exit code and output. With
+ * `gc`, the script may force collections (Deno needs a V8 flag for that; Bun always can). */
 export function runScript(
   script: string,
   env: Record<string, string> = {},
-  args: readonly string[] = [],
-  /** Deno: run with --allow-all (reading /proc/self needs it). */
-  allowAll = false,
+  /** `args` for the script; `allowAll`: Deno runs it with --allow-all (reading /proc/self needs it);
+   * `gc`: Deno exposes gc(). */
+  options: { args?: readonly string[]; allowAll?: boolean; gc?: boolean } = {},
 ): { code: number; stdout: string; stderr: string } {
   if (isDeno) {
-    const permissions = allowAll ? ["--allow-all"] : ["--allow-ffi", "--allow-read", "--allow-env", "--allow-run"];
+    const permissions = options.allowAll
+      ? ["--allow-all"]
+      : ["--allow-ffi", "--allow-read", "--allow-env", "--allow-run"];
     const out = new Deno.Command(Deno.execPath(), {
-      args: ["run", ...permissions, script, ...args],
+      args: ["run", ...permissions, ...(options.gc ? ["--v8-flags=--expose-gc"] : []), script, ...(options.args ?? [])],
       env,
       stdout: "piped",
       stderr: "piped",
@@ -87,7 +100,7 @@ export function runScript(
     process: { env: Record<string, string | undefined>; execPath: string };
   };
   const out = bun.Bun.spawnSync({
-    cmd: [bun.process.execPath, "run", script, ...args],
+    cmd: [bun.process.execPath, "run", script, ...(options.args ?? [])],
     env: { ...bun.process.env, ...env },
   });
   const dec = new TextDecoder();

@@ -21,6 +21,10 @@ const lib = openLibrary(
     tp_consume_many: { args: ["buffer", "u32", "u32", "u32"], returns: "i32" },
     tp_read_values: { args: ["usize", "u32", "buffer", "u32"], returns: "f64" },
     tp_static_tensor: { args: ["f64", "u32"], returns: "usize" },
+    tp_make_many: { args: ["buffer", "u32", "buffer"], returns: "u32" },
+    tp_release_start: { args: ["buffer", "u32", "u32"], returns: "usize" },
+    tp_release_done: { args: ["usize"], returns: "u32" },
+    tp_release_wait: { args: ["usize"], returns: "void" },
   } as const,
 );
 
@@ -82,6 +86,45 @@ function defaultBytes(spec: TensorSpec, dl: { bits: number }): number {
 
 /** Makes a managed tensor. */
 export function make(spec: TensorSpec = {}): Made {
+  const versioned = spec.versioned ?? true;
+  const address = tp.tp_make(specWords(spec));
+  if (address === 0) throw new Error("test producer out of memory");
+  const dataAddress = tp.tp_data(address, versioned ? 1 : 0);
+  return {
+    address,
+    versioned,
+    data: dataAddress,
+    source: versioned ? { versioned: address } : { legacy: address },
+    bytes: (length: number) => new Uint8Array(runtime().arrayBuffer(dataAddress, length)),
+  };
+}
+
+/** Makes `count` tensors from one spec in one native call; returns their addresses. */
+export function makeMany(spec: TensorSpec, count: number): Float64Array {
+  const out = new Float64Array(count);
+  if (tp.tp_make_many(specWords(spec), count, out) !== count) throw new Error("test producer out of memory");
+  return out;
+}
+
+/** Starts calling the deleters of `tagged` (`address * 2 + (versioned ? 1 : 0)`) from `threads`
+ * native threads at once and returns without waiting; see {@link releaseDone}, {@link releaseWait}. */
+export function releaseOnThreads(tagged: Float64Array, threads: number): number {
+  const handle = tp.tp_release_start(tagged, tagged.length, threads);
+  if (handle === 0) throw new Error("test consumer out of memory");
+  return handle;
+}
+
+/** Whether the releases started by {@link releaseOnThreads} have all run. */
+export function releaseDone(handle: number): boolean {
+  return tp.tp_release_done(handle) === 1;
+}
+
+/** Waits for the releases started by {@link releaseOnThreads}. */
+export function releaseWait(handle: number): void {
+  tp.tp_release_wait(handle);
+}
+
+function specWords(spec: TensorSpec): BigInt64Array {
   const dl = dlOf(spec.dtype);
   const versioned = spec.versioned ?? true;
   const w = new BigInt64Array(SPEC_LEN);
@@ -106,16 +149,7 @@ export function make(spec: TensorSpec = {}): Made {
   w[16] = spec.deleter === "null" ? 1n : 0n;
   shape?.slice(0, RANK).forEach((e, d) => (w[17 + d] = BigInt.asIntN(64, BigInt(e))));
   spec.strides?.slice(0, RANK).forEach((s, d) => (w[17 + RANK + d] = BigInt.asIntN(64, BigInt(s))));
-  const address = tp.tp_make(w);
-  if (address === 0) throw new Error("test producer out of memory");
-  const dataAddress = tp.tp_data(address, versioned ? 1 : 0);
-  return {
-    address,
-    versioned,
-    data: dataAddress,
-    source: versioned ? { versioned: address } : { legacy: address },
-    bytes: (length: number) => new Uint8Array(runtime().arrayBuffer(dataAddress, length)),
-  };
+  return w;
 }
 
 /** How many tensors the producer's deleters released so far. */

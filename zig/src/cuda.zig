@@ -132,6 +132,14 @@ fn errorString(result: CUresult) []const u8 {
     return if (text) |t| std.mem.span(t) else "";
 }
 
+/// A C string as a slice, read byte by byte: std.mem.span's SIMD scan reads past the terminator
+/// into bytes libc never initialised (dlerror's buffer), which valgrind rightly reports.
+fn cSpan(text: [*:0]const u8) []const u8 {
+    var length: usize = 0;
+    while (text[length] != 0) length += 1;
+    return text[0..length];
+}
+
 fn open() State {
     // The CUDA driver this module speaks to is Linux's libcuda.so.1 (macOS has none; Windows'
     // nvcuda.dll is not wired up). Other builds load and work, reporting this reason.
@@ -142,10 +150,10 @@ fn open() State {
     const env = std.c.getenv(LIBRARY_ENV);
     const from_env = env != null and env.?[0] != 0;
     const path: [*:0]const u8 = if (from_env) env.? else DEFAULT_LIBRARY;
-    const shown: []const u8 = std.mem.span(path);
+    const shown: []const u8 = cSpan(path);
     const via: []const u8 = if (from_env) " (from " ++ LIBRARY_ENV ++ ")" else "";
     const handle = std.c.dlopen(path, .{ .NOW = true }) orelse {
-        const why: []const u8 = if (std.c.dlerror()) |e| std.mem.span(e) else "dlopen failed";
+        const why: []const u8 = if (std.c.dlerror()) |e| cSpan(e) else "dlopen failed";
         setReason("{s}{s} could not be loaded: {s}", .{ shown, via, why });
         return .unavailable;
     };

@@ -23,15 +23,27 @@ pub const Status = enum(i32) {
     out_of_memory = 11,
     invalid_argument = 12,
     strides = 13,
-    /// Not a managed tensor: not 8-byte aligned (nothing is read, no deleter called).
-    misaligned = 17,
-    /// A CUDA, CUDAHost or CUDAManaged claim the driver's pointer attributes contradict (cuda.zig).
+    /// The managed pointer cannot be a struct: misaligned, in the never-mapped first page, or
+    /// beyond any 64-bit user address space. Nothing was read and no deleter called.
     /// (14-16 are the Python bridge's statuses.)
+    bad_address = 17,
+    /// A CUDA, CUDAHost or CUDAManaged claim the driver's pointer attributes contradict (cuda.zig).
     device_claim = 18,
     /// The CUDA driver failed while checking a claim (its error is readable per thread).
     cuda = 19,
     _,
 };
+
+/// Nothing is ever mapped here (Linux mmap_min_addr, macOS __PAGEZERO, Windows' 64 KiB).
+pub const FIRST_VALID_ADDRESS: usize = 4096;
+/// User space ends below 2^56 on every current 64-bit OS (x86-64 LA57, AArch64, RISC-V Sv57).
+pub const ADDRESS_LIMIT: usize = 1 << 56;
+
+/// Whether `address` could hold a `T`: aligned for it and inside user space. A producer that
+/// passes anything else would make the first read fault (or, misaligned, panic) in the host.
+pub fn plausible(comptime T: type, address: usize) bool {
+    return address % @alignOf(T) == 0 and address >= FIRST_VALID_ADDRESS and address < ADDRESS_LIMIT - @sizeOf(T);
+}
 
 /// Views never exceed 2^53 elements or bytes: JS numbers index exactly up to there. Addresses
 /// cross the ABI as f64 for the same reason (and because f64 arguments take every runtime's fast
@@ -139,7 +151,7 @@ fn describeFields(managed: usize, options: Options, out: *Description) Status {
     out.version_minor = -1;
     out.flags = 0;
     if (managed == 0) return out.refuse(.null_managed, -1, 0, 0);
-    if (!dlpack.isManagedAddress(managed)) return out.refuse(.misaligned, -1, @intCast(managed % 8), 8);
+    if (!plausible(dlpack.ManagedTensorVersioned, managed)) return out.refuse(.bad_address, -1, @bitCast(@as(u64, managed)), 0);
 
     var tensor: *const dlpack.Tensor = undefined;
     if (options.versioned) {
@@ -178,6 +190,13 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
     }
     if (t.device.device_id < 0) return out.refuse(.device, -1, t.device.device_id, 0);
     if (ndim > 0 and t.shape == null) return out.refuse(.shape, -1, 0, 0);
+    // Array pointers are read below: one that cannot point at i64s is refused, not dereferenced.
+    if (ndim > 0 and !plausible(i64, @intFromPtr(t.shape.?))) {
+        return out.refuse(.shape, -2, @bitCast(@as(u64, @intFromPtr(t.shape.?))), 0);
+    }
+    if (ndim > 0 and t.strides != null and !plausible(i64, @intFromPtr(t.strides.?))) {
+        return out.refuse(.strides, -2, @bitCast(@as(u64, @intFromPtr(t.strides.?))), 0);
+    }
 
     // Each extent and stride is read exactly once, straight into the description, so a producer
     // that mutates its arrays concurrently cannot make the checks and the description disagree.
@@ -185,15 +204,21 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
     var size: u64 = 1;
     var size_overflowed = false;
     var empty = false;
+    var too_large: ?usize = null;
     for (0..ndim) |d| {
         const extent = t.shape.?[d];
         if (extent < 0) return out.refuse(.shape, @intCast(d), extent, 0);
+        // Even in an empty tensor, an extent the description cannot carry exactly would reach JS
+        // rounded (and could not be exported again). Refused after the loop: a negative extent
+        // anywhere is the first thing to report.
+        if (extent > MAX_EXACT and too_large == null) too_large = d;
         out.shape[d] = @floatFromInt(extent);
         if (extent == 0) empty = true;
         const product = @mulWithOverflow(size, @as(u64, @intCast(extent)));
         if (product[1] != 0) size_overflowed = true;
         size = product[0];
     }
+    if (too_large) |d| return out.refuse(.overflow, @intCast(d), t.shape.?[d], @intCast(MAX_EXACT));
     // A zero extent anywhere makes the count 0 even if a partial product overflowed.
     if (empty) size = 0 else if (size_overflowed or size > MAX_EXACT) {
         return out.refuse(.overflow, -1, 0, @intCast(MAX_EXACT));
@@ -239,7 +264,11 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
     const hi_bits = (max_offset + 1) * slot_bits;
     const lo_bytes: i128 = @divFloor(lo_bits, 8);
     const hi_bytes: i128 = @divFloor(hi_bits + 7, 8);
-    if (!empty and (hi_bytes - lo_bytes > MAX_EXACT or -lo_bytes > MAX_EXACT or hi_bytes > MAX_EXACT)) {
+    // Element offsets are limited too, not only bytes: packed sub-byte elements fit twice as many
+    // offsets into a byte span, and the description carries them as exact f64s.
+    if (!empty and (hi_bytes - lo_bytes > MAX_EXACT or -lo_bytes > MAX_EXACT or hi_bytes > MAX_EXACT or
+        -min_offset > MAX_EXACT or max_offset > MAX_EXACT))
+    {
         return out.refuse(.overflow, -1, 0, @intCast(MAX_EXACT));
     }
 
@@ -409,7 +438,22 @@ test "every refusal rule" {
     f.init(f32_t, &.{2}, &.{1});
 
     try testing.expectEqual(Status.null_managed, describe(0, .{ .versioned = true }, &f.out));
-    try testing.expectEqual(Status.misaligned, describe(@intFromPtr(&f.managed) + 4, .{ .versioned = true }, &f.out));
+    // Pointers that cannot be a struct are refused before anything is read (a misaligned one
+    // used to panic, aborting the host: importDLPack({ versioned: 4097 })).
+    for ([_]usize{ 8, 4095, @intFromPtr(&f.managed) + 4, 1 << 56, std.math.maxInt(usize) - 7 }) |bad| {
+        try testing.expectEqual(Status.bad_address, describe(bad, .{ .versioned = true }, &f.out));
+        try testing.expectEqual(Status.bad_address, describe(bad, .{ .versioned = false }, &f.out));
+    }
+    f.managed.dl_tensor.shape = @ptrFromInt(16);
+    try testing.expectEqual(Status.shape, f.run());
+    // A misaligned array pointer, written as a producer would (no Zig cast checks it).
+    @as(*usize, @ptrCast(&f.managed.dl_tensor.shape)).* = @intFromPtr(&f.shape) + 1;
+    try testing.expectEqual(Status.shape, f.run());
+    f.managed.dl_tensor.shape = &f.shape;
+    f.managed.dl_tensor.strides = @ptrFromInt(8);
+    try testing.expectEqual(Status.strides, f.run());
+    f.managed.dl_tensor.strides = &f.strides;
+    try testing.expectEqual(Status.ok, f.run());
 
     f.managed.version.major = 0;
     try testing.expectEqual(Status.version, f.run());
@@ -474,23 +518,26 @@ test "element count and span overflow are refused" {
     f.managed.dl_tensor.byte_offset = std.math.maxInt(u64);
     try testing.expectEqual(Status.overflow, f.run());
 
-    // A huge shape with a zero extent is an empty tensor, not an overflow.
-    f.init(f32_t, &.{ std.math.maxInt(i64), 0 }, &.{ 1, 1 });
+    // Packed float4: a stride of 2^53 + 1 elements is only 2^52 bytes, but the offset itself would
+    // reach JS rounded (found by the fuzzer).
+    f.init(.{ .code = 17, .bits = 4, .lanes = 1 }, &.{ 2, 2 }, &.{ 2, (1 << 53) + 1 });
+    try testing.expectEqual(Status.overflow, f.run());
+    f.init(.{ .code = 17, .bits = 4, .lanes = 1 }, &.{ 2, 2 }, &.{ 2, -((1 << 53) + 1) });
+    try testing.expectEqual(Status.overflow, f.run());
+
+    // A large extent next to a zero one is an empty tensor, not an overflow...
+    f.init(f32_t, &.{ 1 << 53, 0 }, &.{ 1, 1 });
     try testing.expectEqual(Status.ok, f.run());
     try testing.expectEqual(@as(f64, 0), f.out.size);
-}
+    try testing.expectEqual(@as(f64, 1 << 53), f.out.shape[0]);
 
-test "misaligned shape and strides arrays are read, not trapped on" {
-    var f: Fixture = undefined;
-    f.init(f32_t, &.{ 2, 3 }, &.{ 3, 1 });
-    var raw: [8 * 4 + 1]u8 align(8) = undefined;
-    const shape_at: [*]align(1) i64 = @ptrCast(&raw[1]);
-    shape_at[0] = 2;
-    shape_at[1] = 3;
-    f.managed.dl_tensor.shape = shape_at;
-    f.managed.dl_tensor.strides = null;
-    try testing.expectEqual(Status.ok, f.run());
-    try testing.expectEqual(@as(f64, 3), f.out.strides[0]);
+    // ...but an extent beyond 2^53 cannot be described exactly, even in an empty tensor (found by
+    // tests/native/fuzz_validator.zig: it reached JS rounded and could not be exported again).
+    f.init(f32_t, &.{ std.math.maxInt(i64), 0 }, &.{ 1, 1 });
+    try testing.expectEqual(Status.overflow, f.run());
+    try testing.expectEqual(@as(i32, 0), f.out.detail_dim);
+    f.init(f32_t, &.{ 0, (1 << 53) + 1 }, &.{ 1, 1 });
+    try testing.expectEqual(Status.overflow, f.run());
 }
 
 test "addresses passed as f64" {

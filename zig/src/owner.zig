@@ -33,37 +33,37 @@ pub const Owner = struct {
     bytes: usize,
     /// The CUDA device whose primary context frees a `cuda_*` payload.
     device: i32 = 0,
-    /// Pins: the stack of the JS realm that made the pin, where its id goes back.
-    domain: ?*PinDomain = null,
     /// Link in the released-pins stack; only used once `refs` reached zero.
     next: ?*Owner = null,
+    /// Pins only: the JS realm whose queue the released id goes to.
+    realm: *Realm = &default_realm,
 };
 
-/// Released pins of one JS realm (a module instance: the main program, each Worker, each Deno test
-/// file). A realm drains only its own: ids mean nothing to another realm's pin table. Domains are
-/// never freed (a realm cannot announce its end); each is one word.
-pub const PinDomain = struct {
-    head: std.atomic.Value(?*Owner) = std.atomic.Value(?*Owner).init(null),
+/// A JS realm (the main thread, or one Worker) that pins objects. Pin ids are only meaningful
+/// inside the realm that made them, so each realm drains its own queue: a Worker must never
+/// receive (and unpin) the main thread's id 5 instead of its own.
+pub const Realm = struct {
+    /// Released pins, pushed lock-free by deleters on any thread.
+    released: std.atomic.Value(?*Owner) = std.atomic.Value(?*Owner).init(null),
+    /// Taken off `released` but not handed out yet (the drainer's buffer was full). Only drainers
+    /// touch it, under `lock`; deleters never wait for the lock.
+    pending: ?*Owner = null,
+    lock: std.Thread.Mutex = .{},
 };
 
-pub fn createDomain() ?*PinDomain {
-    const domain = std.heap.c_allocator.create(PinDomain) catch return null;
-    domain.* = .{};
-    return domain;
-}
-
-/// A pin owner of `domain` for JS object `id`, holding one reference.
-pub fn createPin(domain: *PinDomain, id: usize, bytes: usize) ?*Owner {
-    const pin = create(.pin, id, bytes) orelse return null;
-    pin.domain = domain;
-    return pin;
-}
+/// The realm of pins made through the realm-less functions.
+var default_realm: Realm = .{};
 
 /// Creates an owner holding one reference. Returns null when out of memory (the caller then
 /// decides what happens to the payload).
 pub fn create(kind: Kind, payload: usize, bytes: usize) ?*Owner {
+    return createIn(&default_realm, kind, payload, bytes);
+}
+
+/// `create` for a pin whose release is queued for `realm`.
+pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) ?*Owner {
     const owner = std.heap.c_allocator.create(Owner) catch return null;
-    owner.* = .{ .refs = std.atomic.Value(u32).init(1), .kind = kind, .payload = payload, .bytes = bytes };
+    owner.* = .{ .refs = std.atomic.Value(u32).init(1), .kind = kind, .payload = payload, .bytes = bytes, .realm = realm };
     switch (kind) {
         .versioned, .legacy => stats.add(.imports, 1),
         .native, .cuda_device, .cuda_host, .cuda_managed => {
@@ -114,35 +114,45 @@ pub fn release(owner: *Owner) void {
 }
 
 fn pushReleasedPin(owner: *Owner) void {
-    const stack = &owner.domain.?.head;
-    // A Treiber push. Only `drainReleasedPins` pops, and it takes the whole stack in one swap, so
-    // there is no ABA hazard.
-    var head = stack.load(.monotonic);
+    // A Treiber push. Drainers take the whole stack in one swap, so there is no ABA hazard.
+    const released = &owner.realm.released;
+    var head = released.load(.monotonic);
     while (true) {
         owner.next = head;
-        head = stack.cmpxchgWeak(head, owner, .release, .monotonic) orelse return;
+        head = released.cmpxchgWeak(head, owner, .release, .monotonic) orelse return;
     }
 }
 
-/// Writes up to `out.len` released pin ids of `domain` and frees their records. Returns how many
-/// were written; anything beyond `out.len` stays queued for the next call.
-pub fn drainReleasedPins(domain: *PinDomain, out: []f64) usize {
-    var list = domain.head.swap(null, .acquire);
+/// Writes up to `out.len` released pin ids of the default realm and frees their records.
+pub fn drainReleasedPins(out: []f64) usize {
+    return drainRealm(&default_realm, out);
+}
+
+/// Writes up to `out.len` released pin ids of `realm` and frees their records. Returns how many
+/// were written; the rest stay queued for the next call, in amortised O(1) per id however many
+/// were released at once.
+pub fn drainRealm(realm: *Realm, out: []f64) usize {
+    realm.lock.lock();
+    defer realm.lock.unlock();
     var written: usize = 0;
-    while (list) |owner| {
-        if (written == out.len) break;
-        list = owner.next;
+    while (written < out.len) {
+        const owner = realm.pending orelse realm.released.swap(null, .acquire) orelse break;
+        realm.pending = owner.next;
         out[written] = @floatFromInt(owner.payload);
         written += 1;
         stats.add(.pins, -1);
         stats.add(.pinned_bytes, -@as(i64, @intCast(owner.bytes)));
         std.heap.c_allocator.destroy(owner);
     }
-    while (list) |owner| {
-        list = owner.next;
-        pushReleasedPin(owner);
-    }
     return written;
+}
+
+/// A new realm. Realms are never freed: a native consumer may release a pin long after the
+/// realm's JS side (a terminated Worker) is gone, and the record is a few words.
+pub fn createRealm() ?*Realm {
+    const realm = std.heap.c_allocator.create(Realm) catch return null;
+    realm.* = .{};
+    return realm;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -171,35 +181,35 @@ test "last release calls the deleter exactly once" {
 }
 
 test "released pins are drained in batches, per domain, and nothing is lost" {
-    var domain: PinDomain = .{};
-    var other: PinDomain = .{};
+    var domain: Realm = .{};
+    var other: Realm = .{};
     var ids: [5]*Owner = undefined;
-    for (&ids, 0..) |*slot, i| slot.* = createPin(&domain, 100 + i, 8).?;
-    release(createPin(&other, 7, 0).?);
+    for (&ids, 0..) |*slot, i| slot.* = createIn(&domain, .pin, 100 + i, 8).?;
+    release(createIn(&other, .pin, 7, 0).?);
     for (ids) |owner| release(owner);
     var out: [2]f64 = undefined;
     var seen: usize = 0;
     var sum: f64 = 0;
     while (true) {
-        const n = drainReleasedPins(&domain, &out);
+        const n = drainRealm(&domain, &out);
         if (n == 0) break;
         for (out[0..n]) |id| sum += id;
         seen += n;
     }
     try std.testing.expectEqual(@as(usize, 5), seen);
     try std.testing.expectEqual(@as(f64, 100 + 101 + 102 + 103 + 104), sum);
-    try std.testing.expectEqual(@as(usize, 1), drainReleasedPins(&other, &out));
+    try std.testing.expectEqual(@as(usize, 1), drainRealm(&other, &out));
     try std.testing.expectEqual(@as(f64, 7), out[0]);
 }
 
 test "pins released from many threads are all drained" {
     const per_thread = 2000;
     const thread_count = 8;
-    var domain: PinDomain = .{};
+    var domain: Realm = .{};
     const Worker = struct {
-        fn run(d: *PinDomain, base: usize) void {
+        fn run(d: *Realm, base: usize) void {
             var i: usize = 0;
-            while (i < per_thread) : (i += 1) release(createPin(d, base + i, 0).?);
+            while (i < per_thread) : (i += 1) release(createIn(d, .pin, base + i, 0).?);
         }
     };
     var threads: [thread_count]std.Thread = undefined;
@@ -208,9 +218,40 @@ test "pins released from many threads are all drained" {
     var out: [256]f64 = undefined;
     var seen: usize = 0;
     while (true) {
-        const n = drainReleasedPins(&domain, &out);
+        const n = drainRealm(&domain, &out);
         if (n == 0) break;
         seen += n;
     }
     try std.testing.expectEqual(@as(usize, per_thread * thread_count), seen);
+}
+
+test "a large backlog of released pins drains in linear time" {
+    const count = 200_000;
+    for (0..count) |i| release(create(.pin, i + 1, 0).?);
+    var out: [256]f64 = undefined;
+    var seen: usize = 0;
+    var timer = try std.time.Timer.start();
+    while (true) {
+        const n = drainReleasedPins(&out);
+        if (n == 0) break;
+        seen += n;
+    }
+    try std.testing.expectEqual(@as(usize, count), seen);
+    // Re-queueing the remainder on every call (the old drain) took minutes here; linear takes ms.
+    try std.testing.expect(timer.read() < 5 * std.time.ns_per_s);
+}
+
+test "each realm drains only its own pins" {
+    const a = createRealm().?;
+    const b = createRealm().?;
+    defer std.heap.c_allocator.destroy(a);
+    defer std.heap.c_allocator.destroy(b);
+    // Both realms number their pins from 1, as two JS realms do.
+    for (1..4) |id| release(createIn(a, .pin, id, 0).?);
+    for (1..6) |id| release(createIn(b, .pin, id, 0).?);
+    var out: [16]f64 = undefined;
+    try std.testing.expectEqual(@as(usize, 3), drainRealm(a, &out));
+    try std.testing.expectEqual(@as(usize, 0), drainRealm(a, &out));
+    try std.testing.expectEqual(@as(usize, 5), drainRealm(b, &out));
+    try std.testing.expectEqual(@as(usize, 0), drainReleasedPins(&out));
 }

@@ -15,7 +15,7 @@ const cuda = @import("cuda.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
@@ -60,12 +60,23 @@ fn descriptionAt(address: f64) ?*describe.Description {
 
 const invalid = @intFromEnum(describe.Status.invalid_argument);
 
+/// Whether an address could be a managed tensor (aligned, outside the first page, in user space).
+fn isStruct(address: usize) bool {
+    return describe.plausible(dlpack.ManagedTensorVersioned, address);
+}
+
 /// Validates a managed tensor and, when it is accepted, makes an owner holding it. A refused tensor
 /// goes back to its producer (deleter called once) before this returns, unless the caller asked to
 /// keep it.
 export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
-    const managed = describe.addressFromF64(managed_address) orelse return invalid;
+    // An address no f64 carries exactly (negative, fractional, 2^53 and up) cannot be a struct.
+    const managed = describe.addressFromF64(managed_address) orelse {
+        out.status = @intFromEnum(describe.Status.bad_address);
+        out.detail_dim = -1;
+        out.detail_found = 0;
+        return out.status;
+    };
     const versioned = options & IMPORT_VERSIONED != 0;
     const keep = options & IMPORT_KEEP_ON_REFUSAL != 0;
     var status = describe.describe(managed, .{
@@ -80,7 +91,8 @@ export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 
         status = .out_of_memory;
         out.status = @intFromEnum(status);
     }
-    if (dlpack.isManagedAddress(managed) and !keep) {
+    // A pointer that cannot be a struct has no deleter we could find.
+    if (managed != 0 and !keep and status != .bad_address) {
         dlpack.deleteManaged(managed, versioned);
         stats.add(.deleters_called, 1);
     }
@@ -131,15 +143,15 @@ export fn dlpk_export(options: u32, spec_address: f64) i32 {
 /// so JS never computes the address), pinned as `pin_id` (`pin_bytes` bytes) for as long as the
 /// export lives. The spec's address fields hold the byte offset of element 0 within the buffer;
 /// on success they are overwritten with the managed struct's address.
-export fn dlpk_export_buffer(buffer: ?[*]u8, domain_address: f64, pin_id: f64, pin_bytes: f64, options: u32, spec_address: f64) i32 {
+export fn dlpk_export_buffer(buffer: ?[*]u8, realm_address: f64, pin_id: f64, pin_bytes: f64, options: u32, spec_address: f64) i32 {
     const spec = descriptionAt(spec_address) orelse return invalid;
     const base = buffer orelse return invalid;
-    const domain = domainAt(domain_address) orelse return invalid;
+    const realm = realmAt(realm_address) orelse return invalid;
     if (!(pin_id >= 0 and pin_id < describe.MAX_EXACT_F and pin_bytes >= 0 and pin_bytes < describe.MAX_EXACT_F)) {
         return invalid;
     }
     const offset = @as(usize, spec.address_hi) << 32 | spec.address_lo;
-    const pin = owner.createPin(domain, @intFromFloat(pin_id), @intFromFloat(pin_bytes)) orelse
+    const pin = owner.createIn(realm, .pin, @intFromFloat(pin_id), @intFromFloat(pin_bytes)) orelse
         return @intFromEnum(describe.Status.out_of_memory);
     spec.setAddress(@intFromPtr(base) + offset);
     spec.setOwner(@intFromPtr(pin));
@@ -153,14 +165,14 @@ export fn dlpk_export_buffer(buffer: ?[*]u8, domain_address: f64, pin_id: f64, p
 /// Calls a managed tensor's deleter (a capsule disposed before anyone took it).
 export fn dlpk_managed_delete(managed_address: f64, versioned: u32) void {
     const managed = describe.addressFromF64(managed_address) orelse return;
-    if (!dlpack.isManagedAddress(managed)) return;
+    if (!isStruct(managed)) return;
     dlpack.deleteManaged(managed, versioned != 0);
 }
 
 /// Whether `managed` was made by `dlpk_export` (1) or not (0).
 export fn dlpk_is_own_export(managed_address: f64, versioned: u32) u32 {
     const managed = describe.addressFromF64(managed_address) orelse return 0;
-    if (!dlpack.isManagedAddress(managed)) return 0;
+    if (!isStruct(managed)) return 0;
     return @intFromBool(exports.isOwnExport(managed, versioned != 0));
 }
 
@@ -226,36 +238,38 @@ export fn dlpk_owner_release(address: f64) void {
 
 /// Creates a pin owner: `id` names a JS object the JS side keeps reachable until the id comes back
 /// from `dlpk_pins_drain`.
-fn domainAt(value: f64) ?*owner.PinDomain {
+fn realmAt(value: f64) ?*owner.Realm {
     const address = describe.addressFromF64(value) orelse return null;
-    if (address == 0 or address % @alignOf(owner.PinDomain) != 0) return null;
+    if (address == 0 or address % @alignOf(owner.Realm) != 0) return null;
     return @ptrFromInt(address);
 }
 
-/// A new pin domain for a JS realm: its address, or 0 when out of memory. Never freed.
-export fn dlpk_pin_domain() f64 {
-    const domain = owner.createDomain() orelse return 0;
-    return @floatFromInt(@intFromPtr(domain));
+/// A new realm record for one JS realm (the main program, each Worker, each isolate): its address,
+/// or 0 when out of memory. Never freed (a realm cannot announce its end); see owner.Realm.
+export fn dlpk_realm_new() f64 {
+    const realm = owner.createRealm() orelse return 0;
+    return @floatFromInt(@intFromPtr(realm));
 }
 
-export fn dlpk_pin_new(domain_address: f64, id: f64, bytes: f64, out_address: f64) i32 {
+/// A pin owner of `realm` for the JS object `id`: its release is queued for that realm alone.
+export fn dlpk_pin_new(realm_address: f64, id: f64, bytes: f64, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
-    const domain = domainAt(domain_address) orelse return invalid;
+    const realm = realmAt(realm_address) orelse return invalid;
     if (!(id >= 0 and id < describe.MAX_EXACT and bytes >= 0 and bytes < describe.MAX_EXACT)) {
         return @intFromEnum(describe.Status.invalid_argument);
     }
-    const created = owner.createPin(domain, @intFromFloat(id), @intFromFloat(bytes)) orelse
+    const created = owner.createIn(realm, .pin, @intFromFloat(id), @intFromFloat(bytes)) orelse
         return @intFromEnum(describe.Status.out_of_memory);
     out.setOwner(@intFromPtr(created));
     return 0;
 }
 
-export fn dlpk_pins_drain(domain_address: f64, out_address: f64, capacity: u32) u32 {
-    const domain = domainAt(domain_address) orelse return 0;
+export fn dlpk_pins_drain(realm_address: f64, out_address: f64, capacity: u32) u32 {
+    const realm = realmAt(realm_address) orelse return 0;
     const address = describe.addressFromF64(out_address) orelse return 0;
     if (address == 0 or address % 8 != 0) return 0;
     const out: [*]f64 = @ptrFromInt(address);
-    return @intCast(owner.drainReleasedPins(domain, out[0..capacity]));
+    return @intCast(owner.drainRealm(realm, out[0..capacity]));
 }
 
 export fn dlpk_stats(out_address: f64) u32 {
@@ -318,7 +332,7 @@ export fn dlpk_py_install(module: f64, capsule_of: f64, tensor_class: f64) i32 {
 /// The Python side's fence: 0, -2 for the disallowed stream 0, else the CUDA status.
 fn pythonFence(template: usize, stream: usize) i32 {
     if (stream == 0) return -2;
-    if (!dlpack.isManagedAddress(template)) return invalid;
+    if (!isStruct(template)) return invalid;
     return cudaStatus(exports.fenceForConsumer(template, true, stream));
 }
 
@@ -345,7 +359,7 @@ export fn dlpk_py_call1(callable: f64, arg: f64) f64 {
 /// pending (the template then stays the caller's).
 export fn dlpk_py_wrap(template: f64, readonly: u32) f64 {
     const t = describe.addressFromF64(template) orelse return 0;
-    if (!dlpack.isManagedAddress(t)) return 0;
+    if (!isStruct(t)) return 0;
     return @floatFromInt(python.wrapTemplate(t, readonly != 0));
 }
 
@@ -544,3 +558,4 @@ test {
     _ = python;
     _ = cuda;
 }
+

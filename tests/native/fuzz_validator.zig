@@ -1,0 +1,872 @@
+//! Fuzzes libdlpack's import validator through its C ABI (`dlpk_import`), playing a producer that
+//! builds managed tensors of both generations from random fields (hostile ones included) over
+//! memory it really allocates, with shape and strides arrays of exactly `ndim` entries.
+//!
+//! Every case must end one of two ways:
+//! - refused: the status is one of the refusals an independent model of the rules (below, in
+//!   i256 so it cannot overflow) says apply, and the producer's deleter ran exactly once (or not
+//!   at all when the case asked to keep the tensor or had no deleter);
+//! - accepted: the model says nothing applies, the description matches the model field by field,
+//!   every element's bytes (all of them up to 4096 elements, a sample beyond) lie inside the
+//!   allocation the producer made and are read, and releasing the owner runs the deleter once.
+//! Some accepted cases are also re-exported (`dlpk_export`) and re-imported, and must describe the
+//! same memory. The live counters return to where they were after every case.
+//!
+//! Three drivers share the case generator: `run` (a seeded run: `zig build fuzz -- --seed N
+//! --cases N` or `--seconds N`), the unit tests (a short seeded run plus regressions), and
+//! `LLVMFuzzerTestOneInput` for coverage-guided runs under libFuzzer (tools/fuzz.sh), where the
+//! generator draws its choices from the fuzzer's bytes.
+
+const std = @import("std");
+const builtin = @import("builtin");
+const abi = @import("abi.zig");
+
+comptime {
+    // Links the library under test into this executable (its `export fn`s are what abi.zig declares).
+    _ = @import("libdlpack");
+}
+
+const MAX_RANK = abi.MAX_RANK;
+const MAX_EXACT: i256 = abi.MAX_EXACT;
+const U64_MAX: i256 = std.math.maxInt(u64);
+/// Honest cases allocate at most this much; larger spans get a fake (never touched) address.
+const MAX_ALLOC: i256 = 1 << 20;
+/// Up to this many elements every element is checked; beyond it, a sample plus the extremes.
+const FULL_CHECK = 4096;
+
+// ---------------------------------------------------------------------------------------------
+// The producer: one heap record per tensor, freed by its deleter.
+
+var deleter_calls: u32 = 0;
+
+const Produced = struct {
+    versioned: bool,
+    managed: usize,
+    shape: ?[*]i64,
+    strides: ?[*]i64,
+    data: ?[*]u8,
+    data_len: usize,
+    has_deleter: bool,
+
+    fn free(self: *Produced) void {
+        std.c.free(@ptrFromInt(self.managed));
+        if (self.shape) |p| std.c.free(p);
+        if (self.strides) |p| std.c.free(p);
+        if (self.data) |p| std.c.free(p);
+        std.c.free(self);
+    }
+};
+
+fn versionedDeleter(m: *abi.Versioned) callconv(.c) void {
+    deleter_calls += 1;
+    @as(*Produced, @ptrFromInt(m.manager_ctx)).free();
+}
+
+fn legacyDeleter(m: *abi.Legacy) callconv(.c) void {
+    deleter_calls += 1;
+    @as(*Produced, @ptrFromInt(m.manager_ctx)).free();
+}
+
+fn mallocExact(bytes: usize) error{OutOfMemory}![*]u8 {
+    // Exact sizes (never rounded up) so valgrind flags any read one byte past what was promised.
+    const p = std.c.malloc(@max(bytes, 1)) orelse return error.OutOfMemory;
+    return @ptrCast(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random fields
+
+const Fields = struct {
+    null_managed: bool,
+    /// Instead of the struct's address, pass one that cannot be a struct: 0 means no, 1..7 the
+    /// struct's address plus that (misaligned), anything else that address itself.
+    bad_managed: usize,
+    versioned: bool,
+    major: u32,
+    minor: u32,
+    flags: u64,
+    ndim: i32,
+    code: u8,
+    bits: u8,
+    lanes: u16,
+    device_type: i32,
+    device_id: i32,
+    shape_null: bool,
+    strides_null: bool,
+    shape: [MAX_RANK]i64,
+    strides: [MAX_RANK]i64,
+    strict: bool,
+    keep: bool,
+    has_deleter: bool,
+    /// Chosen once the model has seen the layout.
+    byte_offset: u64 = 0,
+    data: usize = 0,
+    data_len: usize = 0,
+    /// The allocation's first byte when `allocated` (element 0 may sit anywhere inside it).
+    alloc_base: usize = 0,
+    allocated: bool = false,
+};
+
+const supported_dtypes = [_][2]u8{
+    .{ 0, 8 },  .{ 0, 16 },  .{ 0, 32 },  .{ 0, 64 },  .{ 1, 8 },  .{ 1, 16 },
+    .{ 1, 32 }, .{ 1, 64 },  .{ 2, 16 },  .{ 2, 32 },  .{ 2, 64 }, .{ 4, 16 },
+    .{ 5, 32 }, .{ 5, 64 },  .{ 5, 128 }, .{ 6, 8 },   .{ 7, 8 },  .{ 8, 8 },
+    .{ 9, 8 },  .{ 10, 8 },  .{ 11, 8 },  .{ 12, 8 },  .{ 13, 8 }, .{ 14, 8 },
+    .{ 15, 6 }, .{ 16, 6 },  .{ 17, 4 },
+};
+
+fn dtypeSupported(code: u8, bits: u8, lanes: u16) bool {
+    if (lanes != 1) return false;
+    for (supported_dtypes) |d| if (d[0] == code and d[1] == bits) return true;
+    return false;
+}
+
+fn deviceKnown(t: i32) bool {
+    return (t >= 1 and t <= 4) or (t >= 7 and t <= 18);
+}
+
+fn chance(r: std.Random, percent: u8) bool {
+    return r.uintLessThan(u8, 100) < percent;
+}
+
+fn hostileI64(r: std.Random) i64 {
+    const table = [_]i64{
+        -1,                  std.math.minInt(i64),     std.math.maxInt(i64), 1 << 31, 1 << 32, 1 << 53,
+        (1 << 53) + 1,       1 << 62,                  -(1 << 62),           (1 << 53) - 1,
+        std.math.maxInt(i32), std.math.minInt(i32),
+    };
+    if (chance(r, 70)) return table[r.uintLessThan(usize, table.len)];
+    return r.int(i64);
+}
+
+fn generate(r: std.Random) Fields {
+    var f: Fields = undefined;
+    f.null_managed = r.uintLessThan(u16, 400) == 0;
+    f.bad_managed = if (r.uintLessThan(u16, 300) != 0) 0 else switch (r.uintLessThan(u8, 4)) {
+        0 => r.intRangeAtMost(usize, 1, 7),
+        1 => r.intRangeAtMost(usize, 8, 4095) & ~@as(usize, 7),
+        2 => @as(usize, 1) << 56,
+        else => std.math.maxInt(usize) & ~@as(usize, 7),
+    };
+    f.versioned = r.boolean();
+    f.major = if (chance(r, 92)) 1 else switch (r.uintLessThan(u8, 3)) {
+        0 => 0,
+        1 => 2,
+        else => r.int(u32),
+    };
+    f.minor = if (chance(r, 80)) r.uintLessThan(u32, 5) else r.int(u32);
+    f.flags = if (chance(r, 60)) 0 else if (chance(r, 75)) r.uintLessThan(u64, 8) else if (r.boolean())
+        @as(u64, 1) << r.int(u6)
+    else
+        r.int(u64);
+    f.ndim = if (chance(r, 80)) @as(i32, r.uintLessThan(u8, 6)) else if (chance(r, 60)) r.intRangeAtMost(i32, 6, 64) else switch (r.uintLessThan(u8, 5)) {
+        0 => 65,
+        1 => -1,
+        2 => std.math.maxInt(i32),
+        3 => std.math.minInt(i32),
+        else => r.int(i32),
+    };
+    if (chance(r, 90)) {
+        const d = supported_dtypes[r.uintLessThan(usize, supported_dtypes.len)];
+        f.code = d[0];
+        f.bits = d[1];
+        f.lanes = 1;
+    } else {
+        f.code = if (r.boolean()) r.uintLessThan(u8, 20) else r.int(u8);
+        f.bits = if (r.boolean()) @as(u8, 1) << r.int(u3) else r.int(u8);
+        f.lanes = if (r.boolean()) 1 else r.int(u16);
+    }
+    const host = [_]i32{ 1, 3, 11, 13 };
+    f.device_type = if (chance(r, 85)) host[r.uintLessThan(usize, host.len)] else if (chance(r, 70))
+        r.intRangeAtMost(i32, 0, 20)
+    else
+        r.int(i32);
+    f.device_id = if (chance(r, 90)) 0 else if (r.boolean()) @as(i32, r.uintLessThan(u8, 8)) else r.int(i32);
+    f.shape_null = chance(r, 4);
+    f.strides_null = chance(r, 25);
+
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
+    // Mostly small tensors so real memory backs them; now and then a hostile extent.
+    const hostile_shape = chance(r, 12);
+    for (0..rank) |d| {
+        f.shape[d] = if (hostile_shape and chance(r, 30)) hostileI64(r) else if (chance(r, 8))
+            0
+        else if (rank > 8 and chance(r, 70))
+            1
+        else
+            r.intRangeAtMost(i64, 1, 5);
+    }
+    // Strides: C order, F order, a permutation or random small values, with some hostile ones.
+    const pattern = r.uintLessThan(u8, 6);
+    var step: i64 = 1;
+    for (0..rank) |i| {
+        const d = if (pattern == 1) i else rank - 1 - i;
+        f.strides[d] = step;
+        step = step *% @max(f.shape[d], 1);
+    }
+    for (0..rank) |d| {
+        switch (pattern) {
+            0, 1 => {},
+            2 => f.strides[d] = 0 -% f.strides[d],
+            3 => f.strides[d] = r.intRangeAtMost(i64, -6, 6),
+            4 => if (chance(r, 30)) {
+                f.strides[d] = 0;
+            },
+            else => if (chance(r, 25)) {
+                f.strides[d] = hostileI64(r);
+            },
+        }
+    }
+    f.strict = chance(r, 10);
+    f.keep = chance(r, 5);
+    f.has_deleter = !chance(r, 6);
+    return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model: which refusals apply, and what an accepted tensor looks like. Written from the rules
+// in design.md and dlpack.md, in i256 so no input can overflow it.
+
+const Model = struct {
+    /// Bit per Status value; 0 means the tensor must be accepted.
+    refusals: u32 = 0,
+    /// Whether the layout could be evaluated (so data and byte_offset can be chosen to fit it).
+    layout_known: bool = false,
+    empty: bool = false,
+    size: i256 = 0,
+    slot_bits: i256 = 0,
+    min: i256 = 0,
+    max: i256 = 0,
+    /// Byte span relative to element 0: [lo, hi).
+    lo: i256 = 0,
+    hi: i256 = 0,
+    strides: [MAX_RANK]i64 = undefined,
+
+    fn refuse(self: *Model, status: abi.Status) void {
+        self.refusals |= @as(u32, 1) << @intCast(@intFromEnum(status));
+    }
+
+    fn allows(self: Model, status: i32) bool {
+        if (status <= 0 or status >= 32) return false;
+        return self.refusals & (@as(u32, 1) << @intCast(status)) != 0;
+    }
+};
+
+fn modelLayout(f: *const Fields) Model {
+    var m = Model{};
+    if (f.null_managed) {
+        m.refuse(.null_managed);
+        return m;
+    }
+    if (f.bad_managed != 0) {
+        m.refuse(.bad_address);
+        return m;
+    }
+    // A foreign major may lay out everything after `flags` differently.
+    if (f.versioned and f.major != 1) {
+        m.refuse(.version);
+        return m;
+    }
+    if (f.versioned and f.flags & ~@as(u64, 7) != 0) m.refuse(.flags);
+    if (!dtypeSupported(f.code, f.bits, f.lanes)) m.refuse(.dtype);
+    if (!deviceKnown(f.device_type) or f.device_id < 0) m.refuse(.device);
+    if (f.ndim < 0 or f.ndim > MAX_RANK) {
+        m.refuse(.rank);
+        return m;
+    }
+    const rank: usize = @intCast(f.ndim);
+    if (rank > 0 and f.shape_null) {
+        m.refuse(.shape);
+        return m;
+    }
+    var size: i256 = 1;
+    for (f.shape[0..rank]) |e| {
+        if (e < 0) {
+            m.refuse(.shape);
+            return m;
+        }
+        // Saturates far above 2^53 (64 extents of 2^63 would not fit even i256); a zero still wins.
+        size = if (e == 0) 0 else @min(size * e, @as(i256, 1) << 128);
+        if (size == 0) break;
+    }
+    for (f.shape[0..rank]) |e| if (e < 0) {
+        m.refuse(.shape);
+        return m;
+    };
+    m.empty = size == 0;
+    m.size = size;
+    if (!m.empty and size > MAX_EXACT) {
+        m.refuse(.overflow);
+        return m;
+    }
+    // Every extent reaches JS as an exact f64, empty tensors included.
+    for (f.shape[0..rank]) |e| if (e > MAX_EXACT) {
+        m.refuse(.overflow);
+        return m;
+    };
+    if (f.strides_null) {
+        var step: i256 = 1;
+        var d = rank;
+        while (d > 0) {
+            d -= 1;
+            m.strides[d] = @intCast(std.math.clamp(step, std.math.minInt(i64), std.math.maxInt(i64)));
+            step = @min(step * f.shape[d], @as(i256, 1) << 128);
+        }
+    } else @memcpy(m.strides[0..rank], f.strides[0..rank]);
+    for (0..rank) |d| {
+        if (m.empty) break;
+        const reach = @as(i256, f.shape[d] - 1) * m.strides[d];
+        if (reach < 0) m.min += reach else m.max += reach;
+    }
+    const padded = f.versioned and f.flags & abi.FLAG_SUBBYTE_PADDED != 0;
+    m.slot_bits = if (f.bits < 8 and padded) 8 else f.bits;
+    m.lo = @divFloor(m.min * m.slot_bits, 8);
+    m.hi = @divFloor((m.max + 1) * m.slot_bits + 7, 8);
+    if (!m.empty and (m.hi - m.lo > MAX_EXACT or -m.lo > MAX_EXACT or m.hi > MAX_EXACT or
+        -m.min > MAX_EXACT or m.max > MAX_EXACT))
+    {
+        m.refuse(.overflow);
+        return m;
+    }
+    m.layout_known = true;
+    return m;
+}
+
+/// The checks that depend on where the data is.
+fn modelPlacement(f: *const Fields, m: *Model) void {
+    if (!m.layout_known) return;
+    if (f.data == 0 and m.size != 0) m.refuse(.null_data);
+    if (f.strict and f.byte_offset != 0) m.refuse(.byte_offset);
+    const address = @as(i256, f.data) + f.byte_offset;
+    if (address > U64_MAX) {
+        m.refuse(.overflow);
+        return;
+    }
+    if (!m.empty and (address + m.lo < 0 or address + m.hi > U64_MAX)) m.refuse(.overflow);
+}
+
+fn fakeAddress(r: std.Random) usize {
+    return switch (r.uintLessThan(u8, 6)) {
+        0 => 0x1000,
+        1 => r.intRangeAtMost(usize, 0x10000, 1 << 47),
+        2 => (1 << 53) - 64,
+        3 => std.math.maxInt(usize) - r.uintLessThan(usize, 4096),
+        4 => (1 << 63) + r.uintLessThan(usize, 1 << 20),
+        else => r.int(usize),
+    };
+}
+
+/// Decides data and byte_offset: real memory exactly covering the span for honest tensors, NULL or
+/// a fake address (never dereferenced) otherwise.
+fn place(r: std.Random, f: *Fields, m: *const Model) !void {
+    f.allocated = false;
+    f.byte_offset = 0;
+    if (m.layout_known and !m.empty and m.hi - m.lo <= MAX_ALLOC and chance(r, 85)) {
+        const len: usize = @intCast(m.hi - m.lo);
+        const base = try mallocExact(len);
+        // Non-zero contents, so the element reads below are not reading freshly mapped zeros only.
+        @memset(base[0..len], 0x5a);
+        const element0: usize = @intFromPtr(base) + @as(usize, @intCast(-m.lo));
+        // Element 0 = data + byte_offset; split it several ways (data may precede the allocation).
+        const room = element0 - @intFromPtr(base);
+        f.byte_offset = if (f.strict and chance(r, 90)) 0 else switch (r.uintLessThan(u8, 4)) {
+            0 => 0,
+            1 => room,
+            2 => if (room == 0) 0 else r.uintAtMost(usize, room),
+            else => r.uintAtMost(usize, room + 256),
+        };
+        f.data = element0 - f.byte_offset;
+        f.data_len = len;
+        f.alloc_base = @intFromPtr(base);
+        f.allocated = true;
+        return;
+    }
+    if (m.layout_known and m.empty and chance(r, 50)) {
+        f.data = if (r.boolean()) 0 else fakeAddress(r);
+        return;
+    }
+    f.data = if (chance(r, 20)) 0 else fakeAddress(r);
+    if (chance(r, 35)) f.byte_offset = switch (r.uintLessThan(u8, 4)) {
+        0 => r.uintLessThan(u64, 4096),
+        1 => std.math.maxInt(u64),
+        2 => 1 << 63,
+        else => r.int(u64),
+    };
+}
+
+/// Builds the managed struct and its arrays (each exactly as long as `ndim` says).
+fn build(f: *const Fields) !*Produced {
+    const p: *Produced = @ptrCast(@alignCast(std.c.malloc(@sizeOf(Produced)) orelse return error.OutOfMemory));
+    p.* = .{
+        .versioned = f.versioned,
+        .managed = 0,
+        .shape = null,
+        .strides = null,
+        .data = if (f.allocated) @ptrFromInt(f.alloc_base) else null,
+        .data_len = f.data_len,
+        .has_deleter = f.has_deleter,
+    };
+    errdefer p.free();
+    // Arrays hold exactly ndim entries (one spare-free byte for ndim 0, two for a refused rank).
+    const entries: usize = if (f.ndim >= 0 and f.ndim <= MAX_RANK) @intCast(f.ndim) else 2;
+    const rank: usize = @min(entries, MAX_RANK);
+    if (!f.shape_null) {
+        const s: [*]i64 = @ptrCast(@alignCast(try mallocExact(entries * 8)));
+        for (0..rank) |d| s[d] = f.shape[d];
+        p.shape = s;
+    }
+    if (!f.strides_null) {
+        const s: [*]i64 = @ptrCast(@alignCast(try mallocExact(entries * 8)));
+        for (0..rank) |d| s[d] = f.strides[d];
+        p.strides = s;
+    }
+    const tensor = abi.Tensor{
+        .data = f.data,
+        .device_type = f.device_type,
+        .device_id = f.device_id,
+        .ndim = f.ndim,
+        .code = f.code,
+        .bits = f.bits,
+        .lanes = f.lanes,
+        .shape = @intFromPtr(p.shape),
+        .strides = @intFromPtr(p.strides),
+        .byte_offset = f.byte_offset,
+    };
+    if (f.versioned) {
+        const m: *abi.Versioned = @ptrCast(@alignCast(try mallocExact(@sizeOf(abi.Versioned))));
+        m.* = .{
+            .major = f.major,
+            .minor = f.minor,
+            .manager_ctx = @intFromPtr(p),
+            .deleter = if (f.has_deleter) versionedDeleter else null,
+            .flags = f.flags,
+            .dl_tensor = tensor,
+        };
+        p.managed = @intFromPtr(m);
+    } else {
+        const m: *abi.Legacy = @ptrCast(@alignCast(try mallocExact(@sizeOf(abi.Legacy))));
+        m.* = .{ .dl_tensor = tensor, .manager_ctx = @intFromPtr(p), .deleter = if (f.has_deleter) legacyDeleter else null };
+        p.managed = @intFromPtr(m);
+    }
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One case
+
+pub const Tally = struct {
+    cases: u64 = 0,
+    accepted_in_memory: u64 = 0,
+    accepted_fake_address: u64 = 0,
+    accepted_empty: u64 = 0,
+    refused: [20]u64 = [_]u64{0} ** 20,
+    round_trips: u64 = 0,
+    elements_checked: u64 = 0,
+    checksum: u64 = 0,
+};
+
+const Failure = error{ Mismatch, OutOfMemory };
+
+var failure_note: [512]u8 = undefined;
+var failure_len: usize = 0;
+
+fn fail(comptime fmt: []const u8, args: anytype) Failure {
+    const text = std.fmt.bufPrint(&failure_note, fmt, args) catch failure_note[0..0];
+    failure_len = text.len;
+    return error.Mismatch;
+}
+
+pub fn failureNote() []const u8 {
+    return failure_note[0..failure_len];
+}
+
+fn exactF(value: i256) ?f64 {
+    if (value > MAX_EXACT or value < -MAX_EXACT) return null;
+    return @floatFromInt(@as(i64, @intCast(value)));
+}
+
+fn layoutBits(f: *const Fields, m: *const Model) u32 {
+    if (m.empty) return 3;
+    const rank: usize = @intCast(f.ndim);
+    var c = true;
+    var fo = true;
+    for (0..rank) |d| {
+        if (f.shape[d] == 1) continue;
+        var after: i256 = 1;
+        for (d + 1..rank) |e| after *= f.shape[e];
+        var before: i256 = 1;
+        for (0..d) |e| before *= f.shape[e];
+        if (m.strides[d] != after) c = false;
+        if (m.strides[d] != before) fo = false;
+    }
+    return @as(u32, @intFromBool(c)) | @as(u32, @intFromBool(fo)) << 1;
+}
+
+fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description) Failure!void {
+    const rank: usize = @intCast(f.ndim);
+    const address: u64 = f.data +% f.byte_offset;
+    if (d.address() != address) return fail("address 0x{x}, expected 0x{x}", .{ d.address(), address });
+    if (d.ndim != f.ndim) return fail("ndim {d}, expected {d}", .{ d.ndim, f.ndim });
+    if (d.code != f.code or d.bits != f.bits or d.lanes != 1) return fail("dtype {d}/{d}", .{ d.code, d.bits });
+    if (d.device_type != f.device_type or d.device_id != f.device_id) return fail("device", .{});
+    if (f.versioned) {
+        if (d.version_major != 1 or d.version_minor != @as(i32, @intCast(@min(f.minor, std.math.maxInt(i32)))))
+            return fail("version {d}.{d}", .{ d.version_major, d.version_minor });
+        if (d.flags != f.flags) return fail("flags {d}, expected {d}", .{ d.flags, f.flags });
+    } else if (d.version_major != -1 or d.flags != 0) return fail("legacy version/flags", .{});
+    if (d.size != exactF(m.size).?) return fail("size {d}, expected {d}", .{ d.size, m.size });
+    const nbytes = @divFloor(m.size * m.slot_bits + 7, 8);
+    // nbytes may pass 2^53 for broadcasts (size times the item size), but must still be exact.
+    const nbytes_f: f64 = @floatFromInt(nbytes);
+    if (@as(i256, @intFromFloat(nbytes_f)) != nbytes or d.nbytes != nbytes_f) return fail("nbytes {d}, expected {d}", .{ d.nbytes, nbytes });
+    if (d.byte_offset != @as(f64, @floatFromInt(f.byte_offset))) return fail("byte_offset", .{});
+    if (!m.empty) {
+        const min = exactF(m.min) orelse return fail("min offset {d} beyond 2^53 accepted", .{m.min});
+        const max = exactF(m.max) orelse return fail("max offset {d} beyond 2^53 accepted", .{m.max});
+        if (d.min_offset != min or d.max_offset != max)
+            return fail("offsets {d}..{d}, expected {d}..{d}", .{ d.min_offset, d.max_offset, min, max });
+    }
+    for (0..rank) |i| {
+        if (d.shape[i] != @as(f64, @floatFromInt(f.shape[i]))) return fail("shape[{d}]", .{i});
+        const s = std.math.clamp(m.strides[i], -@as(i64, 1 << 53), @as(i64, 1 << 53));
+        if (d.strides[i] != @as(f64, @floatFromInt(s))) return fail("strides[{d}] {d}, expected {d}", .{ i, d.strides[i], s });
+    }
+    // Bit 0x100: the device claim was verified. CPU memory always is; with no CUDA driver here
+    // (this harness never loads one), nothing else is.
+    const layout = layoutBits(f, m) | @as(u32, if (f.device_type == 1) 0x100 else 0);
+    if (d.layout != layout) return fail("layout {d}, expected {d}", .{ d.layout, layout });
+}
+
+/// Checks and reads the bytes of element `offset` (in elements from element 0), using only what the
+/// description says, against the allocation [base, base + len).
+fn touchElement(d: *const abi.Description, slot_bits: i64, offset: i64, base: usize, len: usize, tally: *Tally) Failure!void {
+    const element0: i128 = d.address();
+    const bit = @as(i128, offset) * slot_bits;
+    const first = element0 + @divFloor(bit, 8);
+    const end = element0 + @divFloor(bit + slot_bits + 7, 8);
+    if (first < base or end > base + len) {
+        return fail("element at offset {d} covers [0x{x}, 0x{x}), outside the allocation [0x{x}, 0x{x})", .{ offset, first, end, base, base + len });
+    }
+    var a: usize = @intCast(first);
+    while (a < end) : (a += 1) tally.checksum +%= @as(*const volatile u8, @ptrFromInt(a)).*;
+    tally.elements_checked += 1;
+}
+
+fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.Description, tally: *Tally) Failure!void {
+    const rank: usize = @intCast(f.ndim);
+    const base = f.alloc_base;
+    const slot: i64 = @intCast(m.slot_bits);
+    var shape: [MAX_RANK]i64 = undefined;
+    var strides: [MAX_RANK]i64 = undefined;
+    for (0..rank) |i| {
+        shape[i] = @intFromFloat(d.shape[i]);
+        strides[i] = @intFromFloat(d.strides[i]);
+    }
+    const size: u64 = @intFromFloat(d.size);
+    if (size <= FULL_CHECK) {
+        // Every element, by an odometer over the index; the extremes must be the reported ones.
+        var index = [_]i64{0} ** MAX_RANK;
+        var lo: i64 = 0;
+        var hi: i64 = 0;
+        var k: u64 = 0;
+        while (k < size) : (k += 1) {
+            var offset: i64 = 0;
+            for (0..rank) |i| offset += index[i] * strides[i];
+            lo = @min(lo, offset);
+            hi = @max(hi, offset);
+            try touchElement(d, slot, offset, base, f.data_len, tally);
+            var i = rank;
+            while (i > 0) {
+                i -= 1;
+                index[i] += 1;
+                if (index[i] < shape[i]) break;
+                index[i] = 0;
+            }
+        }
+        if (@as(f64, @floatFromInt(lo)) != d.min_offset or @as(f64, @floatFromInt(hi)) != d.max_offset) {
+            return fail("elements reach {d}..{d}, description says {d}..{d}", .{ lo, hi, d.min_offset, d.max_offset });
+        }
+        return;
+    }
+    try touchElement(d, slot, @intFromFloat(d.min_offset), base, f.data_len, tally);
+    try touchElement(d, slot, @intFromFloat(d.max_offset), base, f.data_len, tally);
+    for (0..FULL_CHECK) |_| {
+        var offset: i64 = 0;
+        for (0..rank) |i| offset += @as(i64, @intCast(r.uintLessThan(u64, @intCast(shape[i])))) * strides[i];
+        try touchElement(d, slot, offset, base, f.data_len, tally);
+    }
+}
+
+/// Exports the accepted tensor again and imports that export: same memory, same layout.
+fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description) Failure!void {
+    var spec = d.*;
+    const padded = f.flags & abi.FLAG_SUBBYTE_PADDED != 0 and f.versioned;
+    const versioned = padded or r.boolean();
+    const exported_status = abi.dlpk_export(if (versioned) abi.EXPORT_VERSIONED else 0, @intFromPtr(&spec));
+    if (exported_status != 0) return fail("re-export refused with status {d}", .{exported_status});
+    const exported = spec.address();
+    var again: abi.Description = undefined;
+    const status = abi.dlpk_import(exported, if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&again));
+    if (status != 0) return fail("re-import of our own export refused with {d}", .{status});
+    if (again.address() != d.address() or again.ndim != d.ndim or again.size != d.size or
+        (again.size != 0 and (again.min_offset != d.min_offset or again.max_offset != d.max_offset)))
+        return fail("re-import describes other memory", .{});
+    for (0..@intCast(d.ndim)) |i| {
+        if (again.shape[i] != d.shape[i] or again.strides[i] != d.strides[i]) return fail("re-import layout", .{});
+    }
+    if (again.owner() == d.owner()) return fail("re-import shares the owner record", .{});
+    // Release the outer import first or last: the producer must wait for both.
+    if (r.boolean()) {
+        abi.dlpk_owner_release(again.owner());
+    } else {
+        abi.dlpk_owner_retain(d.owner());
+        abi.dlpk_owner_release(again.owner());
+        abi.dlpk_owner_release(d.owner());
+    }
+}
+
+/// The fields of the case running now, printed when it fails.
+var current: Fields = undefined;
+
+fn printFields(f: *const Fields) void {
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
+    std.debug.print(
+        "  fields: versioned {} major {d} minor {d} flags 0x{x} ndim {d} dtype {d}/{d}/{d} device {d}:{d} shape {any}{s} strides {any}{s}\n" ++
+            "          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} keep {} deleter {} null_managed {} bad_managed 0x{x}\n",
+        .{
+            f.versioned,    f.major,     f.minor,        f.flags,       f.ndim,       f.code,  f.bits,   f.lanes,     f.device_type,
+            f.device_id,    f.shape[0..rank], if (f.shape_null) " (NULL)" else "", f.strides[0..rank], if (f.strides_null) " (NULL)" else "",
+            f.data,         f.byte_offset, f.allocated,  f.data_len,    f.strict,     f.keep,  f.has_deleter, f.null_managed, f.bad_managed,
+        },
+    );
+}
+
+pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
+    var f = generate(r);
+    current = f;
+    var m = modelLayout(&f);
+    try place(r, &f, &m);
+    modelPlacement(&f, &m);
+    current = f;
+    var produced: ?*Produced = null;
+    if (!f.null_managed) {
+        produced = try build(&f);
+    } else if (f.allocated) std.c.free(@ptrFromInt(f.alloc_base));
+    var managed: usize = if (produced) |p| p.managed else 0;
+    if (f.bad_managed != 0 and managed != 0) managed = if (f.bad_managed < 8) managed + f.bad_managed else f.bad_managed;
+    const imports_before = abi.stat(.imports);
+    const exports_before = abi.stat(.exports);
+    const calls_before = deleter_calls;
+    var options: u32 = if (f.versioned) abi.IMPORT_VERSIONED else 0;
+    if (f.strict) options |= abi.IMPORT_STRICT_OFFSET;
+    if (f.keep) options |= abi.IMPORT_KEEP_ON_REFUSAL;
+    var d: abi.Description = undefined;
+    const status = abi.dlpk_import(managed, options, @intFromPtr(&d));
+    tally.cases += 1;
+    // The producer's deleter runs on refusal unless the caller kept the tensor; never on success.
+    const expect_deleted: u32 = if (status != 0 and !f.keep and f.has_deleter and managed != 0 and f.bad_managed == 0) 1 else 0;
+
+    if (m.refusals != 0) {
+        if (status == 0) {
+            abi.dlpk_owner_release(d.owner());
+            if (produced != null and !f.has_deleter) produced.?.free();
+            return fail("accepted a tensor the model refuses (refusal bits 0x{x})", .{m.refusals});
+        }
+        if (!m.allows(status)) return fail("refused with status {d}, model allows bits 0x{x}", .{ status, m.refusals });
+        if (d.status != status) return fail("description status {d} differs from returned {d}", .{ d.status, status });
+        if (deleter_calls - calls_before != expect_deleted) {
+            return fail("refusal ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expect_deleted });
+        }
+        tally.refused[@intCast(@min(status, 19))] += 1;
+        // Kept, deleter-less or never-found tensors are still ours to free.
+        if (produced) |p| {
+            if (f.bad_managed != 0) p.free() else if (f.keep and f.has_deleter) abi.consume(p.managed, f.versioned) else if (!f.has_deleter or f.keep) p.free();
+        }
+    } else {
+        if (status != 0) {
+            if (produced) |p| if (!f.has_deleter or f.keep) p.free();
+            return fail("refused with status {d} a tensor the model accepts", .{status});
+        }
+        if (deleter_calls != calls_before) return fail("accepting ran the deleter", .{});
+        if (abi.stat(.imports) != imports_before + 1) return fail("imports counter did not go up", .{});
+        checkDescription(&f, &m, &d) catch |e| {
+            abi.dlpk_owner_release(d.owner());
+            if (!f.has_deleter) produced.?.free();
+            return e;
+        };
+        if (m.empty) tally.accepted_empty += 1 else if (f.allocated) {
+            tally.accepted_in_memory += 1;
+            checkMemory(r, &f, &m, &d, tally) catch |e| {
+                abi.dlpk_owner_release(d.owner());
+                if (!f.has_deleter) produced.?.free();
+                return e;
+            };
+        } else tally.accepted_fake_address += 1;
+        if (chance(r, 12)) {
+            try roundTrip(r, &f, &d);
+            tally.round_trips += 1;
+            if (deleter_calls != calls_before) return fail("the deleter ran while the first import was alive", .{});
+        }
+        abi.dlpk_owner_release(d.owner());
+        const expected: u32 = if (f.has_deleter) 1 else 0;
+        if (deleter_calls - calls_before != expected) {
+            return fail("release ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expected });
+        }
+        if (!f.has_deleter) produced.?.free();
+    }
+    if (abi.stat(.imports) != imports_before or abi.stat(.exports) != exports_before) {
+        return fail("live counters did not return (imports {d} -> {d}, exports {d} -> {d})", .{ imports_before, abi.stat(.imports), exports_before, abi.stat(.exports) });
+    }
+}
+
+/// A `std.Random` whose bytes come from a fuzzer's input, so the fuzzer steers every choice of
+/// the generator. Past the input's end it continues with a PRNG seeded from the input: a constant
+/// stream would make the generator's rejection sampling (uintLessThan) retry forever.
+const ByteSource = struct {
+    bytes: []const u8,
+    at: usize = 0,
+    tail: std.Random.DefaultPrng,
+
+    fn init(bytes: []const u8) ByteSource {
+        return .{ .bytes = bytes, .tail = std.Random.DefaultPrng.init(std.hash.Wyhash.hash(0, bytes)) };
+    }
+
+    fn fill(self: *ByteSource, buf: []u8) void {
+        for (buf) |*b| {
+            if (self.at < self.bytes.len) {
+                b.* = self.bytes[self.at];
+                self.at += 1;
+            } else b.* = self.tail.random().int(u8);
+        }
+    }
+
+    fn random(self: *ByteSource) std.Random {
+        return std.Random.init(self, fill);
+    }
+};
+
+/// The per-case generator of a seeded run: case `k` of seed `s` is reproducible on its own.
+fn casePrng(seed: u64, k: u64) std.Random.DefaultPrng {
+    return std.Random.DefaultPrng.init(seed ^ (k *% 0x9E3779B97F4A7C15));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drivers
+
+fn printTally(t: *const Tally, seed: u64, seconds: f64) void {
+    std.debug.print(
+        "fuzz: {d} cases (seed {d}) in {d:.1} s: accepted {d} in real memory, {d} at fake addresses, {d} empty; " ++
+            "{d} re-exported; {d} elements checked; refused: version {d}, flags {d}, rank {d}, dtype {d}, device {d}, " ++
+            "shape {d}, overflow {d}, null_data {d}, byte_offset {d}, null_managed {d}, bad_address {d}; 0 failures\n",
+        .{
+            t.cases,         seed,           seconds,        t.accepted_in_memory, t.accepted_fake_address, t.accepted_empty,
+            t.round_trips,   t.elements_checked, t.refused[2], t.refused[3],      t.refused[4],            t.refused[5],
+            t.refused[6],    t.refused[7],   t.refused[8],   t.refused[9],         t.refused[10],           t.refused[1],
+            t.refused[17],
+        },
+    );
+}
+
+/// `reliability fuzz [--seed N|random] [--cases N | --seconds S] [--case K]`
+pub fn run(args: *std.process.ArgIterator) !void {
+    var seed: u64 = 1;
+    var cases: u64 = 100_000;
+    var seconds: f64 = 0;
+    var only: ?u64 = null;
+    while (args.next()) |arg| {
+        const value = args.next() orelse return usage();
+        if (std.mem.eql(u8, arg, "--seed")) {
+            seed = if (std.mem.eql(u8, value, "random")) @bitCast(std.time.milliTimestamp()) else try std.fmt.parseInt(u64, value, 10);
+        } else if (std.mem.eql(u8, arg, "--cases")) {
+            cases = try std.fmt.parseInt(u64, value, 10);
+        } else if (std.mem.eql(u8, arg, "--seconds")) {
+            seconds = try std.fmt.parseFloat(f64, value);
+            cases = std.math.maxInt(u64);
+        } else if (std.mem.eql(u8, arg, "--case")) {
+            only = try std.fmt.parseInt(u64, value, 10);
+        } else return usage();
+    }
+    if (abi.dlpk_description_size() != @sizeOf(abi.Description)) {
+        std.debug.print("fuzz: the library's Description is {d} bytes, this harness reads {d}\n", .{ abi.dlpk_description_size(), @sizeOf(abi.Description) });
+        std.process.exit(2);
+    }
+    var tally = Tally{};
+    var timer = try std.time.Timer.start();
+    var k: u64 = only orelse 0;
+    const last = if (only) |o| o + 1 else cases;
+    while (k < last) : (k += 1) {
+        if (seconds > 0 and k % 1024 == 0 and @as(f64, @floatFromInt(timer.read())) / 1e9 >= seconds) break;
+        var prng = casePrng(seed, k);
+        runCase(prng.random(), &tally) catch |e| {
+            std.debug.print("fuzz: FAILED at case {d} of seed {d}: {s}: {s}\n", .{ k, seed, @errorName(e), failureNote() });
+            printFields(&current);
+            std.debug.print("  replay: zig build fuzz -- --seed {d} --case {d}\n", .{ seed, k });
+            std.process.exit(1);
+        };
+    }
+    printTally(&tally, seed, @as(f64, @floatFromInt(timer.read())) / 1e9);
+}
+
+fn usage() error{InvalidArguments} {
+    std.debug.print("usage: zig build fuzz -- [--seed N|random] [--cases N | --seconds S] [--case K]\n", .{});
+    return error.InvalidArguments;
+}
+
+// libFuzzer entry points (tools/fuzz.sh links this file's static build with clang's libFuzzer).
+// Zig's -ffuzz instrumentation emits inline 8-bit counters without registering them; libFuzzer
+// learns where they are from the section bounds the linker provides.
+extern fn __sanitizer_cov_8bit_counters_init(start: [*]u8, stop: [*]u8) void;
+extern const __start___sancov_cntrs: u8;
+extern const __stop___sancov_cntrs: u8;
+
+fn llvmInitialize(argc: *c_int, argv: *[*][*:0]u8) callconv(.c) c_int {
+    _ = argc;
+    _ = argv;
+    __sanitizer_cov_8bit_counters_init(@constCast(@ptrCast(&__start___sancov_cntrs)), @constCast(@ptrCast(&__stop___sancov_cntrs)));
+    return 0;
+}
+
+fn llvmTestOneInput(data: [*]const u8, size: usize) callconv(.c) c_int {
+    var source = ByteSource.init(data[0..size]);
+    var tally = Tally{};
+    runCase(source.random(), &tally) catch |e| {
+        std.debug.print("fuzz: {s}: {s}\n", .{ @errorName(e), failureNote() });
+        printFields(&current);
+        @panic("fuzz property violated");
+    };
+    return 0;
+}
+
+comptime {
+    if (builtin.fuzz) {
+        @export(&llvmInitialize, .{ .name = "LLVMFuzzerInitialize" });
+        @export(&llvmTestOneInput, .{ .name = "LLVMFuzzerTestOneInput" });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unit tests: a short seeded run, and the byte-driven generator on a few fixed inputs.
+
+test "seeded validator fuzz: 3,000 cases" {
+    var tally = Tally{};
+    var k: u64 = 0;
+    while (k < 3000) : (k += 1) {
+        var prng = casePrng(7, k);
+        runCase(prng.random(), &tally) catch |e| {
+            std.debug.print("case {d}: {s}\n", .{ k, failureNote() });
+            printFields(&current);
+            return e;
+        };
+    }
+    try std.testing.expect(tally.accepted_in_memory > 100);
+    try std.testing.expect(tally.refused[5] > 10);
+}
+
+test "byte-driven cases (the libFuzzer path) hold the same property" {
+    const inputs = [_][]const u8{ "", "\x00", "\xff" ** 64, "dlpack fuzz corpus seed: a few bytes of everything \x01\x02\x80\xfe" };
+    for (inputs) |input| {
+        var source = ByteSource.init(input);
+        var tally = Tally{};
+        try runCase(source.random(), &tally);
+    }
+}

@@ -1,0 +1,26 @@
+#!/bin/sh
+# The soak (README "Reliability and threat model"): mixed import / export / chain /
+# array-interface / native-thread traffic with RSS sampled every second; fails unless RSS stays
+# flat after the warm-up and every counter returns to zero.
+#
+#   tools/soak.sh [seconds] [deno|bun|both]        default: 600 seconds, both runtimes
+#
+# SOAK_MAX_DRIFT_MB (default 16) sets the RSS limit; SOAK_EXTRA=path/to/module.ts adds the
+# `workloads` that module exports (see tests/soak/workloads.ts).
+set -eu
+ROOT=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
+SECONDS_TO_RUN=${1:-600}
+WHICH=${2:-both}
+"$ROOT/tools/build.sh" >/dev/null
+cd "$ROOT"
+export SOAK_SECONDS="$SECONDS_TO_RUN"
+status=0
+if [ "$WHICH" = deno ] || [ "$WHICH" = both ]; then
+  echo "soak: deno, $SECONDS_TO_RUN s" >&2
+  .tools/bin/deno run --allow-ffi --allow-read --allow-env --v8-flags=--expose-gc tests/soak/soak.ts || status=1
+fi
+if [ "$WHICH" = bun ] || [ "$WHICH" = both ]; then
+  echo "soak: bun, $SECONDS_TO_RUN s" >&2
+  .tools/bin/bun run tests/soak/soak.ts || status=1
+fi
+exit $status
