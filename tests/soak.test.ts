@@ -3,6 +3,7 @@
 // producer tensor deleted once. And the soak's own check: a leaking workload must fail it.
 import assert from "node:assert/strict";
 import { runScript, test } from "./support/harness.ts";
+import { noPython } from "./support/python.ts";
 
 const SOAK = new URL("./soak/soak.ts", import.meta.url).pathname;
 
@@ -39,3 +40,12 @@ test("soak: a leaking workload fails it", () => {
   assert.ok(report.failures.some((f) => f.startsWith("RSS outside the JS heap grew")), report.failures.join("; "));
   assert.ok(report.failures.some((f) => f.startsWith("stats().allocations")), report.failures.join("; "));
 }, { timeout: 60_000 });
+
+test("soak: 8 s with numpy <-> JS traffic through the embedded Python, memory flat, counters back", () => {
+  const extra = new URL("./soak/python_workloads.ts", import.meta.url).pathname;
+  const { code, report, output } = soak({ SOAK_SECONDS: "8", SOAK_MAX_DRIFT_MB: "16", SOAK_EXTRA: extra });
+  console.log(output);
+  assert.deepEqual(report.failures, []);
+  assert.equal(code, 0);
+  assert.equal(report.producerDeleted, report.producerTensors);
+}, { skip: noPython, timeout: 120_000 });
