@@ -54,11 +54,25 @@ export function importManaged(
   return viewFromScratch(scratch, access, producer, "external", keepAlive);
 }
 
-function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
-  // Options are checked before anything is taken: on a mistake here the caller still owns src.
+function producerOf(opts: ImportOptions | undefined): string | null {
+  if (opts === undefined) return null;
   const producer = optionsObject(opts, "import options").producer ?? null;
   if (producer !== null && typeof producer !== "string") {
     throw new DLPackError("requirements", `producer must be a string, got ${shown(producer)}`);
+  }
+  return producer;
+}
+
+function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
+  // Options are checked before anything is taken: on a mistake here the caller still owns src.
+  const producer = producerOf(opts);
+  // The common case first: an object literal { versioned: address } / { legacy: address }.
+  if (src !== null && typeof src === "object" && Object.getPrototypeOf(src) === Object.prototype) {
+    const plain = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
+    if (typeof plain.__dlpack__ !== "function") {
+      if ("versioned" in plain) return importManaged(toAddress(plain.versioned, "versioned"), true, strict, producer);
+      if ("legacy" in plain) return importManaged(toAddress(plain.legacy, "legacy"), false, strict, producer);
+    }
   }
   if (isCapsule(src)) {
     const versioned = src.versioned;

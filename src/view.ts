@@ -207,7 +207,49 @@ export function isBufferView(x: unknown): x is BufferView {
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
   static {
-    construct = (...args) => new BufferView(...args);
+    // Explicit parameters: a rest/spread pair here would allocate an array per view.
+    construct = (
+      address,
+      owner,
+      info,
+      shape,
+      strides,
+      size,
+      nbytes,
+      minOffset,
+      maxOffset,
+      layout,
+      device,
+      access,
+      major,
+      minor,
+      flags,
+      producer,
+      ownerName,
+      verified,
+      keepAlive,
+    ) =>
+      new BufferView(
+        address,
+        owner,
+        info,
+        shape,
+        strides,
+        size,
+        nbytes,
+        minOffset,
+        maxOffset,
+        layout,
+        device,
+        access,
+        major,
+        minor,
+        flags,
+        producer,
+        ownerName,
+        verified,
+        keepAlive,
+      );
     branded = (x) => #owner in x;
   }
 
@@ -237,8 +279,27 @@ export class BufferView {
   #share: Owner | undefined = undefined;
   #epoch: number;
 
-  private constructor(...args: Parameters<Construct>) {
-    const [address, owner, info, shape, strides, size, nbytes, minOffset, maxOffset, layout, device, access] = args;
+  private constructor(
+    address: number,
+    owner: number,
+    info: DTypeInfo,
+    shape: number[],
+    strides: number[],
+    size: number,
+    nbytes: number,
+    minOffset: number,
+    maxOffset: number,
+    layout: number,
+    device: Device,
+    access: Access,
+    major: number,
+    minor: number,
+    flags: number,
+    producer: string | null,
+    ownerName: string,
+    verified: boolean,
+    keepAlive: unknown,
+  ) {
     this.#address = address;
     this.#owner = owner;
     this.#info = info;
@@ -251,13 +312,13 @@ export class BufferView {
     this.#layout = layout;
     this.#device = device;
     this.#access = access;
-    this.#major = args[12];
-    this.#minor = args[13];
-    this.#flags = args[14];
-    this.#producer = args[15];
-    this.#ownerName = args[16];
-    this.#verified = args[17];
-    this.#keepAliveValue = args[18];
+    this.#major = major;
+    this.#minor = minor;
+    this.#flags = flags;
+    this.#producer = producer;
+    this.#ownerName = ownerName;
+    this.#verified = verified;
+    this.#keepAliveValue = keepAlive;
     this.#epoch = views.add(this, owner);
   }
 
