@@ -52,7 +52,7 @@ export const workloads: Workload[] = py === undefined ? [] : [
       using t = toPython(x, py);
       using fromDlpack = py.eval("np.from_dlpack");
       using a = fromDlpack.call(t);
-      using doubled = a.get("__imul__").call(2);
+      a.get("__imul__").call(2).dispose();
       if (x[5] !== (i % 100) * 2) throw new Error("numpy's write not seen from JS");
     },
   },
