@@ -235,8 +235,9 @@ function legacyReadOnly(): DLPackError {
 }
 
 function exportAny(x: Exportable, options: ExportOptions | undefined, versioned: boolean, flags = 0): Capsule {
-  const opts = optionsObject(options, "export options");
-  optionalBoolean(opts.readonly, "readonly");
+  // No options (the common case) stays undefined: the whole-array export takes a fast path then.
+  const opts = options === undefined ? undefined : optionsObject(options, "export options");
+  optionalBoolean(opts?.readonly, "readonly");
   if (isBufferView(x)) return exportView(x, opts, versioned, flags);
   if (ArrayBuffer.isView(x) && !(x instanceof DataView)) return exportTypedArray(x, opts, versioned, flags);
   throw new DLPackError("dtype", "export takes a BufferView or a TypedArray");
