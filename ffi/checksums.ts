@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "7b5dd59482ca4aa2f0d6d9757bafa684308bf2ce69fe5c40bd50f6c4164cb9a6",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "b6cfaaa7bb501061b536da598025c57c99ba8f85bfc320395bd869133c665f9f",
-  "libdlpack-0.1.0-linux-aarch64.so": "00db78b047958bdec6f12e4e882c60c2753e00aeda3383b1cd13d420434e7013",
-  "libdlpack-0.1.0-linux-x86_64.so": "deb51974042372993628f3e20f53986f95ac32c72ffc0920dcda79d4a8f9bbc8",
-  "libdlpack-0.1.0-windows-x86_64.dll": "26c46438c8e6fd3e72704f9c24d7c0d66ba7a08dd3dfc705564a21b5cc304238",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "0991f79f8f6cd7519d3fbad1cb826aae4130ba9bec990f2458f3073de4c95cff",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "6c2c0f5784aef55226060438274fa6d83884af1118461b6d40d42b27d6f12aae",
+  "libdlpack-0.1.0-linux-aarch64.so": "64f789ba0412a10afaa6c68a92cc13181a1b5232dbecf507200b9fad51aba841",
+  "libdlpack-0.1.0-linux-x86_64.so": "e8c6c4e2a4777a63baf9021e6229d2734bf2b27ceccb78975e7b4ee6181f16be",
+  "libdlpack-0.1.0-windows-x86_64.dll": "a8ba99ca4178087f313d773938a9bf319dad842c66d58704fe8b765ca00d440a",
 });
