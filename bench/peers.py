@@ -32,6 +32,8 @@ g["big"] = big
 g["dst"] = np.empty_like(big)
 out["numpy_memcpy_GBps"] = big.nbytes / median_ns("np.copyto(dst, big)", 3, g)
 out["numpy_copy_transposed_GBps"] = big.nbytes / median_ns("np.ascontiguousarray(big.T)", 3, g)
+out["numpy_copy_into_transposed_GBps"] = big.nbytes / median_ns("np.copyto(dst, big.T)", 3, g)
+out["numpy_alloc_memcpy_GBps"] = big.nbytes / median_ns("big.copy()", 3, g)
 
 try:
     import jax
