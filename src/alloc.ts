@@ -5,7 +5,7 @@
  */
 import { core } from "../ffi/mod.ts";
 import { checkDeviceId, DLPackError, optionsObject, shown } from "./errors.ts";
-import { type DType, dtypeInfo } from "./dtypes.ts";
+import { type DType, type DTypeInfo, dtypeInfo } from "./dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
 import { refusalError, scratch } from "./description.ts";
 import { checkShape, cStrides, layoutOf, sizeOf } from "./layout.ts";
@@ -68,47 +68,42 @@ function allocate(
       );
     }
     const cuda = allocateCuda(device, nbytes, zero);
-    const strides = cStrides(checked);
-    return makeView({
-      address: cuda.address,
-      owner: cuda.owner,
-      info,
-      shape: checked,
-      strides,
-      size,
-      nbytes,
-      minOffset: 0,
-      maxOffset: size === 0 ? -1 : size - 1,
-      layout: layoutOf(checked, strides),
-      device: cuda.device,
-      access: "readwrite",
-      version: null,
-      flags: 0,
-      producer: LIBRARY_NAME,
-      ownerName: LIBRARY_NAME,
-      verified: true,
-    });
+    return contiguousView(cuda.address, cuda.owner, cuda.device, info, checked, size, nbytes);
   }
   const status = core().dlpk_alloc(nbytes, align, zero ? 1 : 0, scratch.at);
   if (status !== 0) throw refusalError(status, scratch, false);
-  const strides = cStrides(checked);
+  return contiguousView(scratch.address(), scratch.owner(), deviceOf(1, 0), info, checked, size, nbytes);
+}
+
+/** The view of a fresh C-contiguous allocation the library owns, wherever it lives. */
+function contiguousView(
+  address: number,
+  owner: number,
+  device: Device,
+  info: DTypeInfo,
+  shape: number[],
+  size: number,
+  nbytes: number,
+): BufferView {
+  const strides = cStrides(shape);
   return makeView({
-    address: scratch.address(),
-    owner: scratch.owner(),
+    address,
+    owner,
     info,
-    shape: checked,
+    shape,
     strides,
     size,
     nbytes,
     minOffset: 0,
     maxOffset: size === 0 ? -1 : size - 1,
-    layout: layoutOf(checked, strides),
-    device: deviceOf(1, 0),
+    layout: layoutOf(shape, strides),
+    device,
     access: "readwrite",
     version: null,
     flags: 0,
     producer: LIBRARY_NAME,
     ownerName: LIBRARY_NAME,
+    verified: true,
   });
 }
 
