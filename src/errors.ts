@@ -21,7 +21,10 @@ export type ErrorCode =
   | "requirements"
   | "library"
   | "cuda"
-  | "python";
+  | "python"
+  /** A value of the wrong type or form where the API expects something else (a string where an
+   * index belongs, a missing required argument, an object that only pretends to be a view). */
+  | "argument";
 
 /** Every refusal the library makes: a code, a message saying what was found and expected, and for
  * requirement failures one line per failed check. */

@@ -4,6 +4,7 @@
  * tests need (GC, env, subprocesses).
  * @module
  */
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { runtime } from "../../ffi/mod.ts";
 
 type Body = () => void | Promise<void>;
@@ -105,6 +106,24 @@ export function runScript(
   });
   const dec = new TextDecoder();
   return { code: out.exitCode, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+/** Runs `source` (a module importing the library by absolute path: use `${repoRoot}/mod.ts`) in a
+ * fresh process of the same runtime, so a crash fails the test instead of killing the runner.
+ * Returns exit code and output; a crash shows as a signal exit code (>= 128) or a non-zero code. */
+export function runIsolated(
+  source: string,
+  options: { env?: Record<string, string>; args?: readonly string[]; allowAll?: boolean; gc?: boolean } = {},
+): { code: number; stdout: string; stderr: string } {
+  const dir = `${repoRoot}/.scratch/isolated`;
+  mkdirSync(dir, { recursive: true });
+  const file = `${dir}/${runtimeName}-${Date.now()}-${Math.random().toString(36).slice(2)}.ts`;
+  writeFileSync(file, source);
+  try {
+    return runScript(file, options.env ?? {}, options);
+  } finally {
+    rmSync(file, { force: true });
+  }
 }
 
 /** The checkout the tests run from. */
