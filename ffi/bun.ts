@@ -17,6 +17,7 @@ interface BunFFI {
 
 interface BunGlobal {
   gc(force: boolean): void;
+  isMainThread: boolean;
   spawnSync(options: { cmd: string[]; stdout: "pipe"; stderr: "pipe"; stdin: "ignore" }): {
     exitCode: number | null;
     stdout: Uint8Array;
@@ -126,6 +127,13 @@ export function bunRuntime(): Runtime {
     },
     cString(address: number): string {
       return String(new ffi.CString(address));
+    },
+    mainThread: bun.isMainThread,
+    unrefChannel(channel: BroadcastChannel): boolean {
+      const unref = (channel as { unref?: () => void }).unref;
+      if (typeof unref !== "function") return false;
+      unref.call(channel);
+      return true;
     },
     os: proc.platform === "win32" ? "windows" : proc.platform,
     arch: proc.arch === "x64" ? "x86_64" : proc.arch === "arm64" ? "aarch64" : proc.arch,

@@ -114,6 +114,11 @@ export function denoRuntime(): Runtime {
     cString(address: number): string {
       return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(address as unknown as bigint)!);
     },
+    // Deno gives Workers a WorkerGlobalScope; the main realm has none.
+    mainThread: !("WorkerGlobalScope" in globalThis),
+    unrefChannel(): boolean {
+      return false;
+    },
     os: Deno.build.os,
     arch: Deno.build.arch,
   };

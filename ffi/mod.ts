@@ -209,6 +209,11 @@ export function core(): Bound<Symbols> {
   return lib.symbols;
 }
 
+/** libdlpack's bound functions if something has loaded it already; never loads it. */
+export function loadedCore(): Bound<Symbols> | undefined {
+  return loaded?.symbols;
+}
+
 /** The path libdlpack was loaded from (loads it if needed). */
 export function corePath(): string {
   core();

@@ -6,7 +6,7 @@
 import type { SymbolTable } from "./types.ts";
 
 /** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 7;
+export const ABI_VERSION = 8;
 
 /** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
 export const DESCRIPTION_BYTES = 120 + 16 * 64;
@@ -26,6 +26,10 @@ export const symbols = {
   dlpk_realm_new: { args: [], returns: "f64" },
   dlpk_pin_new: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },
   dlpk_pins_drain: { args: ["f64", "f64", "u32"], returns: "u32" },
+  dlpk_pin_share: { args: ["f64"], returns: "f64" },
+  dlpk_pin_keep: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },
+  dlpk_pin_kept: { args: ["f64"], returns: "i32" },
+  dlpk_realms_live: { args: [], returns: "u32" },
   dlpk_stats: { args: ["f64"], returns: "u32" },
   dlpk_export: { args: ["u32", "f64"], returns: "i32" },
   // The TypedArray itself is the first argument: the runtime passes its data pointer.

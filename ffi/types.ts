@@ -65,6 +65,11 @@ export interface Runtime {
   /** Writes `dir/name` so that readers see the old file or the whole new one, never a part
    * (creates `dir` as needed). */
   writeFileAtomic(dir: string, name: string, bytes: Uint8Array): Promise<void>;
+  /** Whether this realm runs on the process's main thread (not in a Worker). */
+  readonly mainThread: boolean;
+  /** Lets a channel's listener run without keeping the process alive; false where the runtime
+   * cannot (the caller then closes the channel when it is not needed). */
+  unrefChannel(channel: BroadcastChannel): boolean;
   /** OS and CPU names as Deno spells them ("linux", "darwin", "windows"; "x86_64", "aarch64"). */
   readonly os: string;
   readonly arch: string;

@@ -3,7 +3,7 @@
  * forgotten ones, and pins that keep JS objects reachable while native code holds their memory.
  * @module
  */
-import { core, runtime } from "../ffi/mod.ts";
+import { core, loadedCore, runtime } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
 import { scratch } from "./description.ts";
 
@@ -163,10 +163,14 @@ export function newPinId(): number {
 }
 
 let sinceSweep = 0;
+/** A released pin no entry of `pinned` stands for is queued (a keeper whose offer came late). */
+let strayQueued = false;
 
-/** Keeps `value` reachable under `id`, whose native pin owner now exists. */
+/** Keeps `value` reachable under `id`, whose native pin owner now exists (its address is the
+ * scratch's owner field: every caller records the pin right after the native call made it). */
 export function recordPin(id: number, value: unknown, onRelease?: () => void): void {
   pinned.set(id, onRelease === undefined ? value : new PinnedWithRelease(value, onRelease));
+  if (!onMainThread) shareBeyondRealm(value, scratch.owner());
   // Sweep every so often on the export path too, so a busy loop releases memory promptly
   // without paying a native call per export.
   if (++sinceSweep >= 64) {
@@ -184,7 +188,8 @@ class PinnedWithRelease {
  * A release callback may reenter (export, import, stats() all sweep): each batch is copied out of
  * the shared buffer first, and a callback that throws cannot stop the rest of the batch. */
 export function sweepPins(): number {
-  if (pinned.size === 0) return 0;
+  if (pinned.size === 0 && !strayQueued) return 0;
+  strayQueued = false;
   const lib = core();
   const queue = realmAddress();
   let total = 0;
@@ -223,10 +228,108 @@ function scheduleSweep(): void {
   if (sweepTimer !== undefined) return;
   sweepTimer = setInterval(() => {
     sweepPins();
+    if (unanswered.size !== 0) repeatOffers();
     if (pinned.size === 0) {
       clearInterval(sweepTimer as number);
       sweepTimer = undefined;
     }
   }, 250);
   runtime().unrefTimer(sweepTimer);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared memory outliving a Worker. When a Worker ends, its heap goes and with it every object its
+// pins held: an ArrayBuffer's memory is freed under the consumer. A SharedArrayBuffer's backing
+// store is shared, though, so a Worker that pins one also offers it to the main thread, which pins
+// it too (a keeper pin natively tied to the Worker's) until the consumer releases the export.
+
+const KEEPER_CHANNEL = "dlpack-ts/keep";
+const onMainThread = runtime().mainThread;
+const sabByteLength = Object.getOwnPropertyDescriptor(SharedArrayBuffer.prototype, "byteLength")!.get!;
+const typedArrayBuffer = Object.getOwnPropertyDescriptor(
+  Object.getPrototypeOf(Uint8Array.prototype) as object,
+  "buffer",
+)!.get!;
+const applyFn = Reflect.apply;
+
+/** The SharedArrayBuffer under a TypedArray or DataView, read through intrinsics; else undefined. */
+function sharedBufferOf(value: unknown): SharedArrayBuffer | undefined {
+  let buffer: unknown = value;
+  try {
+    if (!(value instanceof SharedArrayBuffer)) buffer = applyFn(typedArrayBuffer, value, []);
+    applyFn(sabByteLength, buffer, []); // throws unless buffer really is a SharedArrayBuffer
+    return buffer as SharedArrayBuffer;
+  } catch {
+    return undefined;
+  }
+}
+
+let offers: BroadcastChannel | undefined;
+/** Offers not yet taken: the main thread may not have been listening when they were posted. */
+const unanswered = new Map<number, SharedArrayBuffer>();
+
+function shareBeyondRealm(value: unknown, pinOwner: number): void {
+  const buffer = sharedBufferOf(value);
+  if (buffer === undefined) return;
+  const token = core().dlpk_pin_share(pinOwner);
+  if (token === 0) return; // out of memory: the export lives as long as this Worker, as before
+  offers ??= new BroadcastChannel(KEEPER_CHANNEL);
+  offers.postMessage({ token, buffer });
+  unanswered.set(token, buffer);
+}
+
+/** Posts again every offer the main thread has not taken yet; forgets taken and released ones. */
+function repeatOffers(): void {
+  const lib = core();
+  for (const [token, buffer] of unanswered) {
+    const state = lib.dlpk_pin_kept(token);
+    if (state === 0) offers!.postMessage({ token, buffer });
+    else unanswered.delete(token);
+  }
+}
+
+/** The main thread's side: pins each offered SharedArrayBuffer for as long as the Worker's pin. */
+function keepOffered(event: MessageEvent): void {
+  const data = event.data as { token?: unknown; buffer?: unknown } | null;
+  if (data === null || typeof data !== "object" || typeof data.token !== "number") return;
+  const buffer = sharedBufferOf(data.buffer);
+  if (buffer === undefined) return;
+  const id = newPinId();
+  const status = core().dlpk_pin_keep(data.token, realmAddress(), id, applyFn(sabByteLength, buffer, []) as number);
+  if (status === 0) recordPin(id, buffer);
+  // 1: the consumer released it before the offer arrived: the keeper's id is already queued.
+  else strayQueued = true;
+}
+
+let keeper: BroadcastChannel | undefined;
+let keeperUnrefed = false;
+
+function openKeeper(): void {
+  keeper = new BroadcastChannel(KEEPER_CHANNEL);
+  keeper.onmessage = keepOffered;
+  keeperUnrefed = runtime().unrefChannel(keeper);
+}
+
+// Where a listening channel would keep the process alive (Deno), it listens only while some other
+// realm using the library is alive (native realm count, polled); where it can be unref'd (Bun), it
+// listens from the start.
+function keeperTick(): void {
+  const lib = loadedCore();
+  if (lib === undefined || keeperUnrefed) return;
+  const others = lib.dlpk_realms_live() - (realm !== 0 ? 1 : 0);
+  if (others > 0 && keeper === undefined) openKeeper();
+  else if (others <= 0 && keeper !== undefined) {
+    keeper.close();
+    keeper = undefined;
+  }
+}
+
+if (onMainThread) {
+  openKeeper();
+  if (!keeperUnrefed) {
+    keeper!.close();
+    keeper = undefined;
+    const timer = setInterval(keeperTick, 50);
+    runtime().unrefTimer(timer);
+  }
 }

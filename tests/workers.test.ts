@@ -3,14 +3,26 @@
 // realm to another, and the pin queues kept apart (a realm must never unpin another's buffer).
 import assert from "node:assert/strict";
 import { exportDLPack, share, stats } from "../mod.ts";
-import { pinnedCount } from "../src/owner.ts";
+import { pinnedCount, realmAddress } from "../src/owner.ts";
+import { core } from "../ffi/mod.ts";
 import { consumerValues, tp } from "./support/producer.ts";
 import { collectGarbage, test } from "./support/harness.ts";
 
 const WORKER_URL = new URL("./support/worker.ts", import.meta.url).href;
 
+/** Polls `condition` every 20 ms for up to `ms`; returns whether it became true. */
+async function eventually(condition: () => boolean, ms = 5_000): Promise<boolean> {
+  for (const end = Date.now() + ms; Date.now() < end;) {
+    if (condition()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return condition();
+}
+
 /** A worker with a request/answer helper that surfaces the worker's errors. */
 class Realm {
+  /** Live native realms before this Worker made its own (this realm's own made first). */
+  readonly #realmsBefore = realmAddress() && core().dlpk_realms_live();
   readonly #worker = new Worker(WORKER_URL, { type: "module" });
   #pending: ((value: Record<string, unknown>) => void)[] = [];
   #failed: unknown;
@@ -38,8 +50,12 @@ class Realm {
     return answer;
   }
 
-  terminate(): void {
+  /** Ends the Worker and waits until its thread is gone and its native realm ended (which frees
+   * the pins left in its queue), so later counts do not move under the next test. */
+  async terminate(): Promise<void> {
     this.#worker.terminate();
+    const ended = await eventually(() => core().dlpk_realms_live() <= this.#realmsBefore);
+    assert.ok(ended, "the Worker's realm did not end with its thread");
   }
 }
 
@@ -72,7 +88,7 @@ test("three Workers and the main thread export one SharedArrayBuffer concurrentl
     }
     assert.equal(pinnedCount(), 0);
   } finally {
-    for (const realm of realms) realm.terminate();
+    await Promise.all(realms.map((realm) => realm.terminate()));
   }
   assert.deepEqual(live(), before);
 }, { timeout: 120_000 });
@@ -90,7 +106,7 @@ test("a struct exported on the main thread and released on a Worker unpins on th
     stats();
     assert.equal(pinnedCount(), 0, "the release on the worker's thread reached this realm's queue");
   } finally {
-    realm.terminate();
+    await realm.terminate();
   }
   assert.deepEqual(live(), before);
 }, { timeout: 60_000 });
@@ -115,7 +131,44 @@ test("a Worker's released pin is never drained by the main thread (ids collide a
     stats();
     assert.equal(pinnedCount(), 0);
   } finally {
-    realm.terminate();
+    await realm.terminate();
   }
+  assert.deepEqual(live(), before);
+}, { timeout: 60_000 });
+
+test("a Worker's export of its own SharedArrayBuffer stays readable after the Worker is terminated", async () => {
+  const before = live();
+  const realm = new Realm();
+  let address: bigint | undefined;
+  try {
+    address = (await realm.expect({ op: "export-own", shared: true })).address as bigint;
+    // The Worker's pin, and the main thread's keeper pin of the same backing store.
+    assert.ok(await eventually(() => live().pinned === before.pinned + 2), `pins: ${live().pinned}`);
+  } finally {
+    await realm.terminate();
+  }
+  // The Worker's heap is gone; the memory is not: the main thread still holds the buffer.
+  await collectGarbage();
+  assert.deepEqual(consumerValues(address!, true), [1, 2, 3, 4]);
+  tp.tp_consume(address!, 1);
+  assert.ok(await eventually(() => live().pinned === before.pinned), "the keeper pin went with the export");
+  assert.deepEqual(live(), before);
+}, { timeout: 60_000 });
+
+test("a terminated Worker's pins stop counting once their consumers release them", async () => {
+  const before = live();
+  const realm = new Realm();
+  let address: bigint | undefined;
+  try {
+    address = (await realm.expect({ op: "export-own", shared: false })).address as bigint;
+    assert.equal(live().pinned, before.pinned + 1);
+  } finally {
+    await realm.terminate();
+  }
+  // A plain ArrayBuffer died with the Worker (README: the caller must not end a Worker whose
+  // non-shared exports are still in use), so the consumer only releases it, without reading.
+  tp.tp_consume(address!, 1);
+  // Nothing will ever drain the ended realm's queue: its thread's exit freed the record.
+  assert.ok(await eventually(() => live().pinned === before.pinned), `pins: ${live().pinned}`);
   assert.deepEqual(live(), before);
 }, { timeout: 60_000 });

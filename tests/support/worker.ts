@@ -22,7 +22,12 @@ interface ImportAddress {
 interface Simple {
   op: "release-without-sweep" | "sweep";
 }
-type Message = Hammer | ImportAddress | Simple;
+interface ExportOwn {
+  op: "export-own";
+  /** A SharedArrayBuffer this Worker makes (no other realm holds it), or a plain ArrayBuffer. */
+  shared: boolean;
+}
+type Message = Hammer | ImportAddress | Simple | ExportOwn;
 
 const scope = globalThis as unknown as {
   onmessage: ((e: MessageEvent<Message>) => void) | null;
@@ -76,6 +81,13 @@ scope.onmessage = (e: MessageEvent<Message>) => {
         const address = exportDLPack(new Float32Array([9, 9])).take();
         tp.tp_consume(address, 1);
         scope.postMessage({ op: m.op });
+        break;
+      }
+      case "export-own": {
+        const memory = m.shared ? new SharedArrayBuffer(16) : new ArrayBuffer(16);
+        const values = new Float32Array(memory);
+        values.set([1, 2, 3, 4]);
+        scope.postMessage({ op: m.op, address: share(values).take() });
         break;
       }
       case "sweep":

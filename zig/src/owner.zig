@@ -3,6 +3,7 @@
 //! unpin) exactly once, when its last reference goes, on whatever thread that happens.
 
 const std = @import("std");
+const builtin = @import("builtin");
 const dlpack = @import("dlpack.zig");
 const stats = @import("stats.zig");
 const memory = @import("memory.zig");
@@ -37,6 +38,11 @@ pub const Owner = struct {
     next: ?*Owner = null,
     /// Pins only: the JS realm whose queue the released id goes to.
     realm: *Realm = &default_realm,
+    /// Pins of shared memory only: the token another realm names this pin by (0: not shared).
+    shared_token: u64 = 0,
+    /// Pins of shared memory only: another realm's pin of the same SharedArrayBuffer, released
+    /// together with this one, so the memory outlives the realm that exported it.
+    keeper: ?*Owner = null,
 };
 
 /// A JS realm (the main thread, or one Worker) that pins objects. Pin ids are only meaningful
@@ -49,6 +55,11 @@ pub const Realm = struct {
     /// touch it, under `lock`; deleters never wait for the lock.
     pending: ?*Owner = null,
     lock: std.Thread.Mutex = .{},
+    /// Set once the thread that runs this realm's JS has exited (a terminated Worker): nothing
+    /// will drain the queue again, so pins released from then on free their record at once.
+    ended: std.atomic.Value(bool) = std.atomic.Value(bool).init(false),
+    /// The next realm made on the same thread (a thread may host one realm after another).
+    next_on_thread: ?*Realm = null,
 };
 
 /// The realm of pins made through the realm-less functions.
@@ -109,18 +120,26 @@ pub fn release(owner: *Owner) void {
             std.heap.c_allocator.destroy(owner);
         },
         // The record lives on until JS has read its id off the stack.
-        .pin => pushReleasedPin(owner),
+        .pin => {
+            if (owner.shared_token != 0) {
+                if (unshare(owner)) |keeper| release(keeper);
+            }
+            pushReleasedPin(owner);
+        },
     }
 }
 
 fn pushReleasedPin(owner: *Owner) void {
     // A Treiber push. Drainers take the whole stack in one swap, so there is no ABA hazard.
-    const released = &owner.realm.released;
-    var head = released.load(.monotonic);
+    const realm = owner.realm;
+    var head = realm.released.load(.monotonic);
     while (true) {
         owner.next = head;
-        head = released.cmpxchgWeak(head, owner, .release, .monotonic) orelse return;
+        // Sequentially consistent with `endRealm`: either its final discard sees this push, or
+        // this thread sees `ended` below and discards the record itself.
+        head = realm.released.cmpxchgWeak(head, owner, .seq_cst, .monotonic) orelse break;
     }
+    if (realm.ended.load(.seq_cst)) discardRealm(realm);
 }
 
 /// Writes up to `out.len` released pin ids of the default realm and frees their records.
@@ -147,11 +166,115 @@ pub fn drainRealm(realm: *Realm, out: []f64) usize {
     return written;
 }
 
-/// A new realm. Realms are never freed: a native consumer may release a pin long after the
-/// realm's JS side (a terminated Worker) is gone, and the record is a few words.
+// Shared pins: a Worker that exports a SharedArrayBuffer names the pin by a token another realm
+// (the main thread) can attach a keeper pin to, holding the same backing store in its own heap.
+// Tokens are never reused, so a keeper cannot attach to a later pin at a recycled address.
+var shared_lock: std.Thread.Mutex = .{};
+var shared_pins: std.AutoHashMapUnmanaged(u64, *Owner) = .{};
+var next_token: u64 = 1;
+
+/// Makes `pin` attachable by another realm; returns its token, or null when out of memory.
+pub fn share(pin: *Owner) ?u64 {
+    std.debug.assert(pin.kind == .pin);
+    std.debug.assert(pin.shared_token == 0);
+    std.debug.assert(pin.refs.load(.monotonic) > 0);
+    shared_lock.lock();
+    defer shared_lock.unlock();
+    const token = next_token;
+    shared_pins.put(std.heap.c_allocator, token, pin) catch return null;
+    next_token += 1;
+    pin.shared_token = token;
+    return token;
+}
+
+/// Attaches `keeper` (a pin of another realm) to the shared pin named `token`: it is released when
+/// that pin is. False when the pin is gone already or has a keeper (the caller releases `keeper`).
+pub fn keep(token: u64, keeper: *Owner) bool {
+    std.debug.assert(keeper.kind == .pin);
+    shared_lock.lock();
+    defer shared_lock.unlock();
+    const pin = shared_pins.get(token) orelse return false;
+    if (pin.keeper != null) return false;
+    pin.keeper = keeper;
+    return true;
+}
+
+/// Whether the shared pin `token` has a keeper (1), is waiting for one (0), or is gone (-1).
+pub fn keptState(token: u64) i32 {
+    shared_lock.lock();
+    defer shared_lock.unlock();
+    const pin = shared_pins.get(token) orelse return -1;
+    return @intFromBool(pin.keeper != null);
+}
+
+/// Forgets a shared pin whose last reference went; returns its keeper to release.
+fn unshare(pin: *Owner) ?*Owner {
+    shared_lock.lock();
+    defer shared_lock.unlock();
+    const removed = shared_pins.remove(pin.shared_token);
+    std.debug.assert(removed);
+    const keeper = pin.keeper;
+    pin.keeper = null;
+    return keeper;
+}
+
+/// How many realms have not ended (the main thread's included, once it made one).
+pub fn liveRealms() u32 {
+    return live_realms.load(.monotonic);
+}
+var live_realms: std.atomic.Value(u32) = std.atomic.Value(u32).init(0);
+
+/// Frees every queued pin record of `realm` without handing the ids to anyone (its JS is gone).
+fn discardRealm(realm: *Realm) void {
+    var ids: [64]f64 = undefined;
+    while (drainRealm(realm, &ids) == ids.len) {}
+}
+
+/// Marks `realm` ended and frees what its queue holds. Pins still held by consumers stay counted
+/// until those consumers release them; then `pushReleasedPin` frees them.
+pub fn endRealm(realm: *Realm) void {
+    std.debug.assert(realm != &default_realm);
+    if (realm.ended.swap(true, .seq_cst)) return;
+    _ = live_realms.fetchSub(1, .monotonic);
+    discardRealm(realm);
+}
+
+/// Realms are made from the thread that runs their JS (`dlpk_realm_new` is called by the realm
+/// itself), so a thread-exit destructor learns when a Worker's thread is gone and ends every
+/// realm that thread made. Not on Windows (no pthreads there): its ended Workers' pins stay queued.
+const thread_exit_hook = builtin.os.tag != .windows and builtin.link_libc;
+var realm_key: if (thread_exit_hook) std.c.pthread_key_t else void = undefined;
+var realm_key_once = std.once(makeRealmKey);
+var realm_key_ready: bool = false;
+
+fn makeRealmKey() void {
+    if (!thread_exit_hook) return;
+    realm_key_ready = std.c.pthread_key_create(&realm_key, threadExited) == .SUCCESS;
+}
+
+fn threadExited(value: *anyopaque) callconv(.c) void {
+    var realm: ?*Realm = @ptrCast(@alignCast(value));
+    while (realm) |r| {
+        realm = r.next_on_thread;
+        endRealm(r);
+    }
+}
+
+/// A new realm, owned by the calling thread. Realm records are never freed: a native consumer may
+/// release a pin long after the realm's JS side (a terminated Worker) is gone, and the record is a
+/// few words.
 pub fn createRealm() ?*Realm {
     const realm = std.heap.c_allocator.create(Realm) catch return null;
     realm.* = .{};
+    _ = live_realms.fetchAdd(1, .monotonic);
+    if (thread_exit_hook) {
+        realm_key_once.call();
+        if (realm_key_ready) {
+            realm.next_on_thread = @ptrCast(@alignCast(std.c.pthread_getspecific(realm_key)));
+            // On failure the realm simply never ends, as before this hook existed.
+            if (std.c.pthread_setspecific(realm_key, realm) != 0) realm.next_on_thread = null;
+        }
+    }
     return realm;
 }
 
@@ -242,10 +365,9 @@ test "a large backlog of released pins drains in linear time" {
 }
 
 test "each realm drains only its own pins" {
+    // Realm records live for the process (this thread's exit hook still lists them).
     const a = createRealm().?;
     const b = createRealm().?;
-    defer std.heap.c_allocator.destroy(a);
-    defer std.heap.c_allocator.destroy(b);
     // Both realms number their pins from 1, as two JS realms do.
     for (1..4) |id| release(createIn(a, .pin, id, 0).?);
     for (1..6) |id| release(createIn(b, .pin, id, 0).?);
@@ -254,4 +376,51 @@ test "each realm drains only its own pins" {
     try std.testing.expectEqual(@as(usize, 0), drainRealm(a, &out));
     try std.testing.expectEqual(@as(usize, 5), drainRealm(b, &out));
     try std.testing.expectEqual(@as(usize, 0), drainReleasedPins(&out));
+}
+
+test "a realm ends with its thread: queued and later releases free their records" {
+    const Worker = struct {
+        fn run(out: **Realm, held: **Owner) void {
+            const realm = createRealm().?;
+            out.* = realm;
+            release(createIn(realm, .pin, 1, 8).?); // queued, never drained by its JS
+            held.* = createIn(realm, .pin, 2, 8).?; // still held by a consumer
+        }
+    };
+    const pins_before = stats.get(.pins);
+    var realm: *Realm = undefined;
+    var held: *Owner = undefined;
+    const thread = try std.Thread.spawn(.{}, Worker.run, .{ &realm, &held });
+    thread.join();
+    if (!thread_exit_hook) return error.SkipZigTest;
+    try std.testing.expect(realm.ended.load(.seq_cst));
+    // The queued pin was freed when the thread exited; the held one counts until released.
+    try std.testing.expectEqual(pins_before + 1, stats.get(.pins));
+    release(held);
+    try std.testing.expectEqual(pins_before, stats.get(.pins));
+    try std.testing.expect(realm.released.load(.seq_cst) == null);
+}
+
+test "a keeper pin attached to a shared pin is released with it, once" {
+    const a = createRealm().?;
+    const b = createRealm().?;
+    const exported = createIn(a, .pin, 1, 16).?;
+    const token = share(exported).?;
+    const keeper = createIn(b, .pin, 7, 16).?;
+    try std.testing.expectEqual(@as(i32, 0), keptState(token));
+    try std.testing.expect(keep(token, keeper));
+    try std.testing.expectEqual(@as(i32, 1), keptState(token));
+    const second = createIn(b, .pin, 8, 16).?;
+    try std.testing.expect(!keep(token, second)); // one keeper per pin
+    release(second);
+    release(exported);
+    var out: [4]f64 = undefined;
+    try std.testing.expectEqual(@as(usize, 1), drainRealm(a, &out));
+    try std.testing.expectEqual(@as(usize, 2), drainRealm(b, &out)); // 8, then the keeper 7
+    // The token died with its pin: a late keeper is refused.
+    try std.testing.expectEqual(@as(i32, -1), keptState(token));
+    const late = createIn(b, .pin, 9, 16).?;
+    try std.testing.expect(!keep(token, late));
+    release(late);
+    try std.testing.expectEqual(@as(usize, 1), drainRealm(b, &out));
 }

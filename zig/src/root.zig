@@ -15,7 +15,7 @@ const cuda = @import("cuda.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
@@ -262,6 +262,39 @@ export fn dlpk_pin_new(realm_address: f64, id: f64, bytes: f64, out_address: f64
         return @intFromEnum(describe.Status.out_of_memory);
     out.setOwner(@intFromPtr(created));
     return 0;
+}
+
+/// Makes the pin owner at `pin_address` attachable from another realm (an export of a
+/// SharedArrayBuffer made on a Worker); returns its token, or 0 when that is not possible.
+export fn dlpk_pin_share(pin_address: f64) f64 {
+    const pin = ownerAt(pin_address) orelse return 0;
+    if (pin.kind != .pin or pin.shared_token != 0) return 0;
+    const token = owner.share(pin) orelse return 0;
+    return @floatFromInt(token);
+}
+
+/// Pins JS object `id` of `realm` for as long as the shared pin `token` lives. 0: kept; 1: that
+/// pin is gone already (nothing to keep; the id is queued and swept like any release).
+export fn dlpk_pin_keep(token: f64, realm_address: f64, id: f64, bytes: f64) i32 {
+    const realm = realmAt(realm_address) orelse return invalid;
+    if (!(token >= 1 and token < describe.MAX_EXACT and id >= 0 and id < describe.MAX_EXACT)) return invalid;
+    if (!(bytes >= 0 and bytes < describe.MAX_EXACT)) return invalid;
+    const keeper = owner.createIn(realm, .pin, @intFromFloat(id), @intFromFloat(bytes)) orelse
+        return @intFromEnum(describe.Status.out_of_memory);
+    if (owner.keep(@intFromFloat(token), keeper)) return 0;
+    owner.release(keeper);
+    return 1;
+}
+
+/// Whether the shared pin `token` has a keeper (1), still waits for one (0), or is gone (-1).
+export fn dlpk_pin_kept(token: f64) i32 {
+    if (!(token >= 1 and token < describe.MAX_EXACT)) return -1;
+    return owner.keptState(@intFromFloat(token));
+}
+
+/// How many JS realms using this library have not ended.
+export fn dlpk_realms_live() u32 {
+    return owner.liveRealms();
 }
 
 export fn dlpk_pins_drain(realm_address: f64, out_address: f64, capacity: u32) u32 {
@@ -558,4 +591,3 @@ test {
     _ = python;
     _ = cuda;
 }
-
