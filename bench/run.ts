@@ -1,8 +1,9 @@
 // `deno task bench`: runs bench/cases.ts under Deno and under Bun and bench/peers.py (numpy, JAX,
 // pyarrow with timeit) in ONE run on this machine, interleaved round by round, takes the median of
 // each figure across rounds, prints the table of medians and ratios against the peers, writes
-// bench/results.json and, with --readme, the README's table.
+// bench/results.json and, with --docs, the table in docs/performance.md.
 import { readFileSync, writeFileSync } from "node:fs";
+import { replaceBetweenMarkers } from "../tools/markers.ts";
 
 const root = new URL("../", import.meta.url).pathname;
 const ROUNDS = Number(Deno.args.find((a) => a.startsWith("--rounds="))?.split("=")[1] ?? 3);
@@ -246,13 +247,4 @@ const table = [
 ].join("\n");
 console.log(table);
 writeFileSync(`${root}bench/results.json`, JSON.stringify({ date, machine, versions, rounds }, null, 1));
-if (Deno.args.includes("--readme")) {
-  const readme = `${root}README.md`;
-  const current = readFileSync(readme, "utf8");
-  const begin = "<!-- bench:begin -->";
-  const end = "<!-- bench:end -->";
-  const from = current.indexOf(begin);
-  const to = current.indexOf(end);
-  if (from < 0 || to < 0) throw new Error("README.md lacks the bench markers");
-  writeFileSync(readme, `${current.slice(0, from + begin.length)}\n${table}\n${current.slice(to)}`);
-}
+if (Deno.args.includes("--docs")) replaceBetweenMarkers(`${root}docs/performance.md`, "bench", table);

@@ -12,7 +12,7 @@ import { deleted, make, tp } from "./support/producer.ts";
 import { test } from "./support/harness.ts";
 import { Rng } from "./support/rng.ts";
 
-// DLPACK_FUZZ_CASES and DLPACK_FUZZ_SEED lengthen or vary a run (README "Reliability").
+// DLPACK_FUZZ_CASES and DLPACK_FUZZ_SEED lengthen or vary a run (docs/reliability.md).
 const CASES = Number(runtime().env("DLPACK_FUZZ_CASES") ?? 10_000);
 const SEED = Number(runtime().env("DLPACK_FUZZ_SEED") ?? 20_260_101);
 const RANK = 64;

@@ -10,7 +10,7 @@ import { deleted, make, makeMany, releaseDone, releaseOnThreads, releaseWait } f
 import { test } from "./support/harness.ts";
 
 const THREADS = 8;
-// DLPACK_THREAD_RELEASES raises the count for a longer run (README "Reliability").
+// DLPACK_THREAD_RELEASES raises the count for a longer run (docs/reliability.md).
 const RELEASES = Number(runtime().env("DLPACK_THREAD_RELEASES") ?? 1_000_000);
 const BATCH = 50_000;
 

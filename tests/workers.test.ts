@@ -165,7 +165,7 @@ test("a terminated Worker's pins stop counting once their consumers release them
   } finally {
     await realm.terminate();
   }
-  // A plain ArrayBuffer died with the Worker (README: the caller must not end a Worker whose
+  // A plain ArrayBuffer died with the Worker (docs/architecture.md: the caller must not end a Worker whose
   // non-shared exports are still in use), so the consumer only releases it, without reading.
   tp.tp_consume(address!, 1);
   // Nothing will ever drain the ended realm's queue: its thread's exit freed the record.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Long, coverage-guided fuzzing of the import validator (README "Reliability and threat model").
+# Long, coverage-guided fuzzing of the import validator (docs/reliability.md).
 #
 #   tools/fuzz.sh [seconds] [extra libFuzzer flags...]     default 600 seconds
 #

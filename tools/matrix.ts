@@ -1,8 +1,9 @@
 // Turns the latest interop-matrix run (.scratch/matrix/deno.json and bun.json, written by
-// tests/python_matrix.test.ts) into the README's tables. A cell says supported only if a case of
-// that run exercised it. `deno task matrix` rewrites README.md between the matrix markers;
+// tests/python_matrix.test.ts) into the tables of docs/python.md. A cell says supported only if a case of
+// that run exercised it. `deno task matrix` rewrites docs/python.md between the matrix markers;
 // `--print` writes the tables to stdout instead.
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { replaceBetweenMarkers } from "./markers.ts";
 
 interface Result {
   pair: string;
@@ -101,13 +102,6 @@ const text = [
 if (Deno.args.includes("--print")) {
   console.log(text);
 } else {
-  const readme = `${root}README.md`;
-  const current = readFileSync(readme, "utf8");
-  const begin = "<!-- matrix:begin -->";
-  const end = "<!-- matrix:end -->";
-  const from = current.indexOf(begin);
-  const to = current.indexOf(end);
-  if (from < 0 || to < 0) throw new Error("README.md lacks the matrix markers");
-  writeFileSync(readme, `${current.slice(0, from + begin.length)}\n${text}\n${current.slice(to)}`);
-  console.log(`README.md matrix updated (${counts})`);
+  replaceBetweenMarkers(`${root}docs/python.md`, "matrix", text);
+  console.log(`docs/python.md matrix updated (${counts})`);
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The soak (README "Reliability and threat model"): mixed import / export / chain /
+# The soak (docs/reliability.md): mixed import / export / chain /
 # array-interface / native-thread traffic with RSS sampled every second; fails unless RSS stays
 # flat after the warm-up and every counter returns to zero.
 #

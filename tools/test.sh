@@ -43,7 +43,7 @@ check() { # <name> <command...>: a step that is one check of its own (counted as
 }
 
 step zig-test sh -c 'cd zig && zig build test --summary all'
-# Reliability (README "Reliability and threat model"): the seeded validator fuzzer, releases from
+# Reliability (docs/reliability.md): the seeded validator fuzzer, releases from
 # 8 threads, and valgrind memcheck over the unit tests, a fuzz run and the thread stress test.
 check zig-fuzz sh -c 'cd zig && zig build fuzz -- --seed 1 --cases 1000000'
 check zig-threads sh -c 'cd zig && zig build threads -- --releases 1000000 --threads 8'
@@ -68,7 +68,7 @@ step deno-test deno test --allow-ffi --allow-read --allow-write --allow-env --al
   --v8-flags=--expose-gc tests/
 step bun-test bun test ./tests
 
-# The interop matrix of this run (README's table comes from `deno task matrix`).
+# The interop matrix of this run (docs/python.md's table comes from `deno task matrix`).
 deno run --allow-read tools/matrix.ts --print > "$LOG/matrix.md" 2>&1 || true
 
 # Counts: Zig's "N/M tests passed", Deno's "ok | N passed | M failed (| K ignored)", Bun's "N pass / M fail / K skip".

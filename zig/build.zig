@@ -100,7 +100,7 @@ fn addRelease(b: *std.Build) void {
 
 // ---------------------------------------------------------------------------------------------
 // Reliability: the validator fuzzer, the thread stress test and the valgrind runs
-// (tests/native/, README "Reliability and threat model").
+// (tests/native/, docs/reliability.md).
 
 /// The library's sources as a module a harness imports (so its `export fn`s link into the harness).
 fn coreModule(b: *std.Build, target: std.Build.ResolvedTarget, optimize: std.builtin.OptimizeMode, fuzz: bool) *std.Build.Module {

@@ -10,7 +10,7 @@
 #   run(command="sh tests/gpu/device.sh", carry=["zig/zig-out", ".scratch/gpu"], timeout_s=300)
 #
 # and commit what comes back ($OUT: gpu-results.json, gpu-results.md, gpu-check.log) as
-# tests/gpu/results/<date>-h200.{json,md}, with the bandwidth and pass/fail per case in the README.
+# tests/gpu/results/<date>-h200.{json,md}, with the bandwidth and pass/fail per case in docs/cuda.md.
 set -eu
 ROOT=$(CDPATH= cd -- "$(dirname -- "$0")/../.." && pwd)
 cd "$ROOT"
