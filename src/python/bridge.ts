@@ -34,8 +34,9 @@ export interface BridgeState {
   readonly install: PythonInstall;
   readonly none: number;
   readonly capsuleOf: number;
+  readonly interfaceJson: number;
   readonly toJson: number;
-  readonly tensorClass: number;
+  readonly makeTensor: number;
   readonly initializedHere: boolean;
 }
 
@@ -113,11 +114,12 @@ function start(library: string | undefined): BridgeState {
     const s: BridgeState = {
       ...partial,
       capsuleOf: attr("_capsule_of"),
+      interfaceJson: attr("_interface_json"),
       toJson: attr("_to_json"),
-      tensorClass: attr("DLPackTensor"),
+      makeTensor: attr("_make_tensor"),
     };
     // Native builtins for DLPackTensor, and the objects the native fast paths call.
-    if (lib.dlpk_py_install(module, s.capsuleOf, s.tensorClass) !== 0) throw pythonError("installing dlpack_ts");
+    if (lib.dlpk_py_install(module, s.capsuleOf, s.makeTensor) !== 0) throw pythonError("installing dlpack_ts");
     const extend = attr("_extend_path");
     const args = toPythonTuple(s, [install.path, install.executable ?? null]);
     capi.Py_DecRef(check(capi.PyObject_Call(extend, args, 0), "dlpack_ts._extend_path"));
