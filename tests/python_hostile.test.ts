@@ -233,6 +233,8 @@ test("every public function of python.ts refuses wrong argument types with code 
   bad(() => (toPython as (x: unknown) => unknown)(x), /toPython\(x, py\) needs the bridge .*got undefined/);
   bad(() => toPython(x, {} as never), /needs the bridge/);
   bad(() => toPython(x, Object.create(Python.prototype)), /needs the bridge/);
+  bad(() => toPython(123 as never, py), /toPython\(x, py\) takes a BufferView or a TypedArray, got number 123/);
+  bad(() => toPython([1, 2] as never, py), /takes a BufferView or a TypedArray, got an array of length 2/);
   bad(() => fromPython([1, 2, 3] as never), /must be a PyObject or a \{ handle \} object, got an array of length 3/);
   bad(() => fromPython(undefined as never), /got undefined/);
   bad(() => fromPython(42 as never), /got number 42/);

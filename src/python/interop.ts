@@ -11,7 +11,7 @@ import { type ArrayInterface, importArrayInterface } from "../array_interface.ts
 import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
 import { deviceCode, type DeviceType } from "../devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda.ts";
-import { BufferView, viewFromScratch } from "../view.ts";
+import { type BufferView, isBufferView, viewFromScratch } from "../view.ts";
 import {
   bridge,
   type BridgeState,
@@ -47,6 +47,7 @@ const STATUS_INTERFACE = 20;
 const STATUS_RAISED = 21;
 const READ_ONLY = 1;
 const INT32_MAX = 0x7fff_ffff;
+const isView = ArrayBuffer.isView;
 
 /** The options as the native call takes them, each checked (Bun's FFI would truncate the rest). */
 interface NativeFromOptions {
@@ -296,8 +297,12 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
     );
   }
   void py.state; // refuses a closed bridge before anything is exported
+  const view = isBufferView(x);
+  if (!view && !isView(x)) {
+    throw new DLPackError("argument", `toPython(x, py) takes a BufferView or a TypedArray, got ${shown(x)}`);
+  }
   // The native side also honours the export's READ_ONLY flag, whatever a getter says here.
-  const readonly = (x instanceof BufferView && x.access !== "readwrite") ||
+  const readonly = (view && x.access !== "readwrite") ||
     (typeof opts === "object" && opts !== null && opts.readonly === true);
   const capsule = exportDLPack(x, opts);
   const template = capsule.takeAddress();
