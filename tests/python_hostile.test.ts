@@ -66,6 +66,9 @@ out.reduceEx = tried("t.__reduce_ex__(2)");
 out.objectReduceEx = tried("object.__reduce_ex__(t, 2)");
 out.getstate = tried("t.__getstate__()");
 out.setstate = tried("t.__setstate__({})");
+// Capsules (the template's and __dlpack__'s) cannot be copied at all.
+out.capsules = ["copy.copy(t._template)", "copy.deepcopy(t._template)", "pickle.dumps(t._template)",
+  "copy.copy(t.__dlpack__())", "copy.deepcopy(t.__dlpack__(max_version=(1, 0)))"].map(tried);
 out.listCopy = tried("lc = copy.copy([t, t])\\nassert lc[0] is t");
 // The copies all drop their references; the JS memory is released exactly once.
 out.arrays = tried("a = np.from_dlpack(c)\\nb = np.from_dlpack(lc[1])\\ndel t, c, lc\\ngc.collect()\\na += 1\\nb += 1");
@@ -82,6 +85,7 @@ out.balanced = after.exports === before.exports && after.pinned === before.pinne
   assert.match(String(out.objectReduceEx), /TypeError: .*(cannot be pickled|no state to save)/);
   assert.match(String(out.getstate), /TypeError: .*no state to save/);
   assert.match(String(out.setstate), /TypeError: .*made by dlpack-ts/);
+  for (const c of out.capsules as string[]) assert.match(c, /TypeError: cannot pickle 'PyCapsule' object/);
   assert.equal(out.listCopy, "ok");
   assert.equal(out.arrays, "ok");
   assert.deepEqual(out.values, [3, 4, 5], "both arrays wrote into the JS memory");
