@@ -7,7 +7,7 @@
 import { core, openLibrary, runtime } from "../../ffi/mod.ts";
 import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
 import type { Bound } from "../../ffi/types.ts";
-import { DLPackError } from "../errors.ts";
+import { DLPackError, shown as shownValue } from "../errors.ts";
 import { LazyBackstop } from "../owner.ts";
 import { toAddress } from "../address.ts";
 import { discoverPython, type PythonInstall } from "./discover.ts";
@@ -34,8 +34,9 @@ export interface BridgeState {
   readonly install: PythonInstall;
   readonly none: number;
   readonly capsuleOf: number;
+  readonly interfaceJson: number;
   readonly toJson: number;
-  readonly tensorClass: number;
+  readonly makeTensor: number;
   readonly initializedHere: boolean;
 }
 
@@ -56,6 +57,19 @@ export function pythonError(context: string): DLPackError {
   const n = core().dlpk_py_take_error(errorText, errorText.length);
   const text = n < 0 ? "failed without setting an exception" : new TextDecoder().decode(errorText.subarray(0, n));
   return new DLPackError("python", `${context}: ${text}`);
+}
+
+/** Describes a caller's value for an error message. */
+export function shown(value: unknown): string {
+  return value === undefined ? "undefined" : shownValue(value);
+}
+
+/** Checks a string argument that goes to C as a NUL-terminated string (a NUL would cut it short
+ * silently: `get("a\0b")` would read attribute "a"). */
+export function textArgument(value: unknown, what: string): string {
+  if (typeof value !== "string") throw new DLPackError("argument", `${what} must be a string, got ${shown(value)}`);
+  if (value.includes("\0")) throw new DLPackError("argument", `${what} must not contain a NUL character`);
+  return value;
 }
 
 /** Runs `fn` holding the GIL. */
@@ -113,11 +127,12 @@ function start(library: string | undefined): BridgeState {
     const s: BridgeState = {
       ...partial,
       capsuleOf: attr("_capsule_of"),
+      interfaceJson: attr("_interface_json"),
       toJson: attr("_to_json"),
-      tensorClass: attr("DLPackTensor"),
+      makeTensor: attr("_make_tensor"),
     };
     // Native builtins for DLPackTensor, and the objects the native fast paths call.
-    if (lib.dlpk_py_install(module, s.capsuleOf, s.tensorClass) !== 0) throw pythonError("installing dlpack_ts");
+    if (lib.dlpk_py_install(module, s.capsuleOf, s.makeTensor) !== 0) throw pythonError("installing dlpack_ts");
     const extend = attr("_extend_path");
     const args = toPythonTuple(s, [install.path, install.executable ?? null]);
     capi.Py_DecRef(check(capi.PyObject_Call(extend, args, 0), "dlpack_ts._extend_path"));
@@ -134,14 +149,17 @@ export function bridge(): BridgeState {
   return state;
 }
 
+/** How deep `call`/`set` arguments may nest (a deeper array is most likely a cycle). */
+const MAX_DEPTH = 256;
+
 /** A new reference to the Python value of `value`. */
-export function toPython(s: BridgeState, value: PyArg): number {
+export function toPython(s: BridgeState, value: PyArg, depth = 0): number {
   const c = s.capi;
   if (value === null || value === undefined) {
     c.Py_IncRef(s.none);
     return s.none;
   }
-  if (value instanceof PyObject) {
+  if (isPyObject(value)) {
     const h = value.handleNumber;
     c.Py_IncRef(h);
     return h;
@@ -164,23 +182,67 @@ export function toPython(s: BridgeState, value: PyArg): number {
       return check(c.PyUnicode_FromStringAndSize(bytes.length === 0 ? new Uint8Array(1) : bytes, bytes.length), "str");
     }
   }
-  if (Array.isArray(value)) return toPythonTuple(s, value);
+  if (Array.isArray(value)) {
+    if (depth >= MAX_DEPTH) {
+      throw new DLPackError("argument", `arrays passed to Python nest more than ${MAX_DEPTH} deep (a cycle?)`);
+    }
+    return toPythonTuple(s, value, depth + 1);
+  }
   if (typeof value === "object" && "handle" in value) {
-    const h = Number(toAddress((value as { handle: unknown }).handle, "handle"));
-    if (h === 0) throw new DLPackError("python", "a { handle } argument must not be NULL");
+    const h = foreignHandle(value, "a { handle } argument");
     c.Py_IncRef(h);
     return h;
   }
-  throw new DLPackError("python", `cannot pass ${typeof value} to Python`);
+  throw new DLPackError(
+    "argument",
+    `cannot pass ${
+      shown(value)
+    } to Python (numbers, bigints, strings, booleans, null, arrays, PyObjects and { handle } objects can be passed)`,
+  );
+}
+
+/** The `PyObject*` of a `{ handle }` object of another bridge: read once, checked to be an address. */
+export function foreignHandle(value: unknown, what: string): number {
+  if (value instanceof PyObject) {
+    // PyObject.prototype with no PyObject behind it (Object.create, a replaced prototype).
+    throw new DLPackError(
+      "argument",
+      `${what} is not a PyObject made by the bridge, only something inheriting from one`,
+    );
+  }
+  if (typeof value !== "object" || value === null) {
+    throw new DLPackError("argument", `${what} must be a PyObject or a { handle } object, got ${shown(value)}`);
+  }
+  const raw = (value as { handle?: unknown }).handle;
+  if (raw === undefined || raw === null) {
+    throw new DLPackError(
+      "argument",
+      `${what} must be a PyObject or a { handle } object, got ${
+        Array.isArray(value) ? shown(value) : "an object without a handle"
+      }`,
+    );
+  }
+  let h: number;
+  try {
+    h = toAddress(raw, `${what}'s handle`);
+  } catch (error) {
+    // Not an address at all: the argument is wrong, whatever code the address check uses.
+    if (error instanceof DLPackError) throw new DLPackError("argument", error.message);
+    throw error;
+  }
+  if (h === 0) throw new DLPackError("argument", `${what}'s handle must not be NULL`);
+  return h;
 }
 
 /** A new tuple of converted values. */
-export function toPythonTuple(s: BridgeState, values: readonly PyArg[]): number {
-  const tuple = check(s.capi.PyTuple_New(values.length), "tuple");
-  for (let i = 0; i < values.length; i++) {
+export function toPythonTuple(s: BridgeState, values: readonly PyArg[], depth = 0): number {
+  // One read of the length: a Proxy must not make the loop run past the tuple.
+  const n = values.length;
+  const tuple = check(s.capi.PyTuple_New(n), "tuple");
+  for (let i = 0; i < n; i++) {
     let item: number;
     try {
-      item = toPython(s, values[i]);
+      item = toPython(s, values[i], depth);
     } catch (error) {
       s.capi.Py_DecRef(tuple);
       throw error;
@@ -189,6 +251,14 @@ export function toPythonTuple(s: BridgeState, values: readonly PyArg[]): number 
   }
   return tuple;
 }
+
+/** Whether `value` is a real PyObject (a brand check: a faked prototype does not pass). */
+export let isPyObject: (value: unknown) => value is PyObject;
+/** Whether `value` is a real Python handle. */
+export let isPython: (value: unknown) => value is Python;
+
+/** Lets this package make PyObject and Python instances; the constructors refuse everyone else. */
+export const INTERNAL: unique symbol = Symbol("dlpack-ts internal");
 
 /** Drops the reference of PyObjects collected without `dispose()` (a backstop). */
 const registry = new LazyBackstop<number>(
@@ -202,8 +272,11 @@ export class PyObject {
   #py: Python;
   #epoch: number;
 
-  /** @internal Takes over a new reference. */
-  constructor(handle: number, py: Python) {
+  /** @internal Takes over a new reference (only the bridge makes these). */
+  constructor(handle: number, py: Python, key: typeof INTERNAL) {
+    if (key !== INTERNAL) {
+      throw new DLPackError("argument", "PyObjects are made by the Python bridge (py.eval, py.import, obj.get, ...)");
+    }
     this.#handle = handle;
     this.#py = py;
     this.#epoch = registry.add(this, handle);
@@ -231,44 +304,62 @@ export class PyObject {
 
   /** `getattr(obj, name)`. */
   get(name: string): PyObject {
+    const attr = textArgument(name, "PyObject.get() attribute name");
     const h = this.#live();
     const s = this.#py.state;
     return withGil(
       s,
-      () => new PyObject(check(s.capi.PyObject_GetAttrString(h, cString(name)), `getattr(${name})`), this.#py),
+      () =>
+        new PyObject(check(s.capi.PyObject_GetAttrString(h, cString(attr)), `getattr(${attr})`), this.#py, INTERNAL),
     );
   }
 
   /** `obj(*args)`. */
   call(...args: PyArg[]): PyObject {
-    if (args.length === 1 && args[0] instanceof PyObject) {
+    const first = args[0];
+    if (args.length === 1 && isPyObject(first)) {
       // The common `f(obj)`: one native call (it takes the GIL itself).
       const h = this.#live();
-      const result = core().dlpk_py_call1(h, args[0].handleNumber);
+      const result = core().dlpk_py_call1(h, first.handleNumber);
       if (result === 0) throw pythonError("call");
-      return new PyObject(result, this.#py);
+      return new PyObject(result, this.#py, INTERNAL);
     }
     return this.callWith(args);
   }
 
   /** `obj(*args, **kwargs)`. */
-  callWith(args: readonly PyArg[], kwargs: Readonly<Record<string, PyArg>> = {}): PyObject {
+  callWith(args: readonly PyArg[], kwargs?: Readonly<Record<string, PyArg>> | null): PyObject {
+    if (!Array.isArray(args)) {
+      throw new DLPackError("argument", `PyObject.callWith() args must be an array, got ${shown(args)}`);
+    }
+    const names: string[] = [];
+    const values: PyArg[] = [];
+    if (kwargs !== undefined && kwargs !== null) {
+      if (typeof kwargs !== "object" || Array.isArray(kwargs)) {
+        throw new DLPackError("argument", `PyObject.callWith() kwargs must be an object, got ${shown(kwargs)}`);
+      }
+      // Names and values read once each, before the GIL is taken.
+      for (const name of Object.keys(kwargs)) {
+        names.push(textArgument(name, "a keyword argument's name"));
+        values.push(kwargs[name]);
+      }
+    }
     const h = this.#live();
     const s = this.#py.state;
     return withGil(s, () => {
       const tuple = toPythonTuple(s, args);
       let dict = 0;
       try {
-        const names = Object.keys(kwargs);
         if (names.length > 0) {
           dict = check(s.capi.PyDict_New(), "dict");
-          for (const name of names) {
-            const v = toPython(s, kwargs[name]);
-            s.capi.PyDict_SetItemString(dict, cString(name), v);
+          for (let i = 0; i < names.length; i++) {
+            const v = toPython(s, values[i]);
+            const status = s.capi.PyDict_SetItemString(dict, cString(names[i]), v);
             s.capi.Py_DecRef(v);
+            if (status !== 0) throw pythonError(`keyword ${names[i]}`);
           }
         }
-        return new PyObject(check(s.capi.PyObject_Call(h, tuple, dict), "call"), this.#py);
+        return new PyObject(check(s.capi.PyObject_Call(h, tuple, dict), "call"), this.#py, INTERNAL);
       } finally {
         s.capi.Py_DecRef(tuple);
         if (dict !== 0) s.capi.Py_DecRef(dict);
@@ -317,9 +408,13 @@ export class PyObject {
   }
 
   #live(): number {
-    if (this.#handle === 0) throw new DLPackError("python", "this Python object was disposed");
-    if (this.#py.closed) throw new DLPackError("python", "the Python bridge this object belongs to was closed");
+    if (this.#handle === 0) throw new DLPackError("disposed", "this Python object was disposed");
+    if (this.#py.closed) throw new DLPackError("disposed", "the Python bridge this object belongs to was closed");
     return this.#handle;
+  }
+
+  static {
+    isPyObject = (value: unknown): value is PyObject => typeof value === "object" && value !== null && #handle in value;
   }
 }
 
@@ -335,13 +430,14 @@ export class Python {
   #closed = false;
 
   /** @internal Use {@link openPython}. */
-  constructor(s: BridgeState) {
+  constructor(s: BridgeState, key: typeof INTERNAL) {
+    if (key !== INTERNAL) throw new DLPackError("argument", "Python handles are made by openPython()");
     this.#state = s;
   }
 
   /** @internal The shared state, checked open. */
   get state(): BridgeState {
-    if (this.#closed) throw new DLPackError("python", "this Python bridge was closed");
+    if (this.#closed) throw new DLPackError("disposed", "this Python bridge was closed");
     return this.#state;
   }
 
@@ -357,46 +453,59 @@ export class Python {
 
   /** Runs statements in `__main__`. */
   exec(code: string): void {
+    const source = textArgument(code, "py.exec() code");
     const s = this.state;
     withGil(s, () => {
       const globals = this.#mainDict();
-      s.capi.Py_DecRef(check(s.capi.PyRun_StringFlags(cString(code), Py_file_input, globals, globals, 0), "exec"));
+      s.capi.Py_DecRef(check(s.capi.PyRun_StringFlags(cString(source), Py_file_input, globals, globals, 0), "exec"));
     });
   }
 
   /** Evaluates an expression in `__main__`. */
   eval(expression: string): PyObject {
+    const source = textArgument(expression, "py.eval() expression");
     const s = this.state;
     return withGil(s, () => {
       const globals = this.#mainDict();
       return new PyObject(
-        check(s.capi.PyRun_StringFlags(cString(expression), Py_eval_input, globals, globals, 0), "eval"),
+        check(s.capi.PyRun_StringFlags(cString(source), Py_eval_input, globals, globals, 0), "eval"),
         this,
+        INTERNAL,
       );
     });
   }
 
   /** `import name` (the module object). */
   import(name: string): PyObject {
+    const module = textArgument(name, "py.import() module name");
     const s = this.state;
-    return withGil(s, () => new PyObject(check(s.capi.PyImport_ImportModule(cString(name)), `import ${name}`), this));
+    return withGil(
+      s,
+      () => new PyObject(check(s.capi.PyImport_ImportModule(cString(module)), `import ${module}`), this, INTERNAL),
+    );
   }
 
   /** Binds `name` in `__main__` to a converted value (PyObjects pass as themselves). */
   set(name: string, value: PyArg): void {
+    const key = textArgument(name, "py.set() name");
     const s = this.state;
     withGil(s, () => {
       const v = toPython(s, value);
-      const status = s.capi.PyDict_SetItemString(this.#mainDict(), cString(name), v);
+      const status = s.capi.PyDict_SetItemString(this.#mainDict(), cString(key), v);
       s.capi.Py_DecRef(v);
-      if (status !== 0) throw pythonError(`set ${name}`);
+      if (status !== 0) throw pythonError(`set ${key}`);
     });
   }
 
   /** Wraps an object of another bridge (anything with a `handle`) in a PyObject of this one. */
   wrap(foreign: { readonly handle: bigint | number | Deno.PointerObject }): PyObject {
     const s = this.state;
-    return withGil(s, () => new PyObject(toPython(s, foreign), this));
+    if (isPyObject(foreign)) return withGil(s, () => new PyObject(toPython(s, foreign), this, INTERNAL));
+    const h = foreignHandle(foreign, "py.wrap()");
+    return withGil(s, () => {
+      s.capi.Py_IncRef(h);
+      return new PyObject(h, this, INTERNAL);
+    });
   }
 
   /** Closes this handle: its objects and it refuse further calls. The interpreter stays up for the
@@ -415,6 +524,10 @@ export class Python {
     const main = check(s.capi.PyImport_AddModule(cString("__main__")), "__main__");
     return s.capi.PyModule_GetDict(main);
   }
+
+  static {
+    isPython = (value: unknown): value is Python => typeof value === "object" && value !== null && #state in value;
+  }
 }
 
 /**
@@ -422,13 +535,21 @@ export class Python {
  * via sysconfig), loads it globally, initializes it once (or reuses an interpreter another bridge
  * started), and returns a handle. Python exceptions become `DLPackError` with code "python".
  */
-export function openPython(opts: OpenPythonOptions = {}): Python {
-  if (state !== undefined && opts.library !== undefined && opts.library !== state.install.library) {
+export function openPython(opts?: OpenPythonOptions | null): Python {
+  let library: string | undefined;
+  if (opts !== undefined && opts !== null) {
+    if (typeof opts !== "object" || Array.isArray(opts)) {
+      throw new DLPackError("argument", `openPython() options must be an options object, got ${shown(opts)}`);
+    }
+    const value = opts.library;
+    library = value === undefined ? undefined : textArgument(value, "openPython() option library");
+  }
+  if (state !== undefined && library !== undefined && library !== state.install.library) {
     throw new DLPackError(
       "python",
-      `${state.install.library} is already embedded in this process; one process holds one interpreter (asked for ${opts.library})`,
+      `${state.install.library} is already embedded in this process; one process holds one interpreter (asked for ${library})`,
     );
   }
-  state ??= start(opts.library);
-  return new Python(state);
+  state ??= start(library);
+  return new Python(state, INTERNAL);
 }

@@ -10,9 +10,13 @@ export const HELPER_SOURCE = `
 import json as _json
 import sys as _sys
 
-# _native_capsule(template, flags), _native_release(template) and _native_fence(template, stream)
-# are builtins libdlpack adds to this module right after it runs (dlpk_py_install).
+# _native_capsule(holder, flags) and _native_fence(holder, stream) are builtins libdlpack adds to
+# this module right after it runs (dlpk_py_install). \`holder\` is the capsule in which a
+# DLPackTensor keeps its export template; the template is released when the last reference to
+# that capsule goes, so no Python code ever handles a raw address.
 
+_CapsuleType = type(__import__("datetime").datetime_CAPI)
+_new = object.__new__
 _HOST = (1, 11)  # CPU, ROCMHost: only stream=None
 _CUDA = (2, 3, 13)  # CUDA, CUDAHost, CUDAManaged: the consumer's stream waits for the producer's
 _DTYPES = {
@@ -31,17 +35,43 @@ class DLPackTensor:
 
     Speaks the DLPack protocol: numpy.from_dlpack, torch.from_dlpack and jax.dlpack.from_dlpack
     accept it. The JS memory stays pinned until this object and every array made from it are gone.
+    Only dlpack-ts makes these (toPython in JavaScript); they cannot be subclassed, pickled or
+    deep-copied, and copy.copy returns the object itself (it is immutable).
     """
 
-    __slots__ = ("_template", "_device", "_readonly", "shape", "_code", "_bits", "__weakref__")
+    __slots__ = ("_template", "_device", "_readonly", "_shape", "_code", "_bits", "__weakref__")
 
-    def __init__(self, template, device_type, device_id, readonly, shape, code, bits):
-        self._template = template
-        self._device = (device_type, device_id)
-        self._readonly = readonly
-        self.shape = shape
-        self._code = code
-        self._bits = bits
+    def __init__(self, *args, **kwargs):
+        raise TypeError("dlpack_ts.DLPackTensor objects are made by dlpack-ts (toPython in JavaScript)")
+
+    def __init_subclass__(cls, **kwargs):
+        raise TypeError("dlpack_ts.DLPackTensor cannot be subclassed")
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        raise TypeError(
+            "dlpack_ts.DLPackTensor cannot be deep-copied: it shares JavaScript memory;"
+            " copy the data with numpy.from_dlpack(t, copy=True)"
+        )
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("dlpack_ts.DLPackTensor cannot be pickled: it shares JavaScript memory of this process")
+
+    def __reduce__(self):
+        raise TypeError("dlpack_ts.DLPackTensor cannot be pickled: it shares JavaScript memory of this process")
+
+    def __getstate__(self):
+        raise TypeError("dlpack_ts.DLPackTensor has no state to save: it shares JavaScript memory of this process")
+
+    def __setstate__(self, state):
+        raise TypeError("dlpack_ts.DLPackTensor objects are made by dlpack-ts (toPython in JavaScript)")
+
+    @property
+    def shape(self):
+        """The extents, a tuple of ints."""
+        return self._shape
 
     @property
     def dtype(self):
@@ -49,9 +79,7 @@ class DLPackTensor:
         return _DTYPES.get((self._code, self._bits), "code %d bits %d" % (self._code, self._bits))
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        template = self._template
-        if not template:
-            raise BufferError("dlpack-ts: this tensor was released")
+        holder = self._template
         if dl_device is not None and tuple(dl_device) != self._device:
             raise BufferError(
                 "dlpack-ts: cannot export data on device %r to device %r%s"
@@ -59,7 +87,7 @@ class DLPackTensor:
             )
         if self._device[0] in _CUDA:
             # None means the legacy default stream (1); -1 (all ones) asks for no synchronisation.
-            status = _native_fence(template, (1 if stream is None else stream) & 0xFFFFFFFFFFFFFFFF)
+            status = _native_fence(holder, (1 if stream is None else stream) & 0xFFFFFFFFFFFFFFFF)
             if status == -2:
                 raise BufferError("dlpack-ts: stream 0 is not allowed (use 1 for the legacy default stream)")
             if status != 0:
@@ -67,31 +95,27 @@ class DLPackTensor:
         elif stream is not None:
             raise BufferError("dlpack-ts: stream must be None for host data, got %r" % (stream,))
         versioned = max_version is not None and tuple(max_version)[0] >= 1
-        if not versioned and self._readonly and not copy:
-            raise BufferError(
-                "dlpack-ts: read-only data cannot be exported through the legacy DLPack struct"
-                " (ask for max_version >= (1, 0))"
-            )
-        return _native_capsule(template, (1 if versioned else 0) | (2 if copy else 0))
+        # Read-only data and the legacy struct: _native_capsule refuses with a BufferError.
+        return _native_capsule(holder, (1 if versioned else 0) | (2 if copy else 0))
 
     def __dlpack_device__(self):
         return self._device
 
     def __repr__(self):
         return "DLPackTensor(shape=%r, dtype=%r, device=%r%s)" % (
-            self.shape, self.dtype, self._device, ", readonly" if self._readonly else "")
+            self._shape, self.dtype, self._device, ", readonly" if self._readonly else "")
 
-    def _release(self):
-        template = self._template
-        if template:
-            self._template = 0
-            _native_release(template)
 
-    def __del__(self):
-        try:
-            self._release()
-        except Exception:  # interpreter shutdown: the module may already be torn down
-            pass
+def _make_tensor(holder, device_type, device_id, readonly, shape, code, bits):
+    # The one maker of DLPackTensor objects (called by libdlpack's toPython fast path).
+    self = _new(DLPackTensor)
+    self._template = holder
+    self._device = (device_type, device_id)
+    self._readonly = readonly
+    self._shape = shape
+    self._code = code
+    self._bits = bits
+    return self
 
 
 def _producer_name(obj):
@@ -103,7 +127,7 @@ def _producer_name(obj):
 def _capsule_of(obj, max_version, copy, dl_device, stream):
     """The consumer side of the protocol, as numpy does it. Returns (capsule, producer, iface)."""
     producer = _producer_name(obj)
-    if type(obj).__name__ == "PyCapsule":
+    if type(obj) is _CapsuleType:
         return obj, "PyCapsule", None
     method = getattr(obj, "__dlpack__", None)
     if method is not None:
@@ -119,23 +143,49 @@ def _capsule_of(obj, max_version, copy, dl_device, stream):
             if dl_device is not None or copy is not None:
                 raise BufferError(producer + ".__dlpack__ does not accept dl_device or copy")
             capsule = method(stream=stream) if stream is not None else method()
+        if type(capsule) is not _CapsuleType:
+            raise TypeError("%s.__dlpack__ returned %s, not a PyCapsule" % (producer, _shown(capsule)))
         return capsule, producer, None
+    iface = _interface_of(obj, producer)
+    if iface is None:
+        raise TypeError(producer + " supports neither __dlpack__ nor __array_interface__")
+    return None, producer, iface
+
+
+def _shown(value):
+    text = repr(value) if value is None or isinstance(value, (bool, int, float, str)) else "a " + _producer_name(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _interface_of(obj, producer):
+    """The fields of obj.__array_interface__ as JSON, or None when it has none."""
     iface = getattr(obj, "__array_interface__", None)
-    if iface is not None:
-        data = iface.get("data")
-        if not isinstance(data, tuple):
-            raise BufferError(producer + ".__array_interface__ exposes its data as a buffer, not a pointer")
-        strides = iface.get("strides")
-        fields = {
-            "data": [int(data[0]), bool(data[1])],
-            "shape": [int(e) for e in iface["shape"]],
-            "strides": None if strides is None else [int(s) for s in strides],
-            "typestr": iface["typestr"],
-            "version": int(iface.get("version", 3)),
-            "masked": iface.get("mask") is not None,
-        }
-        return None, producer, _json.dumps(fields)
-    raise TypeError(producer + " supports neither __dlpack__ nor __array_interface__")
+    if iface is None:
+        return None
+    if not isinstance(iface, dict):
+        raise TypeError("%s.__array_interface__ is %s, not a dict" % (producer, _shown(iface)))
+    data = iface.get("data")
+    if not isinstance(data, tuple):
+        raise BufferError(producer + ".__array_interface__ exposes its data as a buffer, not a pointer")
+    strides = iface.get("strides")
+    fields = {
+        "data": [int(data[0]), bool(data[1])],
+        "shape": [int(e) for e in iface["shape"]],
+        "strides": None if strides is None else [int(s) for s in strides],
+        "typestr": iface["typestr"],
+        "version": int(iface.get("version", 3)),
+        "masked": iface.get("mask") is not None,
+    }
+    return _json.dumps(fields)
+
+
+def _interface_json(obj):
+    """The JSON fields of obj.__array_interface__ (the second step of an import through it)."""
+    producer = _producer_name(obj)
+    iface = _interface_of(obj, producer)
+    if iface is None:
+        raise TypeError(producer + " no longer has an __array_interface__")
+    return iface
 
 
 def _plain(value):

@@ -5,22 +5,25 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { toAddress } from "../address.ts";
-import { DLPackError } from "../errors.ts";
+import { checkDeviceId, DLPackError } from "../errors.ts";
 import { I32, refusalError, scratch, U32 } from "../description.ts";
 import { type ArrayInterface, importArrayInterface } from "../array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
 import { deviceCode, type DeviceType } from "../devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda.ts";
-import { BufferView, viewFromScratch } from "../view.ts";
+import { type BufferView, isBufferView, viewFromScratch } from "../view.ts";
 import {
   bridge,
   type BridgeState,
   check,
-  type PyArg,
+  foreignHandle,
+  INTERNAL,
+  isPyObject,
+  isPython,
   PyObject,
   type Python,
   pythonError,
+  shown,
   toPythonTuple,
   withGil,
 } from "./bridge.ts";
@@ -33,7 +36,8 @@ export interface FromPythonOptions {
   readonly copy?: boolean | null;
   /** The device the data should be on. */
   readonly device?: { readonly type: DeviceType; readonly id?: number } | null;
-  /** The consumer's stream, passed to the producer (CUDA; None for CPU). */
+  /** The consumer's stream, passed to the producer (CUDA; None for CPU): -1 (no synchronization)
+   * or a positive handle below 2^53 (1 and 2 are CUDA's legacy and per-thread default streams). */
   readonly stream?: number | bigint | null;
 }
 
@@ -42,45 +46,157 @@ const STATUS_CAPSULE_NAME = 15;
 const STATUS_INTERFACE = 20;
 const STATUS_RAISED = 21;
 const READ_ONLY = 1;
+const INT32_MAX = 0x7fff_ffff;
+const isView = ArrayBuffer.isView;
 
-function stateOf(obj: unknown): { s: BridgeState; py: Python | undefined } {
-  if (obj instanceof PyObject) return { s: obj.python.state, py: obj.python };
-  return { s: bridge(), py: undefined };
+/** The options as the native call takes them, each checked (Bun's FFI would truncate the rest). */
+interface NativeFromOptions {
+  readonly major: number;
+  readonly minor: number;
+  /** -1 None, 0 False, 1 True. */
+  readonly copy: number;
+  /** -1: no dl_device. */
+  readonly deviceType: number;
+  readonly deviceId: number;
+  /** NaN: None. */
+  readonly stream: number;
+}
+
+const DEFAULT_OPTIONS: NativeFromOptions = { major: 1, minor: 3, copy: -1, deviceType: -1, deviceId: 0, stream: NaN };
+
+/** Reads every option once and checks it, naming the option in the error. */
+function fromOptions(opts: FromPythonOptions): NativeFromOptions {
+  if (typeof opts !== "object" || Array.isArray(opts)) {
+    throw new DLPackError("argument", `fromPython() options must be an options object, got ${shown(opts)}`);
+  }
+  const [major, minor] = maxVersionOption(opts.maxVersion);
+  const copy = opts.copy;
+  if (copy !== undefined && copy !== null && typeof copy !== "boolean") {
+    throw new DLPackError("argument", `fromPython() option copy must be true, false or null, got ${shown(copy)}`);
+  }
+  const [deviceType, deviceId] = deviceOption(opts.device);
+  return {
+    major,
+    minor,
+    copy: copy === undefined || copy === null ? -1 : copy ? 1 : 0,
+    deviceType,
+    deviceId,
+    stream: streamOption(opts.stream),
+  };
+}
+
+function maxVersionOption(value: unknown): [number, number] {
+  if (value === undefined) return [1, 3];
+  if (value === null) return [-1, -1];
+  const bad = (got: string) =>
+    new DLPackError(
+      "argument",
+      `fromPython() option maxVersion must be null or [major, minor] with integers in 0..2^31-1, got ${got}`,
+    );
+  if (!Array.isArray(value)) throw bad(shown(value));
+  const length: unknown = value.length;
+  if (length !== 2) throw bad(`an array of length ${String(length)}`);
+  const major: unknown = value[0];
+  const minor: unknown = value[1];
+  for (const part of [major, minor]) {
+    if (typeof part !== "number" || !Number.isInteger(part) || part < 0 || part > INT32_MAX) {
+      throw bad(`[${shown(major)}, ${shown(minor)}]`);
+    }
+  }
+  return [major as number, minor as number];
+}
+
+function deviceOption(value: unknown): [number, number] {
+  if (value === undefined || value === null) return [-1, 0];
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw new DLPackError(
+      "argument",
+      `fromPython() option device must be { type, id? } (such as { type: "cpu" }), got ${shown(value)}`,
+    );
+  }
+  const type: unknown = (value as { type?: unknown }).type;
+  const id: unknown = (value as { id?: unknown }).id;
+  if (typeof type !== "string") {
+    throw new DLPackError(
+      "argument",
+      `fromPython() option device.type must be a device name such as "cpu", got ${shown(type)}`,
+    );
+  }
+  let code: number;
+  try {
+    code = deviceCode(type as DeviceType);
+  } catch (error) {
+    if (!(error instanceof DLPackError)) throw error;
+    throw new DLPackError("device", `fromPython() option device.type: ${error.message}`);
+  }
+  return [code, id === undefined ? 0 : checkDeviceId(id, "fromPython() option device.id")];
+}
+
+/** The stream as the native call takes it (NaN for None); 0 is not a stream in the protocol. */
+function streamOption(value: unknown): number {
+  if (value === undefined || value === null) return NaN;
+  const n = typeof value === "bigint" && value >= -1n && value <= BigInt(Number.MAX_SAFE_INTEGER)
+    ? Number(value)
+    : value;
+  if (typeof n === "number" && Number.isSafeInteger(n) && (n === -1 || n >= 1)) return n;
+  throw new DLPackError(
+    "argument",
+    `fromPython() option stream must be null, -1 (no synchronization) or a positive stream handle below 2^53, got ${
+      shown(value)
+    }${
+      value === 0 || value === 0n ? " (the DLPack protocol disallows 0: use 1 for CUDA's legacy default stream)" : ""
+    }`,
+  );
 }
 
 /**
  * Imports a Python object as a zero-copy view: calls `obj.__dlpack__(max_version=(1, 3), ...)`
- * (retrying the pre-2023 signature on TypeError), accepts a raw PyCapsule too, checks the capsule
- * name and the tensor, and only then renames the capsule to `used_*` and owns its deleter. A
- * refused capsule keeps its own destructor (nothing leaks). Objects without `__dlpack__` but with
- * `__array_interface__` are imported through it, keeping a reference to the object.
- * `view.producer` names the producer's type ("numpy.ndarray").
+ * once (retrying the pre-2023 signature on TypeError), accepts a raw PyCapsule too, checks the
+ * capsule name and the tensor, and only then renames the capsule to `used_*` and owns its
+ * deleter. A refused capsule keeps its own destructor (nothing leaks). Objects without
+ * `__dlpack__` but with `__array_interface__` are imported through it, keeping a reference to the
+ * object. `view.producer` names the producer's type ("numpy.ndarray"). Every option is checked
+ * before Python is called.
  */
 export function fromPython(
   obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
-  opts: FromPythonOptions = {},
+  opts?: FromPythonOptions | null,
 ): BufferView {
-  const { s, py } = stateOf(obj);
-  const handle = obj instanceof PyObject ? obj.handleNumber : toAddress(obj.handle, "handle");
-  if (handle === 0) throw new DLPackError("python", "fromPython needs a Python object, got a NULL handle");
-  const maxVersion = opts.maxVersion === undefined ? [1, 3] : opts.maxVersion;
-  const stream = opts.stream === undefined || opts.stream === null ? NaN : Number(opts.stream);
+  let s: BridgeState;
+  let py: Python | undefined;
+  let handle: number;
+  if (isPyObject(obj)) {
+    handle = obj.handleNumber;
+    py = obj.python;
+    s = py.state;
+  } else {
+    handle = foreignHandle(obj, "fromPython()'s object");
+    s = bridge();
+  }
+  const o = opts === undefined || opts === null ? DEFAULT_OPTIONS : fromOptions(opts);
   // One native call: the negotiation in dlpack_ts._capsule_of, then the capsule checks and import.
   const status = core().dlpk_py_from(
     handle,
-    maxVersion === null ? -1 : maxVersion[0],
-    maxVersion === null ? -1 : maxVersion[1],
-    opts.copy === undefined || opts.copy === null ? -1 : opts.copy ? 1 : 0,
-    opts.device ? deviceCode(opts.device.type) : -1,
-    opts.device?.id ?? 0,
-    stream,
+    o.major,
+    o.minor,
+    o.copy,
+    o.deviceType,
+    o.deviceId,
+    o.stream,
     0,
     scratch.at,
     nameAt(),
     NAME_BYTES,
   );
   if (status === STATUS_RAISED) throw pythonError("__dlpack__");
-  const producer = producerName();
+  let producer: string;
+  try {
+    producer = producerName();
+  } catch (error) {
+    // Status 0 means the import owns the tensor now: give it back before the error goes on.
+    if (status === 0) core().dlpk_owner_release(scratch.owner());
+    throw error;
+  }
   if (status === STATUS_INTERFACE) return fromArrayInterfaceOf(s, py, obj, producer);
   if (status === STATUS_CONSUMED) {
     throw new DLPackError("consumed", `the capsule from ${producer} was already consumed (its name starts with used_)`);
@@ -101,8 +217,14 @@ export function fromPython(
     "external",
   );
   // The producer ordered its work before our stream: later exports of this view fence on it.
-  if (opts.stream !== undefined && opts.stream !== null && isCudaFamily(view.device.type)) {
-    setProducerStream(view, opts.stream);
+  // -1 asked for no ordering, so there is nothing to record.
+  if (o.stream > 0 && isCudaFamily(view.device.type)) {
+    try {
+      setProducerStream(view, o.stream);
+    } catch (error) {
+      view.dispose();
+      throw error;
+    }
   }
   return view;
 }
@@ -131,33 +253,30 @@ function producerName(): string {
 function fromArrayInterfaceOf(
   s: BridgeState,
   py: Python | undefined,
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: unknown,
   producer: string,
 ): BufferView {
+  if (py === undefined) {
+    throw new DLPackError(
+      "argument",
+      `objects without __dlpack__ need a PyObject of this bridge (py.wrap(obj)) to be kept alive; ${producer} came as a { handle }`,
+    );
+  }
   const fields = withGil(s, () => {
-    const tuple = toPythonTuple(s, [obj as PyArg, null, null, null, null]);
-    const result = s.capi.PyObject_Call(s.capsuleOf, tuple, 0);
+    const tuple = toPythonTuple(s, [obj as PyObject]);
+    const json = s.capi.PyObject_Call(s.interfaceJson, tuple, 0);
     s.capi.Py_DecRef(tuple);
-    if (result === 0) throw pythonError("__array_interface__");
+    if (json === 0) throw pythonError("__array_interface__");
     try {
-      const json = check(s.capi.PyUnicode_AsUTF8AndSize(s.capi.PyTuple_GetItem(result, 2), 0), "iface");
-      return JSON.parse(runtime().cString(json)) as ArrayInterface & { masked?: boolean };
+      const utf8 = check(s.capi.PyUnicode_AsUTF8AndSize(json, 0), "__array_interface__");
+      return JSON.parse(runtime().cString(utf8)) as ArrayInterface & { masked?: boolean };
     } finally {
-      s.capi.Py_DecRef(result);
+      s.capi.Py_DecRef(json);
     }
   });
   if (fields.masked) throw new DLPackError("null_data", `${producer} is a masked array; masks are not supported`);
   // The view keeps the Python object alive: its memory belongs to it.
-  const keepAlive = py !== undefined ? (obj as PyObject).python.wrap(obj as PyObject) : wrapForeign(s, obj);
-  return importArrayInterface(fields, keepAlive, producer);
-}
-
-function wrapForeign(s: BridgeState, obj: unknown): PyObject {
-  void s;
-  throw new DLPackError(
-    "python",
-    `objects without __dlpack__ need a PyObject of this bridge (py.wrap(obj)) to be kept alive; got ${typeof obj}`,
-  );
+  return importArrayInterface(fields, py.wrap(obj as PyObject), producer);
 }
 
 /** Options of {@link toPython}: the export options (shape, strides, dtype, offset, readonly). */
@@ -170,18 +289,36 @@ export type ToPythonOptions = ExportOptions;
  * versioned with READ_ONLY otherwise; copy=True copies and sets IS_COPIED). The JS memory stays
  * pinned until Python has dropped the object and every array made from it.
  */
-export function toPython(x: Exportable, py: Python, opts: ToPythonOptions = {}): PyObject {
+export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyObject {
+  if (!isPython(py)) {
+    throw new DLPackError(
+      "argument",
+      `toPython(x, py) needs the bridge that openPython() returned as its second argument, got ${shown(py)}`,
+    );
+  }
   void py.state; // refuses a closed bridge before anything is exported
+  const view = isBufferView(x);
+  if (!view && !isView(x)) {
+    throw new DLPackError("argument", `toPython(x, py) takes a BufferView or a TypedArray, got ${shown(x)}`);
+  }
+  // The native side also honours the export's READ_ONLY flag, whatever a getter says here.
+  const readonly = (view && x.access !== "readwrite") ||
+    (typeof opts === "object" && opts !== null && opts.readonly === true);
   const capsule = exportDLPack(x, opts);
   const template = capsule.takeAddress();
+  let made = 0;
   try {
-    const readonly = (x instanceof BufferView && x.access !== "readwrite") || opts.readonly === true;
-    // One native call makes the DLPackTensor (it takes the GIL itself).
-    const made = core().dlpk_py_wrap(template, readonly ? 1 : 0);
-    if (made === 0) throw pythonError("DLPackTensor");
-    return new PyObject(made, py);
+    // One native call makes the DLPackTensor (it takes the GIL itself); from then on the Python
+    // object owns the template.
+    made = core().dlpk_py_wrap(template, readonly ? 1 : 0);
+  } finally {
+    if (made === 0) core().dlpk_managed_delete(template, 1);
+  }
+  if (made === 0) throw pythonError("DLPackTensor");
+  try {
+    return new PyObject(made, py, INTERNAL);
   } catch (error) {
-    core().dlpk_managed_delete(template, 1);
+    core().dlpk_py_decref(made);
     throw error;
   }
 }

@@ -31,6 +31,8 @@ const Api = struct {
     PyCapsule_IsValid: *const fn (*PyObject, [*:0]const u8) callconv(.c) c_int,
     PyCapsule_GetPointer: *const fn (*PyObject, [*:0]const u8) callconv(.c) ?*anyopaque,
     PyCapsule_SetName: *const fn (*PyObject, [*:0]const u8) callconv(.c) c_int,
+    PyCapsule_GetContext: *const fn (*PyObject) callconv(.c) ?*anyopaque,
+    PyCapsule_SetContext: *const fn (*PyObject, ?*anyopaque) callconv(.c) c_int,
     PyErr_Fetch: *const fn (*?*PyObject, *?*PyObject, *?*PyObject) callconv(.c) void,
     PyErr_NormalizeException: *const fn (*?*PyObject, *?*PyObject, *?*PyObject) callconv(.c) void,
     PyErr_SetString: *const fn (*PyObject, [*:0]const u8) callconv(.c) void,
@@ -210,13 +212,58 @@ fn capsuleDestructor(capsule: *PyObject) callconv(.c) void {
 pub const CAPSULE_VERSIONED: u32 = 1;
 pub const CAPSULE_COPY: u32 = 2;
 
-/// A new capsule over a fresh export cloned from `template` (one of our versioned exports, kept by
-/// the Python object that `toPython` made). Returns a new reference, or 0 with a Python exception
-/// set (BufferError for what cannot be exported).
-pub fn makeCapsule(template: usize, flags: u32) usize {
+/// The name of the capsule a `DLPackTensor` keeps its export template in. Python code only ever
+/// sees the template through such a capsule: no raw address crosses into Python, a copy of the
+/// object shares the capsule (one reference count, one release), and the natives below refuse
+/// anything else.
+pub const NAME_TEMPLATE: [*:0]const u8 = "dlpack_ts.export_template";
+/// A template capsule whose `DLPackTensor` could not be made: the template went back to the
+/// caller, so the capsule must neither release nor lend it.
+const NAME_DISARMED: [*:0]const u8 = "dlpack_ts.disarmed_template";
+/// The capsule context of a template over read-only data (NULL for writable data).
+var readonly_marker: u8 = 0;
+const CONTEXT_READONLY: *anyopaque = &readonly_marker;
+
+/// Releases the template when the last reference to its capsule goes (a copied `DLPackTensor`
+/// shares the capsule, so this runs once).
+fn templateDestructor(capsule: *PyObject) callconv(.c) void {
+    const a = api orelse return;
+    if (a.PyCapsule_IsValid(capsule, NAME_TEMPLATE) == 0) return;
+    const template = @intFromPtr(a.PyCapsule_GetPointer(capsule, NAME_TEMPLATE));
+    if (dlpack.isManagedAddress(template) and exports.isOwnExport(template, true)) dlpack.deleteManaged(template, true);
+}
+
+/// The template in a template capsule, or null with a TypeError set for any other object.
+fn templateOf(a: Api, object: *PyObject) ?usize {
+    if (a.PyCapsule_IsValid(object, NAME_TEMPLATE) == 0) {
+        a.PyErr_SetString(a.PyExc_TypeError.*, "dlpack-ts: expected the export template of a DLPackTensor");
+        return null;
+    }
+    const template = @intFromPtr(a.PyCapsule_GetPointer(object, NAME_TEMPLATE));
+    // Only wrapTemplate makes these capsules; one forged through ctypes is still not trusted.
+    if (!dlpack.isManagedAddress(template) or !exports.isOwnExport(template, true)) {
+        a.PyErr_SetString(a.PyExc_TypeError.*, "dlpack-ts: this template capsule does not hold an export of dlpack-ts");
+        return null;
+    }
+    return template;
+}
+
+/// A new capsule over a fresh export cloned from the template in `holder` (a template capsule).
+/// Returns a new reference, or 0 with a Python exception set (BufferError for what cannot be
+/// exported, TypeError for a holder that is not a template capsule).
+pub fn makeCapsule(holder: *PyObject, flags: u32) usize {
     const a = api orelse return 0;
+    const template = templateOf(a, holder) orelse return 0;
     const versioned = flags & CAPSULE_VERSIONED != 0;
-    const managed = (if (flags & CAPSULE_COPY != 0) copyExport(template, versioned) else exports.clone(template, versioned)) orelse {
+    const copy = flags & CAPSULE_COPY != 0;
+    if (!versioned and !copy and a.PyCapsule_GetContext(holder) == CONTEXT_READONLY) {
+        a.PyErr_SetString(
+            a.PyExc_BufferError.*,
+            "dlpack-ts: read-only data cannot be exported through the legacy DLPack struct (ask for max_version >= (1, 0))",
+        );
+        return 0;
+    }
+    const managed = (if (copy) copyExport(template, versioned) else exports.clone(template, versioned)) orelse {
         a.PyErr_SetString(a.PyExc_BufferError.*, "dlpack-ts: out of memory (or data that cannot be copied) making the export");
         return 0;
     };
@@ -279,7 +326,8 @@ fn copyExport(template: usize, versioned: bool) ?usize {
 
 /// The helper module's objects the fast paths call (new references, kept for the process).
 var capsule_of: ?*PyObject = null;
-var tensor_class: ?*PyObject = null;
+/// `dlpack_ts._make_tensor`: the only maker of `DLPackTensor` objects.
+var make_tensor: ?*PyObject = null;
 
 /// Whether this OS thread holds a lasting Python thread state. A thread the interpreter did not
 /// start on (a second JS isolate, a Worker) would otherwise get a fresh thread state from every
@@ -343,17 +391,17 @@ fn boolean(a: Api, value: bool) *PyObject {
     return o;
 }
 
-/// Keeps the helper module's `_capsule_of` and `DLPackTensor` for the fast paths, and installs the
-/// native functions `_native_capsule(template, flags)`, `_native_release(template)` and
-/// `_native_fence(template, stream)` on the module (used by DLPackTensor instead of ctypes).
-pub fn install(module: usize, capsule_of_fn: usize, tensor_cls: usize) i32 {
+/// Keeps the helper module's `_capsule_of` and `_make_tensor` for the fast paths, and installs the
+/// native functions `_native_capsule(holder, flags)` and `_native_fence(holder, stream)` on the
+/// module (`holder` is a DLPackTensor's template capsule; no raw address is taken from Python).
+pub fn install(module: usize, capsule_of_fn: usize, make_tensor_fn: usize) i32 {
     const a = api orelse return STATUS_NOT_LOADED;
     const gil = Gil.take().?;
     defer gil.release();
     a.Py_IncRef(objectAt(capsule_of_fn));
-    a.Py_IncRef(objectAt(tensor_cls));
+    a.Py_IncRef(objectAt(make_tensor_fn));
     capsule_of = objectAt(capsule_of_fn);
-    tensor_class = objectAt(tensor_cls);
+    make_tensor = objectAt(make_tensor_fn);
     for (&methods) |*def| {
         const function = a.PyCFunction_NewEx(def, null, null) orelse return -1;
         defer a.Py_DecRef(function);
@@ -364,43 +412,37 @@ pub fn install(module: usize, capsule_of_fn: usize, tensor_cls: usize) i32 {
 
 var methods = [_]MethodDef{
     .{ .name = "_native_capsule", .method = nativeCapsule, .flags = METH_VARARGS, .doc = "capsule over a clone of an export template" },
-    .{ .name = "_native_release", .method = nativeRelease, .flags = METH_VARARGS, .doc = "release an export template" },
     .{ .name = "_native_fence", .method = nativeFence, .flags = METH_VARARGS, .doc = "order a consumer stream after the producer" },
 };
 
-fn wordArgs(comptime n: usize, args: ?*PyObject) ?[n]u64 {
+/// `(holder, word)` arguments: the holder object (borrowed) and an int as an unsigned word.
+const HolderArgs = struct { holder: *PyObject, word: u64 };
+
+fn holderArgs(args: ?*PyObject) ?HolderArgs {
     const a = api.?;
     const tuple = args orelse return null;
-    if (a.PyTuple_Size(tuple) != n) {
-        a.PyErr_SetString(a.PyExc_TypeError.*, "dlpack-ts: wrong number of arguments");
+    if (a.PyTuple_Size(tuple) != 2) {
+        a.PyErr_SetString(a.PyExc_TypeError.*, "dlpack-ts: expected (template, int)");
         return null;
     }
-    var out: [n]u64 = undefined;
-    for (&out, 0..) |*slot, i| {
-        slot.* = a.PyLong_AsUnsignedLongLongMask(a.PyTuple_GetItem(tuple, @intCast(i)).?);
-        if (a.PyErr_Occurred() != null) return null;
-    }
-    return out;
+    const holder = a.PyTuple_GetItem(tuple, 0).?;
+    const word = a.PyLong_AsUnsignedLongLongMask(a.PyTuple_GetItem(tuple, 1).?);
+    if (a.PyErr_Occurred() != null) return null;
+    return .{ .holder = holder, .word = word };
 }
 
 fn nativeCapsule(_: ?*PyObject, args: ?*PyObject) callconv(.c) ?*PyObject {
-    const words = wordArgs(2, args) orelse return null;
-    const made = makeCapsule(@intCast(words[0]), @truncate(words[1]));
+    const parsed = holderArgs(args) orelse return null;
+    const made = makeCapsule(parsed.holder, @truncate(parsed.word));
     return if (made == 0) null else @ptrFromInt(made);
-}
-
-fn nativeRelease(_: ?*PyObject, args: ?*PyObject) callconv(.c) ?*PyObject {
-    const a = api.?;
-    const words = wordArgs(1, args) orelse return null;
-    if (dlpack.isManagedAddress(@intCast(words[0]))) dlpack.deleteManaged(@intCast(words[0]), true);
-    return none(a);
 }
 
 /// Returns the fence status as an int (0 ok, -2 stream 0, other negatives: failures).
 fn nativeFence(_: ?*PyObject, args: ?*PyObject) callconv(.c) ?*PyObject {
     const a = api.?;
-    const words = wordArgs(2, args) orelse return null;
-    const status = fence_hook(@intCast(words[0]), @intCast(words[1]));
+    const parsed = holderArgs(args) orelse return null;
+    const template = templateOf(a, parsed.holder) orelse return null;
+    const status = fence_hook(template, @intCast(parsed.word));
     return a.PyLong_FromLongLong(status);
 }
 
@@ -429,35 +471,61 @@ pub fn call1(callable: usize, arg: usize) usize {
     return @intFromPtr(a.PyObject_Call(objectAt(callable), args, null));
 }
 
-/// A `DLPackTensor` over `template` (a versioned export of ours): a new reference, or 0 with the
-/// exception pending (the template is then still the caller's).
+/// A `DLPackTensor` over `template` (a versioned export of ours), which it keeps in a template
+/// capsule: a new reference, or 0 with the exception pending (the template is then still the
+/// caller's: the capsule is disarmed before its last reference goes).
 pub fn wrapTemplate(template: usize, readonly: bool) usize {
     const a = api orelse return 0;
-    const cls = tensor_class orelse return 0;
+    const make = make_tensor orelse return 0;
+    std.debug.assert(dlpack.isManagedAddress(template));
     const gil = Gil.take().?;
     defer gil.release();
+    const holder = a.PyCapsule_New(@ptrFromInt(template), NAME_TEMPLATE, templateDestructor) orelse return 0;
+    // Our own reference, so the capsule outlives a failed call and can be disarmed first.
+    defer a.Py_DecRef(holder);
+    const managed: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
+    const read_only = readonly or managed.flags & dlpack.FLAG_READ_ONLY != 0;
+    if (read_only and a.PyCapsule_SetContext(holder, CONTEXT_READONLY) != 0) return disarm(a, holder);
+    a.Py_IncRef(holder);
+    const args = tensorArgs(a, holder, template, read_only) orelse return disarm(a, holder);
+    defer a.Py_DecRef(args);
+    const made = a.PyObject_Call(make, args, null) orelse return disarm(a, holder);
+    return @intFromPtr(made);
+}
+
+/// The template goes back to the caller: the capsule must not release it. Returns 0.
+fn disarm(a: Api, holder: *PyObject) usize {
+    const renamed = a.PyCapsule_SetName(holder, NAME_DISARMED);
+    std.debug.assert(renamed == 0);
+    return 0;
+}
+
+/// `(holder, device_type, device_id, readonly, shape, code, bits)`; steals `holder`.
+fn tensorArgs(a: Api, holder: *PyObject, template: usize, readonly: bool) ?*PyObject {
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
     const t = &m.dl_tensor;
     const ndim: usize = @intCast(t.ndim);
-    const shape = a.PyTuple_New(@intCast(ndim)) orelse return 0;
+    const shape = a.PyTuple_New(@intCast(ndim)) orelse {
+        a.Py_DecRef(holder);
+        return null;
+    };
     for (0..ndim) |d| {
         const extent = a.PyLong_FromLongLong(t.shape.?[d]) orelse {
             a.Py_DecRef(shape);
-            return 0;
+            a.Py_DecRef(holder);
+            return null;
         };
         _ = a.PyTuple_SetItem(shape, @intCast(d), extent);
     }
-    const args = newTuple(a, &.{
-        a.PyLong_FromUnsignedLongLong(template),
+    return newTuple(a, &.{
+        holder,
         a.PyLong_FromLongLong(t.device.device_type),
         a.PyLong_FromLongLong(t.device.device_id),
         boolean(a, readonly),
         shape,
         a.PyLong_FromLongLong(t.dtype.code),
         a.PyLong_FromLongLong(t.dtype.bits),
-    }) orelse return 0;
-    defer a.Py_DecRef(args);
-    return @intFromPtr(a.PyObject_Call(cls, args, null));
+    });
 }
 
 /// Returned by `from` when the object has no `__dlpack__` but an `__array_interface__`: the caller
