@@ -2,7 +2,7 @@
  * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`).
  * @module
  */
-import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
+import type { Bound, OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 
 function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table: T): Bound<T> {
   const bound: Record<string, unknown> = {};
@@ -74,26 +74,21 @@ export function denoRuntime(): Runtime {
     unrefTimer(timer: unknown): void {
       Deno.unrefTimer(timer as number);
     },
-    async readFile(path: string): Promise<Uint8Array | undefined> {
+    granted(kind: PermissionKind, target?: string): boolean {
+      const descriptor: Deno.PermissionDescriptor = kind === "env"
+        ? { name: "env", variable: target }
+        : kind === "net"
+        ? { name: "net", host: target }
+        : { name: kind, path: target };
       try {
-        return await Deno.readFile(path);
-      } catch (error) {
-        if (error instanceof Deno.errors.NotFound) return undefined;
-        throw error;
+        return Deno.permissions.querySync(descriptor).state === "granted";
+      } catch {
+        return true; // cannot tell (a descriptor this Deno does not know): the operation itself reports
       }
     },
-    async writeFileAtomic(dir: string, name: string, bytes: Uint8Array): Promise<void> {
-      await Deno.mkdir(dir, { recursive: true });
-      // A unique temporary name in the same directory: concurrent writers never share a file,
-      // and the rename cannot cross file systems.
-      const temporary = `${dir}/.${name}.${crypto.randomUUID()}.tmp`;
-      try {
-        await Deno.writeFile(temporary, bytes, { mode: 0o755 });
-        await Deno.rename(temporary, `${dir}/${name}`);
-      } catch (error) {
-        await Deno.remove(temporary).catch(() => {});
-        throw error;
-      }
+    makePrivateDir(parent?: string): Promise<string> {
+      // Deno's own temporary folder lookup needs no env permission (node:os tmpdir() reads TMPDIR).
+      return Deno.makeTempDir({ dir: parent, prefix: ".dlpack-load-" });
     },
     gc(): boolean {
       const gc = (globalThis as { gc?: () => void }).gc;

@@ -71,9 +71,35 @@ test("the cache folder: DLPACK_CACHE, then DENO_DIR, XDG_CACHE_HOME, LOCALAPPDAT
   const { XDG_CACHE_HOME: _x, ...homeOnly } = rest;
   assert.deepEqual(cacheDirectory(fakeRuntime(homeOnly, "linux")), { dir: "/h/.cache/dlpack-ts", from: "HOME" });
   assert.deepEqual(cacheDirectory(fakeRuntime(homeOnly, "windows")), { dir: "C:\\L/dlpack-ts", from: "LOCALAPPDATA" });
-  const none = cacheDirectory(fakeRuntime({}));
-  assert.ok(
-    "missing" in none && /none of DLPACK_CACHE, DENO_DIR, XDG_CACHE_HOME, HOME .*--allow-env/.test(none.missing),
+  assert.deepEqual(cacheDirectory(fakeRuntime({})), {
+    missing: "no cache folder: none of DLPACK_CACHE, DENO_DIR, XDG_CACHE_HOME, HOME is set",
+  });
+});
+
+test("the cache folder and base URL under Deno's permissions: a refused override is an error naming the flag", () => {
+  const refusing = (env: Record<string, string>, refused: string[]): Runtime => ({
+    ...fakeRuntime(env),
+    granted: (kind, target) => !(kind === "env" && refused.includes(target!)),
+  });
+  // A conventional folder that cannot be read is passed over, and the reason kept.
+  assert.deepEqual(cacheDirectory(refusing({ DENO_DIR: "/d", HOME: "/h" }, ["DENO_DIR"])), {
+    dir: "/h/.cache/dlpack-ts",
+    from: "HOME",
+  });
+  assert.deepEqual(cacheDirectory(refusing({}, ["DENO_DIR", "HOME"])), {
+    missing: "no cache folder: none of DLPACK_CACHE, DENO_DIR, XDG_CACHE_HOME, HOME is set; " +
+      "Deno denies reading DENO_DIR, HOME: run with --allow-env=DENO_DIR,HOME",
+  });
+  // The explicit overrides never fall back silently.
+  assert.throws(
+    () => cacheDirectory(refusing({ HOME: "/h" }, ["DLPACK_CACHE"])),
+    isLibraryError(
+      /^cannot tell whether DLPACK_CACHE is set: Deno denies reading it\. Run with --allow-env=DLPACK_CACHE/,
+    ),
+  );
+  assert.throws(
+    () => baseUrl(refusing({}, ["DLPACK_BASE_URL"])),
+    isLibraryError(/^cannot tell whether DLPACK_BASE_URL is set: .*--allow-env=DLPACK_BASE_URL/),
   );
 });
 
