@@ -107,7 +107,7 @@ export async function writeCacheEntry(dir: string, name: string, bytes: Uint8Arr
   try {
     await fs.mkdir(dir, { recursive: true });
   } catch (error) {
-    return `the folder could not be created: ${reasonOf(error)}`;
+    return `its folder could not be made: ${reasonOf(error)}`;
   }
   // A unique temporary name in the same folder: concurrent writers never share a file, and the
   // rename cannot cross file systems.
@@ -118,7 +118,7 @@ export async function writeCacheEntry(dir: string, name: string, bytes: Uint8Arr
     return undefined;
   } catch (error) {
     await fs.rm(temporary, { force: true }).catch(() => {});
-    return `it could not be written: ${reasonOf(error)}`;
+    return reasonOf(error);
   }
 }
 

@@ -144,6 +144,40 @@ async function download(url: string, limit: number): Promise<{ bytes: Uint8Array
   return { bytes };
 }
 
+/** The cache entry's bytes when they match `expected`; otherwise undefined, with what was wrong
+ * added to `tried` (and returned as `unusable` when the entry is not a plain file of a plausible
+ * size). A read Deno refuses is an error naming the flag. */
+async function readCache(
+  rt: Runtime,
+  cache: { dir: string; from: string },
+  name: string,
+  expected: string,
+  tried: string[],
+  fail: (what: string) => never,
+): Promise<{ bytes?: Uint8Array<ArrayBuffer>; unusable?: string }> {
+  const cached = `${cache.dir}/${name}`;
+  const denied = (why: string) => {
+    tried.push(`${cached} (from ${cache.from}; ${why})`);
+    return fail(`${name} could not be read from the cache: run with --allow-read=${cache.dir}`);
+  };
+  if (!rt.granted("read", cached)) denied("Deno denies reading it");
+  const entry = await readCacheEntry(cached, MAX_RELEASE_BYTES);
+  switch (entry.kind) {
+    case "denied":
+      return denied(entry.why);
+    case "absent":
+      tried.push(`${cached} (from ${cache.from}; not cached yet)`);
+      return {};
+    case "unusable":
+      tried.push(`${cached} (from ${cache.from}; ${entry.why}: ignored)`);
+      return { unusable: entry.why };
+  }
+  const digest = await sha256(entry.bytes);
+  if (digest === expected) return { bytes: entry.bytes };
+  tried.push(`${cached} (from ${cache.from}; SHA-256 ${digest}, expected ${expected}: ignored)`);
+  return {};
+}
+
 /**
  * Returns the verified bytes of the release build for this OS and CPU: the cached copy when its
  * checksum matches, otherwise a fresh download that is checked and then cached. A cache entry that
@@ -162,7 +196,7 @@ export async function fetchRelease(rt: Runtime, tried: string[], hint: string): 
     tried.push(
       `a release build for ${rt.os}-${rt.arch} (there is none; built: ${Object.keys(RELEASE_CHECKSUMS).join(", ")})`,
     );
-    fail(`no release build of libdlpack ${RELEASE_VERSION} for ${rt.os}-${rt.arch}`);
+    return fail(`no release build of libdlpack ${RELEASE_VERSION} for ${rt.os}-${rt.arch}`);
   }
   const base = baseUrl(rt);
   let url: string;
@@ -172,32 +206,13 @@ export async function fetchRelease(rt: Runtime, tried: string[], hint: string): 
     return fail(`DLPACK_BASE_URL=${base} is not a URL`);
   }
   const cache = cacheDirectory(rt);
-  let dir: string | undefined;
-  let cacheProblem: string | undefined;
+  let unusable: string | undefined;
   if ("missing" in cache) {
     tried.push(cache.missing);
-    cacheProblem = cache.missing;
   } else {
-    dir = cache.dir;
-    const cached = `${dir}/${name}`;
-    if (!rt.granted("read", cached)) {
-      tried.push(`${cached} (from ${cache.from}; Deno denies reading it)`);
-      fail(`${name} could not be read from the cache: run with --allow-read=${dir}`);
-    }
-    const entry = await readCacheEntry(cached, MAX_RELEASE_BYTES);
-    if (entry.kind === "denied") {
-      tried.push(`${cached} (from ${cache.from}; ${entry.why})`);
-      fail(`${name} could not be read from the cache: run with --allow-read=${dir}`);
-    } else if (entry.kind === "file") {
-      const digest = await sha256(entry.bytes);
-      if (digest === expected) return { bytes: entry.bytes, origin: cached, cacheDir: dir };
-      tried.push(`${cached} (from ${cache.from}; SHA-256 ${digest}, expected ${expected}: ignored)`);
-    } else if (entry.kind === "absent") {
-      tried.push(`${cached} (from ${cache.from}; not cached yet)`);
-    } else {
-      tried.push(`${cached} (from ${cache.from}; ${entry.why}: ignored)`);
-      cacheProblem = `${cached} is unusable: ${entry.why}`;
-    }
+    const found = await readCache(rt, cache, name, expected, tried, fail);
+    if (found.bytes !== undefined) return { bytes: found.bytes, origin: `${cache.dir}/${name}`, cacheDir: cache.dir };
+    unusable = found.unusable;
   }
 
   const got = await download(url, MAX_RELEASE_BYTES);
@@ -208,13 +223,19 @@ export async function fetchRelease(rt: Runtime, tried: string[], hint: string): 
   const digest = await sha256(got.bytes);
   if (digest !== expected) {
     tried.push(`${url} (SHA-256 ${digest}, expected ${expected}: refused)`);
-    fail(`${name} from ${url} does not match this module's checksum table, so it was not loaded`);
+    return fail(`${name} from ${url} does not match this module's checksum table, so it was not loaded`);
   }
-  if (dir === undefined) return { bytes: got.bytes, origin: url, uncached: cacheProblem };
+  if ("missing" in cache) return { bytes: got.bytes, origin: url, uncached: cache.missing };
+  const { dir } = cache;
   const problem = !rt.granted("write", dir)
     ? `Deno denies writing there: run with --allow-write=${dir}`
     : await writeCacheEntry(dir, name, got.bytes);
   if (problem === undefined) return { bytes: got.bytes, origin: `${dir}/${name}`, cacheDir: dir };
-  const uncached = `${dir}/${name} could not be cached: ${problem}${cacheProblem ? ` (${cacheProblem})` : ""}`;
-  return { bytes: got.bytes, origin: url, cacheDir: dir, uncached };
+  const why = unusable !== undefined ? `is unusable (${unusable}) and ` : "";
+  return {
+    bytes: got.bytes,
+    origin: url,
+    cacheDir: dir,
+    uncached: `${dir}/${name} ${why}could not be written: ${problem}`,
+  };
 }
