@@ -40,6 +40,15 @@ test("useLibrary() refuses to switch once the library is loaded, and refuses non
   useLibrary(corePath()); // the same path is fine
   assert.throws(() => useLibrary("/elsewhere/libdlpack.so"), isLibraryError(/already loaded from .*; call useLibrary/));
   assert.throws(() => useLibrary(new URL("https://example.com/libdlpack.so")), isLibraryError(/needs a file path/));
+  // Neither a string nor a URL: an argument error, not a TypeError from reading its properties.
+  for (const wrong of [null, undefined, 42, { protocol: "file:", pathname: "/x" }]) {
+    assert.throws(() => useLibrary(wrong as unknown as string), (e: unknown) => {
+      assert.ok(e instanceof DLPackError && e.code === "argument", String(e));
+      assert.match(e.message, /^useLibrary\(\) needs a file path or a file: URL, got /);
+      return true;
+    });
+  }
+  assert.throws(() => useLibrary(new URL("file:///a%ZZ.so")), isLibraryError(/needs a file path/));
 });
 
 test("useLibrary(path) is used in a fresh process; DLPACK_LIB still wins over it", () => {
@@ -108,6 +117,18 @@ test("the base URL: the versioned GitHub release by default, DLPACK_BASE_URL ove
   assert.equal(baseUrl(fakeRuntime({})), DEFAULT_BASE_URL);
   assert.equal(baseUrl(fakeRuntime({ DLPACK_BASE_URL: "http://mirror/x" })), "http://mirror/x/");
   assert.equal(baseUrl(fakeRuntime({ DLPACK_BASE_URL: "http://mirror/x/" })), "http://mirror/x/");
+});
+
+test("a DLPACK_BASE_URL that is no URL is a library error naming it, not a TypeError", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/dlpack-base-`);
+  try {
+    await assert.rejects(
+      fetchRelease(fakeRuntime({ DLPACK_BASE_URL: "::not a url", DLPACK_CACHE: dir }), [], "Build it."),
+      isLibraryError(/^DLPACK_BASE_URL=::not a url\/ is not a URL; tried: /),
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("a platform without a release build is a clear error before any download", async () => {
