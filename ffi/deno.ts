@@ -2,6 +2,7 @@
  * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`).
  * @module
  */
+import { DLPackError } from "../src/errors.ts";
 import type { Bound, OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 
 function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table: T): Bound<T> {
@@ -13,6 +14,18 @@ function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table:
     bound[name] = spec.returns === "usize" ? (...args: unknown[]) => Number(fn(...args) as bigint) : fn;
   }
   return bound as Bound<T>;
+}
+
+/** The pointer functions' errors: FFI permission revoked after the library was loaded (ready()
+ * checks it up front) becomes a DLPackError saying so; anything else passes unchanged. Out of line,
+ * so the functions on the import and export paths stay small. */
+function refused(error: unknown): unknown {
+  if ((error as Error | null)?.name !== "NotCapable") return error;
+  return new DLPackError(
+    "library",
+    `Deno's FFI permission was revoked after libdlpack was loaded: ${(error as Error).message}. ` +
+      `Keep --allow-ffi (without a path) for as long as the library is used.`,
+  );
 }
 
 /** The Deno implementation of {@link Runtime}. */
@@ -36,12 +49,20 @@ export function denoRuntime(): Runtime {
       };
     },
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
-      // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
-      const pointer = Deno.UnsafePointer.create(address as unknown as bigint)!;
-      return Deno.UnsafePointerView.getArrayBuffer(pointer, byteLength);
+      try {
+        // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
+        const pointer = Deno.UnsafePointer.create(address as unknown as bigint)!;
+        return Deno.UnsafePointerView.getArrayBuffer(pointer, byteLength);
+      } catch (error) {
+        throw refused(error);
+      }
     },
     addressOf(view: ArrayBufferView): number {
-      return Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(view as Uint8Array<ArrayBuffer>)));
+      try {
+        return Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(view as Uint8Array<ArrayBuffer>)));
+      } catch (error) {
+        throw refused(error);
+      }
     },
     pointerValue(pointer: unknown): number | bigint | undefined {
       if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
@@ -107,7 +128,11 @@ export function denoRuntime(): Runtime {
       }
     },
     cString(address: number): string {
-      return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(address as unknown as bigint)!);
+      try {
+        return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(address as unknown as bigint)!);
+      } catch (error) {
+        throw refused(error);
+      }
     },
     os: Deno.build.os,
     arch: Deno.build.arch,

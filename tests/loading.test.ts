@@ -442,6 +442,35 @@ try { exportDLPack(new Float32Array(2)); console.log("exported"); } catch (e) { 
   { timeout: 60_000 },
 );
 
+test("Deno permissions: FFI revoked after loading is a DLPackError at the next first use, not NotCapable", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/dlpack-ffi-`);
+  try {
+    writeFileSync(
+      `${dir}/app.ts`,
+      `import { exportDLPack, importDLPack, ready } from ${JSON.stringify(`${repoRoot}/mod.ts`)};
+await ready();
+await Deno.permissions.revoke({ name: "ffi" });
+try {
+  importDLPack(exportDLPack(new Float32Array(2)));
+  console.log("round trip");
+} catch (e) {
+  console.log("failed " + e.name + " " + e.code + ": " + e.message);
+}
+`,
+    );
+    const out = await denoWith(["--allow-ffi", "--allow-read", "--allow-env"], "app.ts", {}, dir);
+    assert.equal(out.code, 0, show(out));
+    assert.ok(
+      out.stdout.startsWith(
+        "failed DLPackError library: Deno's FFI permission was revoked after libdlpack was loaded: ",
+      ),
+      show(out),
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, { timeout: 60_000 });
+
 test("Deno permissions: a cache that may not be read or written is an error naming the folder's flag", async () => {
   const b = box();
   const server = releaseServer();
