@@ -124,18 +124,23 @@ export async function writeCacheEntry(dir: string, name: string, bytes: Uint8Arr
 
 const reasonOf = (error: unknown) => isPermissionRefusal(error) ? (error as Error).message : fsReason(error);
 
-/** A private copy of verified bytes, and how to remove it. */
+/** A private copy of verified bytes: the path to load it through, the file itself, and how to
+ * remove it. */
 export interface PrivateCopy {
+  /** On Linux `/proc/self/fd/<n>` of the descriptor that created the file, so the load opens that
+   * very inode whatever happens to the path meanwhile; elsewhere the file's path. */
+  readonly loadPath: string;
   readonly file: string;
+  /** Closes the descriptor and deletes the folder (a loaded library stays mapped). */
   remove(): Promise<void>;
 }
 
 /**
- * Writes `bytes` to a file created exclusively in a fresh folder that only this user can enter,
- * made inside the first of `places` that allows it (undefined: the system's temporary folder).
- * Loading this file loads exactly the bytes in memory: nobody else can replace it between now and
- * the load, unlike the shared cache entry they were read from. Returns the copy, or every place
- * that failed and why.
+ * Writes `bytes` to a file created exclusively (O_EXCL) in a fresh folder that only this user can
+ * enter, made inside the first of `places` that allows it (undefined: the system's temporary
+ * folder). Loading it loads exactly the bytes in memory, unlike the shared cache entry they were
+ * read from, which anyone who can write there may replace after the check. Returns the copy, or
+ * every place that failed and why.
  */
 export async function writePrivateCopy(
   rt: Runtime,
@@ -154,15 +159,24 @@ export async function writePrivateCopy(
       failed.push(`${where} (${reasonOf(error)})`);
       continue;
     }
-    const remove = () => fs.rm(dir, { recursive: true, force: true }).catch(() => {});
+    let handle: Awaited<ReturnType<Fs["open"]>> | undefined;
+    const remove = async () => {
+      await handle?.close().catch(() => {});
+      await fs.rm(dir, { recursive: true, force: true }).catch(() => {});
+    };
     try {
       const made = await fs.lstat(dir);
       // mkdtemp creates 0700; a folder others may enter could have its file swapped before the load.
       if (!made.isDirectory() || (rt.os !== "windows" && (made.mode & 0o077) !== 0)) {
         throw new Error(`the new folder ${dir} has mode ${(made.mode & 0o777).toString(8)}, not 700`);
       }
-      await fs.writeFile(`${dir}/${name}`, bytes, { mode: 0o700, flag: "wx" });
-      return { file: `${dir}/${name}`, remove };
+      const file = `${dir}/${name}`;
+      handle = await fs.open(file, "wx", 0o700);
+      await handle.writeFile(bytes);
+      // The descriptor names the inode written here even if the folder itself is renamed away
+      // (possible where others may write to a folder above it).
+      const loadPath = rt.os === "linux" ? `/proc/self/fd/${handle.fd}` : file;
+      return { loadPath, file, remove };
     } catch (error) {
       await remove();
       failed.push(`${where} (${reasonOf(error)})`);

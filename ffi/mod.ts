@@ -8,7 +8,7 @@ import { bunRuntime } from "./bun.ts";
 import { denoRuntime } from "./deno.ts";
 import { ABI_VERSION, DESCRIPTION_BYTES, type Symbols, symbols } from "./symbols.ts";
 import { RELEASE_VERSION } from "./checksums.ts";
-import { sweepPrivateCopies, writePrivateCopy } from "./files.ts";
+import { type PrivateCopy, sweepPrivateCopies, writePrivateCopy } from "./files.ts";
 import { fetchRelease, releaseFileName } from "./remote.ts";
 import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
 
@@ -170,6 +170,20 @@ function corePathOrThrow(): string {
   );
 }
 
+/** Loads a private copy through its descriptor, or by its path where /proc is not mounted. */
+function loadCopy(copy: PrivateCopy, origin: string): void {
+  if (copy.loadPath === copy.file) {
+    load(copy.file, origin);
+    return;
+  }
+  try {
+    load(copy.loadPath, origin);
+  } catch (error) {
+    if (!(error instanceof DLPackError) || !error.message.startsWith(`could not load ${origin}: `)) throw error;
+    load(copy.file, origin);
+  }
+}
+
 /**
  * Makes libdlpack ready to use and returns where it came from. With a local build (or
  * `DLPACK_LIB`, or {@link useLibrary}) this only loads it and returns its path. Without one, for
@@ -215,7 +229,7 @@ async function prepare(): Promise<string> {
     );
   }
   try {
-    load(copy.file, release.origin);
+    loadCopy(copy, release.origin);
   } finally {
     // Once loaded the file can go: the mapping stays (except on Windows, swept on a later run).
     await copy.remove();

@@ -84,10 +84,16 @@ const MAPPED = `(await import("node:fs")).readFileSync("/proc/self/maps", "utf8"
  * imported back is the same memory. */
 const readyProgram = (mod: string, before = "", maps = true) =>
   `${before}
+// Every path the runtime is asked to dlopen (the library binds the runtime's dlopen at call time).
+const dlopened = [];
+const ffi = globalThis.Deno ?? import.meta.require("bun:ffi");
+const dlopen = ffi.dlopen;
+ffi.dlopen = (path, symbols) => (dlopened.push(String(path)), dlopen.call(ffi, path, symbols));
 const { exportDLPack, importDLPack, ready } = await import(${JSON.stringify(mod)});
 let loaded = false;
 try {
   console.log("ready " + await ready());
+  console.log("dlopened " + dlopened.join(" | "));
   loaded = true;
 } catch (error) {
   console.log("error " + error.name + " " + error.code + ": " + error.message);
@@ -114,12 +120,17 @@ const privateMapping = new RegExp(
   "m",
 );
 
+/** Both dlopen calls (the ABI probe, then the whole table) open the descriptor that created the
+ * private copy, never a path someone else could swap. */
+const throughDescriptor = /^dlopened \/proc\/self\/fd\/(\d+) \| \/proc\/self\/fd\/\1$/m;
+
 for (const how of ["renamed over it", "rewritten in place"] as const) {
   test(`ready(): a cache entry ${how} right after its checksum matched is not what gets loaded`, async () => {
     // The child wraps crypto.subtle.digest, the checksum's only source, so that the moment the
     // cached build has been hashed its file is replaced by another library (the test producer,
     // which speaks ABI 65535). Loading that file by path after the check would load it; loading the
-    // verified bytes loads libdlpack.
+    // verified bytes loads libdlpack. /proc/self/maps and the recorded dlopen calls then show where
+    // the code came from: the private copy, through the descriptor that wrote it.
     const b = box();
     try {
       mkdirSync(b.cache);
@@ -139,7 +150,7 @@ subtle.digest = async (...args) => {
   if (hashed++ === 0) { ${swap} }
   return result;
 };
-globalThis.hashed = () => hashed;`;
+`;
       const program = readyProgram(b.mod, before) +
         `console.log("again " + await ready() + " hashed " + hashed);\n`;
       const out = await runProgram(b, program, { DLPACK_CACHE: b.cache, DLPACK_BASE_URL: "http://127.0.0.1:9/" });
@@ -148,6 +159,7 @@ globalThis.hashed = () => hashed;`;
       assert.match(out.stdout, /^same memory true$/m, show(out));
       assert.match(out.stdout, privateMapping, show(out));
       assert.doesNotMatch(out.stdout, new RegExp(`^mapped .*${b.cache}/${artifact}( |$)`, "m"));
+      assert.match(out.stdout, throughDescriptor, show(out));
       // The swap did happen, once: a second ready() neither hashes nor loads again.
       assert.match(out.stdout, new RegExp(`^again ${cached} hashed 1$`, "m"), show(out));
       assert.equal(sha256(cached), sha256(foreign));
@@ -171,6 +183,7 @@ test(
       assert.equal(out.code, 0, show(out));
       assert.match(out.stdout, new RegExp(`^ready ${b.cache}/${artifact}$`, "m"), show(out));
       assert.match(out.stdout, privateMapping, show(out));
+      assert.match(out.stdout, throughDescriptor, show(out));
       assert.equal(sha256(`${b.cache}/${artifact}`), RELEASE_CHECKSUMS[artifact]);
       assert.deepEqual(readdirSync(b.cache), [artifact]);
       assert.equal(out.stderr, "");
