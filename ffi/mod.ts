@@ -136,9 +136,8 @@ export function openLibrary<T extends SymbolTable>(path: string, table: T, shown
   try {
     return runtime().open(path, table);
   } catch (error) {
-    const message = (error as Error)?.message ?? String(error);
-    const hint = (error as Error)?.name === "NotCapable" ? " (run with --allow-ffi)" : "";
-    throw new DLPackError("library", `could not load ${shownPath}: ${message}${hint}`);
+    // Deno's own message names the flag when it is the permission that failed.
+    throw new DLPackError("library", `could not load ${shownPath}: ${(error as Error)?.message ?? String(error)}`);
   }
 }
 
@@ -217,7 +216,7 @@ async function prepare(): Promise<string> {
   // useLibrary() and a first use during the download loaded another library meanwhile: keep that one.
   const meanwhile = loaded as OpenLibrary<Symbols> | undefined;
   if (meanwhile !== undefined) return meanwhile.path;
-  checkFfiPermission(rt, release.origin);
+  checkFfiPermission(rt);
   const name = releaseFileName(RELEASE_VERSION, rt.os, rt.arch);
   const places = release.cacheDir === undefined ? [undefined] : [release.cacheDir, undefined];
   const copy = await writePrivateCopy(rt, places, name, release.bytes);
@@ -276,15 +275,13 @@ export function core(): Bound<Symbols> {
 /** Refuses, up front, an FFI permission that would let the library load but fail its first use:
  * Deno's pointer functions (`Deno.UnsafePointer`, `Deno.UnsafePointerView`), which every import
  * and export calls, need `--allow-ffi` without a path. */
-function checkFfiPermission(rt: Runtime, shownPath: string): void {
+function checkFfiPermission(rt: Runtime): void {
   if (rt.granted("ffi")) return;
   throw new DLPackError(
     "library",
-    rt.granted("ffi", shownPath)
-      ? `libdlpack needs --allow-ffi without a path: a path-scoped --allow-ffi=<dir> lets Deno load ${shownPath} ` +
-        `but not run the pointer functions (Deno.UnsafePointer, Deno.UnsafePointerView) that every import and ` +
-        `export uses. Run with --allow-ffi.`
-      : `loading ${shownPath} needs Deno's FFI permission: run with --allow-ffi`,
+    "libdlpack needs Deno's FFI permission without a path: run with --allow-ffi. A path-scoped " +
+      "--allow-ffi=<dir> lets Deno load the library but not run the pointer functions (Deno.UnsafePointer, " +
+      "Deno.UnsafePointerView) that every import and export uses.",
   );
 }
 
@@ -296,8 +293,7 @@ function checkFfiPermission(rt: Runtime, shownPath: string): void {
  * again: both handles are the same bytes.
  */
 function load(file: string, shownPath: string): OpenLibrary<Symbols> {
-  const rt = runtime();
-  checkFfiPermission(rt, shownPath);
+  checkFfiPermission(runtime());
   const probe = openLibrary(file, { dlpk_abi_version: symbols.dlpk_abi_version }, shownPath);
   let lib: OpenLibrary<Symbols>;
   try {
