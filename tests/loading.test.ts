@@ -16,6 +16,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   truncateSync,
   writeFileSync,
 } from "node:fs";
@@ -253,7 +254,7 @@ async function mkfifo(path: string): Promise<void> {
 }
 
 test(
-  "ready(): a FIFO or an oversized file in the cache is passed over and replaced by a download, never read",
+  "ready(): a FIFO, a symlink or an oversized file in the cache is passed over and replaced by a download, never read",
   async () => {
     const b = box();
     const server = releaseServer();
@@ -267,6 +268,15 @@ test(
       assert.equal(fifo.code, 0, show(fifo));
       assert.match(fifo.stdout, new RegExp(`^ready ${cached}$`, "m"), show(fifo));
       assert.ok(lstatSync(cached).isFile() && sha256(cached) === RELEASE_CHECKSUMS[artifact], "the FIFO was replaced");
+
+      // A symlink there is not followed (this one leads to a FIFO elsewhere): passed over, replaced.
+      rmSync(cached);
+      await mkfifo(`${b.root}/elsewhere`);
+      symlinkSync(`${b.root}/elsewhere`, cached);
+      const linked = await runProgram(b, readyProgram(b.mod), env, 30_000);
+      assert.equal(linked.code, 0, show(linked));
+      assert.match(linked.stdout, new RegExp(`^ready ${cached}$`, "m"), show(linked));
+      assert.ok(lstatSync(cached).isFile(), "the symlink was replaced by the verified download");
 
       // Offline, the FIFO is named in the error with what it is.
       rmSync(cached);
