@@ -32,11 +32,7 @@ interface NodeProcess {
 }
 
 interface NodeFsPromises {
-  readFile(path: string): Promise<Uint8Array>;
-  writeFile(path: string, data: Uint8Array, options: { mode: number }): Promise<void>;
-  mkdir(path: string, options: { recursive: boolean }): Promise<unknown>;
-  rename(from: string, to: string): Promise<void>;
-  rm(path: string, options: { force: boolean }): Promise<void>;
+  mkdtemp(prefix: string): Promise<string>;
 }
 
 function bunRequire<T>(id: string): T {
@@ -58,6 +54,7 @@ export function bunRuntime(): Runtime {
   const ffi = bunRequire<BunFFI>("bun:ffi");
   const fs = bunRequire<{ existsSync(path: string): boolean }>("node:fs");
   const fsp = bunRequire<NodeFsPromises>("node:fs/promises");
+  const os = bunRequire<{ tmpdir(): string }>("node:os");
   const proc = (globalThis as unknown as { process: NodeProcess }).process;
   const bun = (globalThis as unknown as { Bun: BunGlobal }).Bun;
   return {
@@ -91,26 +88,12 @@ export function bunRuntime(): Runtime {
     unrefTimer(timer: unknown): void {
       (timer as { unref?: () => void }).unref?.();
     },
-    async readFile(path: string): Promise<Uint8Array | undefined> {
-      try {
-        return new Uint8Array(await fsp.readFile(path));
-      } catch (error) {
-        if ((error as { code?: string }).code === "ENOENT") return undefined;
-        throw error;
-      }
+    granted(): boolean {
+      return true; // Bun has no permission system
     },
-    async writeFileAtomic(dir: string, name: string, bytes: Uint8Array): Promise<void> {
-      await fsp.mkdir(dir, { recursive: true });
-      // A unique temporary name in the same directory: concurrent writers never share a file,
-      // and the rename cannot cross file systems.
-      const temporary = `${dir}/.${name}.${crypto.randomUUID()}.tmp`;
-      try {
-        await fsp.writeFile(temporary, bytes, { mode: 0o755 });
-        await fsp.rename(temporary, `${dir}/${name}`);
-      } catch (error) {
-        await fsp.rm(temporary, { force: true }).catch(() => {});
-        throw error;
-      }
+    makePrivateDir(parent?: string): Promise<string> {
+      // mkdtemp(3): a fresh name, created with mode 0700.
+      return fsp.mkdtemp(`${parent ?? os.tmpdir()}/.dlpack-load-`);
     },
     gc(): boolean {
       bun.gc(true);

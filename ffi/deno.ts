@@ -2,7 +2,8 @@
  * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`).
  * @module
  */
-import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
+import { DLPackError } from "../src/errors.ts";
+import type { Bound, OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 
 function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table: T): Bound<T> {
   const bound: Record<string, unknown> = {};
@@ -13,6 +14,18 @@ function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table:
     bound[name] = spec.returns === "usize" ? (...args: unknown[]) => Number(fn(...args) as bigint) : fn;
   }
   return bound as Bound<T>;
+}
+
+/** The pointer functions' errors: FFI permission revoked after the library was loaded (ready()
+ * checks it up front) becomes a DLPackError saying so; anything else passes unchanged. Out of line,
+ * so the functions on the import and export paths stay small. */
+function refused(error: unknown): unknown {
+  if ((error as Error | null)?.name !== "NotCapable") return error;
+  return new DLPackError(
+    "library",
+    `Deno's FFI permission was revoked after libdlpack was loaded: ${(error as Error).message}. ` +
+      `Keep --allow-ffi (without a path) for as long as the library is used.`,
+  );
 }
 
 /** The Deno implementation of {@link Runtime}. */
@@ -36,12 +49,20 @@ export function denoRuntime(): Runtime {
       };
     },
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
-      // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
-      const pointer = Deno.UnsafePointer.create(address as unknown as bigint)!;
-      return Deno.UnsafePointerView.getArrayBuffer(pointer, byteLength);
+      try {
+        // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
+        const pointer = Deno.UnsafePointer.create(address as unknown as bigint)!;
+        return Deno.UnsafePointerView.getArrayBuffer(pointer, byteLength);
+      } catch (error) {
+        throw refused(error);
+      }
     },
     addressOf(view: ArrayBufferView): number {
-      return Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(view as Uint8Array<ArrayBuffer>)));
+      try {
+        return Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(view as Uint8Array<ArrayBuffer>)));
+      } catch (error) {
+        throw refused(error);
+      }
     },
     pointerValue(pointer: unknown): number | bigint | undefined {
       if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
@@ -74,26 +95,21 @@ export function denoRuntime(): Runtime {
     unrefTimer(timer: unknown): void {
       Deno.unrefTimer(timer as number);
     },
-    async readFile(path: string): Promise<Uint8Array | undefined> {
+    granted(kind: PermissionKind, target?: string): boolean {
+      const descriptor: Deno.PermissionDescriptor = kind === "env"
+        ? { name: "env", variable: target }
+        : kind === "net"
+        ? { name: "net", host: target }
+        : { name: kind, path: target };
       try {
-        return await Deno.readFile(path);
-      } catch (error) {
-        if (error instanceof Deno.errors.NotFound) return undefined;
-        throw error;
+        return Deno.permissions.querySync(descriptor).state === "granted";
+      } catch {
+        return true; // cannot tell (a descriptor this Deno does not know): the operation itself reports
       }
     },
-    async writeFileAtomic(dir: string, name: string, bytes: Uint8Array): Promise<void> {
-      await Deno.mkdir(dir, { recursive: true });
-      // A unique temporary name in the same directory: concurrent writers never share a file,
-      // and the rename cannot cross file systems.
-      const temporary = `${dir}/.${name}.${crypto.randomUUID()}.tmp`;
-      try {
-        await Deno.writeFile(temporary, bytes, { mode: 0o755 });
-        await Deno.rename(temporary, `${dir}/${name}`);
-      } catch (error) {
-        await Deno.remove(temporary).catch(() => {});
-        throw error;
-      }
+    makePrivateDir(parent?: string): Promise<string> {
+      // Deno's own temporary folder lookup needs no env permission (node:os tmpdir() reads TMPDIR).
+      return Deno.makeTempDir({ dir: parent, prefix: ".dlpack-load-" });
     },
     gc(): boolean {
       const gc = (globalThis as { gc?: () => void }).gc;
@@ -112,7 +128,11 @@ export function denoRuntime(): Runtime {
       }
     },
     cString(address: number): string {
-      return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(address as unknown as bigint)!);
+      try {
+        return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(address as unknown as bigint)!);
+      } catch (error) {
+        throw refused(error);
+      }
     },
     // Deno gives Workers a WorkerGlobalScope; the main realm has none.
     mainThread: !("WorkerGlobalScope" in globalThis),

@@ -3,18 +3,19 @@
  * Everything outside ffi/ talks to native code through `core()` and `runtime()` only.
  * @module
  */
-import { DLPackError } from "../src/errors.ts";
+import { DLPackError, shown } from "../src/errors.ts";
 import { bunRuntime } from "./bun.ts";
 import { denoRuntime } from "./deno.ts";
 import { ABI_VERSION, DESCRIPTION_BYTES, type Symbols, symbols } from "./symbols.ts";
 import { RELEASE_VERSION } from "./checksums.ts";
+import { type PrivateCopy, sweepPrivateCopies, writePrivateCopy } from "./files.ts";
 import { fetchRelease, releaseFileName } from "./remote.ts";
 import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
 
 export type { Bound, NativeType, OpenLibrary, Runtime, SymbolSpec, SymbolTable } from "./types.ts";
 export { ABI_VERSION, DESCRIPTION_BYTES } from "./symbols.ts";
 export { RELEASE_CHECKSUMS, RELEASE_VERSION } from "./checksums.ts";
-export { baseUrl, cacheDirectory, DEFAULT_BASE_URL, releaseFileName } from "./remote.ts";
+export { baseUrl, cacheDirectory, DEFAULT_BASE_URL, MAX_RELEASE_BYTES, releaseFileName } from "./remote.ts";
 
 let current: Runtime | undefined;
 
@@ -35,10 +36,14 @@ export function libraryFileName(os: string, stem = "dlpack"): string {
   return `lib${stem}.so`;
 }
 
-/** A file: URL as a path of this OS (undefined for other protocols). */
+/** A file: URL as a path of this OS (undefined for other protocols, and for what is no URL). */
 function filePath(url: URL): string | undefined {
-  if (url.protocol !== "file:") return undefined;
-  return decodeURIComponent(url.pathname.replace(/^\/([A-Za-z]:)/, "$1"));
+  try {
+    if (url.protocol !== "file:") return undefined;
+    return decodeURIComponent(url.pathname.replace(/^\/([A-Za-z]:)/, "$1"));
+  } catch {
+    return undefined; // a malformed %-escape, or an object that only pretends to be a URL
+  }
 }
 
 /** Where the local build puts a library, relative to this module (Windows puts DLLs in bin/). */
@@ -50,13 +55,33 @@ export function localBuildPath(os: string, stem = "dlpack"): string | undefined 
 /** The command that builds the native libraries from a checkout. */
 export const BUILD_COMMAND = "tools/build.sh (or: cd zig && zig build --release=safe)";
 
+/** What a lookup found: the path, or everything tried; `denied` says which permission Deno refused
+ * for a check, which then must not count as "not there". */
+type Found = { path: string } | { tried: string[]; denied?: string };
+
 /** The documented lookup order: the env override, a path the program chose, the local build next
- * to this module. Returns the path, or what was tried when none of them has the library. */
-function lookup(envVar: string, stem: string, chosen?: string): { path: string } | { tried: string[] } {
+ * to this module. A check that Deno's permissions forbid is never taken for a missing file: an
+ * override that cannot be read is an error naming the flag, and an unchecked local build is
+ * reported as such. */
+function lookup(envVar: string, stem: string, chosen?: string): Found {
   const rt = runtime();
   const tried: string[] = [];
+  if (!rt.granted("env", envVar)) {
+    throw new DLPackError(
+      "library",
+      `cannot tell whether ${envVar} is set: Deno denies reading it, and a set ${envVar} must never be passed ` +
+        `over silently. Run with --allow-env=${envVar} (or --allow-env).`,
+    );
+  }
   const override = rt.env(envVar);
   if (override !== undefined && override !== "") {
+    if (!rt.granted("read", override)) {
+      throw new DLPackError(
+        "library",
+        `${envVar}=${override}: Deno denies reading it, so it cannot be checked. Run with --allow-read=${override} ` +
+          `(or --allow-read).`,
+      );
+    }
     if (rt.exists(override)) return { path: override };
     // An explicit override that points nowhere is a configuration error, not a hint to fall back.
     throw new DLPackError(
@@ -71,40 +96,54 @@ function lookup(envVar: string, stem: string, chosen?: string): { path: string }
   // file system, which only dlopen understands.
   if (chosen !== undefined) return { path: chosen };
   const local = localBuildPath(rt.os, stem);
-  if (local !== undefined) {
-    if (rt.exists(local)) return { path: local };
-    tried.push(`${local} (not built)`);
-  } else {
+  if (local === undefined) {
     tried.push(`the local build (this module was loaded from ${import.meta.url}, not from a file)`);
+  } else if (!rt.granted("read", local)) {
+    tried.push(`${local} (not checked: Deno denies reading it)`);
+    return { tried, denied: `run with --allow-read=${local} (or --allow-read)` };
+  } else if (rt.exists(local)) {
+    return { path: local };
+  } else {
+    tried.push(`${local} (not built)`);
   }
   return { tried };
+}
+
+/** The error for a lookup that a refused permission stopped. */
+function deniedError(name: string, found: { tried: string[]; denied?: string }): DLPackError {
+  return new DLPackError(
+    "library",
+    `${name} could not be looked for: ${found.denied}; tried: ${found.tried.join("; ")}.`,
+  );
 }
 
 /** Finds a library: the env override first, then the local build next to this module. */
 export function findLibrary(envVar: string, stem = "dlpack"): string {
   const found = lookup(envVar, stem);
   if ("path" in found) return found.path;
+  const name = libraryFileName(runtime().os, stem);
+  if (found.denied !== undefined) throw deniedError(name, found);
   throw new DLPackError(
     "library",
-    `${libraryFileName(runtime().os, stem)} not found; tried: ${found.tried.join("; ")}. ` +
-      `Build it with ${BUILD_COMMAND}, or point ${envVar} at a built copy.`,
+    `${name} not found; tried: ${found.tried.join("; ")}. Build it with ${BUILD_COMMAND}, or point ${envVar} at a ` +
+      `built copy.`,
   );
 }
 
-/** Opens any library with a neutral symbol table (tests and demos load their producers this way). */
-export function openLibrary<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
+/** Opens any library with a neutral symbol table (tests and demos load their producers this way).
+ * Every failure, a permission Deno refuses included, is a `DLPackError("library")`. */
+export function openLibrary<T extends SymbolTable>(path: string, table: T, shownPath = path): OpenLibrary<T> {
   try {
     return runtime().open(path, table);
   } catch (error) {
-    throw new DLPackError("library", `could not load ${path}: ${(error as Error).message}`);
+    // Deno's own message names the flag when it is the permission that failed.
+    throw new DLPackError("library", `could not load ${shownPath}: ${(error as Error)?.message ?? String(error)}`);
   }
 }
 
 let loaded: OpenLibrary<Symbols> | undefined;
 /** Set by {@link useLibrary}. */
 let chosen: string | undefined;
-/** A verified release build {@link ready} downloaded or found in the cache. */
-let prepared: string | undefined;
 let preparing: Promise<string> | undefined;
 
 const remoteHint = () =>
@@ -115,8 +154,8 @@ const remoteHint = () =>
 function corePathOrThrow(): string {
   const found = lookup("DLPACK_LIB", "dlpack", chosen);
   if ("path" in found) return found.path;
-  if (prepared !== undefined) return prepared;
   const rt = runtime();
+  if (found.denied !== undefined) throw deniedError(libraryFileName(rt.os), found);
   const release = releaseFileName(RELEASE_VERSION, rt.os, rt.arch);
   const remote = filePath(new URL(import.meta.url)) === undefined;
   throw new DLPackError(
@@ -130,13 +169,29 @@ function corePathOrThrow(): string {
   );
 }
 
+/** Loads a private copy through its descriptor, or by its path where /proc is not mounted. */
+function loadCopy(copy: PrivateCopy, origin: string): void {
+  if (copy.loadPath === copy.file) {
+    load(copy.file, origin);
+    return;
+  }
+  try {
+    load(copy.loadPath, origin);
+  } catch (error) {
+    if (!(error instanceof DLPackError) || !error.message.startsWith(`could not load ${origin}: `)) throw error;
+    load(copy.file, origin);
+  }
+}
+
 /**
- * Makes libdlpack ready to use and returns the path it was loaded from. With a local build (or
- * `DLPACK_LIB`, or {@link useLibrary}) this only loads it. Without one, for instance when the
- * module is imported by URL, it downloads the release build for this OS and CPU from
- * `DLPACK_BASE_URL` (default: the project's GitHub release of this version), checks its SHA-256
+ * Makes libdlpack ready to use and returns where it came from. With a local build (or
+ * `DLPACK_LIB`, or {@link useLibrary}) this only loads it and returns its path. Without one, for
+ * instance when the module is imported by URL, it downloads the release build for this OS and CPU
+ * from `DLPACK_BASE_URL` (default: the project's GitHub release of this version), checks its SHA-256
  * against the table shipped in this module, and caches it under `DLPACK_CACHE`, `$DENO_DIR/dlpack-ts`,
- * `$XDG_CACHE_HOME/dlpack-ts` or `~/.cache/dlpack-ts`, so later runs need no network.
+ * `$XDG_CACHE_HOME/dlpack-ts` or `~/.cache/dlpack-ts`, so later runs need no network; it then returns
+ * the cached file's path (or the URL, when the download could not be cached). The verified bytes are
+ * loaded from a private copy, never from the shared cache file they were checked in.
  * Everything else in the API is synchronous and needs this to have finished first (a top-level
  * `await ready()` in the program's entry). Throws `DLPackError("library")` listing everything
  * tried.
@@ -144,18 +199,47 @@ function corePathOrThrow(): string {
 export function ready(): Promise<string> {
   preparing ??= prepare().catch((error) => {
     preparing = undefined; // a later call may succeed (network back, server fixed)
-    throw error;
+    throw error instanceof DLPackError
+      ? error
+      : new DLPackError("library", `ready() failed: ${(error as Error)?.message ?? String(error)}`);
   });
   return preparing;
 }
 
 async function prepare(): Promise<string> {
   if (loaded !== undefined) return loaded.path;
+  const rt = runtime();
   const found = lookup("DLPACK_LIB", "dlpack", chosen);
-  if (!("path" in found) && prepared === undefined) {
-    prepared = await fetchRelease(runtime(), found.tried, remoteHint());
+  if ("path" in found) return load(found.path, found.path).path;
+  if (found.denied !== undefined) throw deniedError(libraryFileName(rt.os), found);
+  const release = await fetchRelease(rt, found.tried, remoteHint());
+  // useLibrary() and a first use during the download loaded another library meanwhile: keep that one.
+  const meanwhile = loaded as OpenLibrary<Symbols> | undefined;
+  if (meanwhile !== undefined) return meanwhile.path;
+  checkFfiPermission(rt);
+  const name = releaseFileName(RELEASE_VERSION, rt.os, rt.arch);
+  const places = release.cacheDir === undefined ? [undefined] : [release.cacheDir, undefined];
+  const copy = await writePrivateCopy(rt, places, name, release.bytes);
+  if ("failed" in copy) {
+    throw new DLPackError(
+      "library",
+      `the verified ${name} (from ${release.origin}) could not be written to a private file to load it from; ` +
+        `tried: ${copy.failed.join("; ")}. Run with --allow-write=${release.cacheDir ?? "<a writable folder>"}.`,
+    );
   }
-  core();
+  try {
+    loadCopy(copy, release.origin);
+  } finally {
+    // Once loaded the file can go: the mapping stays (except on Windows, swept on a later run).
+    await copy.remove();
+  }
+  if (release.cacheDir !== undefined) await sweepPrivateCopies(release.cacheDir);
+  if (release.uncached !== undefined) {
+    console.warn(
+      `dlpack-ts: loaded the verified release build from ${release.origin}, but ${release.uncached}; ` +
+        `the next run downloads it again`,
+    );
+  }
   return loaded!.path;
 }
 
@@ -165,6 +249,9 @@ async function prepare(): Promise<string> {
  * embed it. Call it before the first use; changing it afterwards throws.
  */
 export function useLibrary(path: string | URL): void {
+  if (typeof path !== "string" && !(path instanceof URL)) {
+    throw new DLPackError("argument", `useLibrary() needs a file path or a file: URL, got ${shown(path)}`);
+  }
   const resolved = typeof path === "string" ? path : filePath(path);
   if (resolved === undefined || resolved === "") {
     throw new DLPackError("library", `useLibrary() needs a file path or file: URL, got ${String(path)}`);
@@ -182,31 +269,58 @@ export function useLibrary(path: string | URL): void {
 export function core(): Bound<Symbols> {
   if (loaded !== undefined) return loaded.symbols;
   const path = corePathOrThrow();
-  // Ask for the version alone first: a library of another ABI may lack symbols of this table, and
-  // the version mismatch is the error worth reporting.
-  const probe = openLibrary(path, { dlpk_abi_version: symbols.dlpk_abi_version });
-  const version = probe.symbols.dlpk_abi_version();
-  probe.close();
-  if (version !== ABI_VERSION) {
-    throw new DLPackError(
-      "library",
-      `${path} speaks native ABI ${version}, this module needs ${ABI_VERSION}: rebuild it with ${BUILD_COMMAND}`,
-    );
+  return load(path, path).symbols;
+}
+
+/** Refuses, up front, an FFI permission that would let the library load but fail its first use:
+ * Deno's pointer functions (`Deno.UnsafePointer`, `Deno.UnsafePointerView`), which every import
+ * and export calls, need `--allow-ffi` without a path. */
+function checkFfiPermission(rt: Runtime): void {
+  if (rt.granted("ffi")) return;
+  throw new DLPackError(
+    "library",
+    "libdlpack needs Deno's FFI permission without a path: run with --allow-ffi. A path-scoped " +
+      "--allow-ffi=<dir> lets Deno load the library but not run the pointer functions (Deno.UnsafePointer, " +
+      "Deno.UnsafePointerView) that every import and export uses.",
+  );
+}
+
+/**
+ * Loads `file` (reported as `shownPath`), checks its ABI and keeps it. The version is asked for
+ * alone first, so a library of another ABI that lacks symbols of this table gets the version
+ * mismatch reported; that probe stays open while the whole table is bound, so the second dlopen
+ * finds the library already loaded under the same name and returns it without opening the file
+ * again: both handles are the same bytes.
+ */
+function load(file: string, shownPath: string): OpenLibrary<Symbols> {
+  checkFfiPermission(runtime());
+  const probe = openLibrary(file, { dlpk_abi_version: symbols.dlpk_abi_version }, shownPath);
+  let lib: OpenLibrary<Symbols>;
+  try {
+    const version = probe.symbols.dlpk_abi_version();
+    if (version !== ABI_VERSION) {
+      throw new DLPackError(
+        "library",
+        `${shownPath} speaks native ABI ${version}, this module needs ${ABI_VERSION}: rebuild it with ${BUILD_COMMAND}`,
+      );
+    }
+    lib = openLibrary(file, symbols, shownPath);
+  } finally {
+    probe.close();
   }
-  const lib = openLibrary(path, symbols);
   const size = lib.symbols.dlpk_description_size();
   if (size !== DESCRIPTION_BYTES) {
     lib.close();
     throw new DLPackError(
       "library",
-      `${path} describes tensors in ${size} bytes, this module expects ${DESCRIPTION_BYTES}: rebuild it with ${BUILD_COMMAND}`,
+      `${shownPath} describes tensors in ${size} bytes, this module expects ${DESCRIPTION_BYTES}: rebuild it with ${BUILD_COMMAND}`,
     );
   }
   // Deleters and capsule destructors handed to foreign code point into this library: it must stay
   // mapped even if this runtime closes its handle (Deno does when an isolate ends).
   lib.symbols.dlpk_retain_library();
-  loaded = lib;
-  return lib.symbols;
+  loaded = { path: shownPath, symbols: lib.symbols, close: lib.close };
+  return loaded;
 }
 
 /** libdlpack's bound functions if something has loaded it already; never loads it. */
@@ -214,7 +328,8 @@ export function loadedCore(): Bound<Symbols> | undefined {
   return loaded?.symbols;
 }
 
-/** The path libdlpack was loaded from (loads it if needed). */
+/** The path libdlpack was loaded from (loads it if needed); for a release build, what
+ * {@link ready} returned. */
 export function corePath(): string {
   core();
   return loaded!.path;

@@ -38,6 +38,9 @@ export interface OpenLibrary<T extends SymbolTable> {
   close(): void;
 }
 
+/** The kinds of permission Deno asks for (`--allow-<kind>`). */
+export type PermissionKind = "env" | "read" | "write" | "net" | "ffi";
+
 /** What each runtime binding provides; nothing outside ffi/ knows which runtime is running. */
 export interface Runtime {
   readonly name: "deno" | "bun";
@@ -60,16 +63,18 @@ export interface Runtime {
   runCommand(program: string, args: readonly string[]): { code: number; stdout: string; stderr: string } | undefined;
   /** Reads a NUL-terminated UTF-8 string at `address`. */
   cString(address: number): string;
-  /** A whole file, or undefined when it does not exist (other failures throw). */
-  readFile(path: string): Promise<Uint8Array | undefined>;
-  /** Writes `dir/name` so that readers see the old file or the whole new one, never a part
-   * (creates `dir` as needed). */
-  writeFileAtomic(dir: string, name: string, bytes: Uint8Array): Promise<void>;
   /** Whether this realm runs on the process's main thread (not in a Worker). */
   readonly mainThread: boolean;
   /** Lets a channel's listener run without keeping the process alive; false where the runtime
    * cannot (the caller then closes the channel when it is not needed). */
   unrefChannel(channel: BroadcastChannel): boolean;
+  /** Whether the runtime grants a permission without asking (Deno's --allow-* flags; always true
+   * in Bun, which has none). `target`: the variable, path or host it is needed for; for "ffi"
+   * without a target, whether FFI is allowed unscoped. Never prompts. */
+  granted(kind: PermissionKind, target?: string): boolean;
+  /** Creates a fresh folder only this user can enter (mode 0700 where modes exist) inside `parent`,
+   * or inside the system's temporary folder, and returns its path. */
+  makePrivateDir(parent?: string): Promise<string>;
   /** OS and CPU names as Deno spells them ("linux", "darwin", "windows"; "x86_64", "aarch64"). */
   readonly os: string;
   readonly arch: string;

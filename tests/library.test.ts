@@ -1,8 +1,10 @@
 // Library lookup and the ABI check, in fresh processes (the loaded library is cached per process).
 import assert from "node:assert/strict";
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { ABI_VERSION, corePath, findLibrary, libraryFileName, localBuildPath, runtime } from "../ffi/mod.ts";
 import { DLPackError } from "../mod.ts";
-import { runScript, test } from "./support/harness.ts";
+import { repoRoot, runIsolated, runScript, test } from "./support/harness.ts";
 
 const probe = new URL("./support/load_probe.ts", import.meta.url).pathname;
 
@@ -56,3 +58,43 @@ test("libdlpack stays mapped once retained, even after its handle is closed", ()
   assert.equal(retained.code, 0, retained.stderr);
   assert.match(retained.stdout, /retain 0\nmapped true/);
 }, { skip: runtime().os === "linux" ? false : "reads /proc/self/maps (Linux)" });
+
+test("the library is opened once: a file swapped in after the ABI probe's dlopen is never loaded", () => {
+  // The ABI probe stays open while the whole table is bound, so the second dlopen finds the library
+  // already loaded under that name and does not open the file again. The child swaps the test
+  // producer (another ABI, none of the table's symbols) in right after the first dlopen returns.
+  const dir = mkdtempSync(`${tmpdir()}/dlpack-once-`);
+  try {
+    const lib = `${dir}/libdlpack.so`;
+    copyFileSync(corePath(), lib);
+    const foreign = findLibrary("DLPACK_TESTPROD_LIB", "dlpack_testprod");
+    const out = runIsolated(
+      `import * as fs from "node:fs";
+const ffi = globalThis.Deno ?? import.meta.require("bun:ffi");
+const dlopen = ffi.dlopen;
+const opened = [];
+ffi.dlopen = (path, symbols) => {
+  const library = dlopen.call(ffi, path, symbols);
+  if (opened.push(path) === 1) {
+    fs.copyFileSync(${JSON.stringify(foreign)}, ${JSON.stringify(`${lib}.new`)});
+    fs.renameSync(${JSON.stringify(`${lib}.new`)}, ${JSON.stringify(lib)});
+  }
+  return library;
+};
+const { exportDLPack, importDLPack, ready } = await import(${JSON.stringify(`${repoRoot}/mod.ts`)});
+try {
+  console.log("ready " + await ready());
+  using view = importDLPack(exportDLPack(new Float32Array([1, 2])));
+  console.log("works " + view.dtype + " after " + opened.length + " dlopen calls");
+} catch (error) {
+  console.log("error " + error.message);
+}
+`,
+      { env: { DLPACK_LIB: lib }, allowAll: true },
+    );
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(out.stdout, `ready ${lib}\nworks float32 after 2 dlopen calls\n`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, { skip: runtime().os === "linux" ? false : "copies the Linux build" });

@@ -40,6 +40,15 @@ test("useLibrary() refuses to switch once the library is loaded, and refuses non
   useLibrary(corePath()); // the same path is fine
   assert.throws(() => useLibrary("/elsewhere/libdlpack.so"), isLibraryError(/already loaded from .*; call useLibrary/));
   assert.throws(() => useLibrary(new URL("https://example.com/libdlpack.so")), isLibraryError(/needs a file path/));
+  // Neither a string nor a URL: an argument error, not a TypeError from reading its properties.
+  for (const wrong of [null, undefined, 42, { protocol: "file:", pathname: "/x" }]) {
+    assert.throws(() => useLibrary(wrong as unknown as string), (e: unknown) => {
+      assert.ok(e instanceof DLPackError && e.code === "argument", String(e));
+      assert.match(e.message, /^useLibrary\(\) needs a file path or a file: URL, got /);
+      return true;
+    });
+  }
+  assert.throws(() => useLibrary(new URL("file:///a%ZZ.so")), isLibraryError(/needs a file path/));
 });
 
 test("useLibrary(path) is used in a fresh process; DLPACK_LIB still wins over it", () => {
@@ -71,9 +80,35 @@ test("the cache folder: DLPACK_CACHE, then DENO_DIR, XDG_CACHE_HOME, LOCALAPPDAT
   const { XDG_CACHE_HOME: _x, ...homeOnly } = rest;
   assert.deepEqual(cacheDirectory(fakeRuntime(homeOnly, "linux")), { dir: "/h/.cache/dlpack-ts", from: "HOME" });
   assert.deepEqual(cacheDirectory(fakeRuntime(homeOnly, "windows")), { dir: "C:\\L/dlpack-ts", from: "LOCALAPPDATA" });
-  const none = cacheDirectory(fakeRuntime({}));
-  assert.ok(
-    "missing" in none && /none of DLPACK_CACHE, DENO_DIR, XDG_CACHE_HOME, HOME .*--allow-env/.test(none.missing),
+  assert.deepEqual(cacheDirectory(fakeRuntime({})), {
+    missing: "no cache folder: none of DLPACK_CACHE, DENO_DIR, XDG_CACHE_HOME, HOME is set",
+  });
+});
+
+test("the cache folder and base URL under Deno's permissions: a refused override is an error naming the flag", () => {
+  const refusing = (env: Record<string, string>, refused: string[]): Runtime => ({
+    ...fakeRuntime(env),
+    granted: (kind, target) => !(kind === "env" && refused.includes(target!)),
+  });
+  // A conventional folder that cannot be read is passed over, and the reason kept.
+  assert.deepEqual(cacheDirectory(refusing({ DENO_DIR: "/d", HOME: "/h" }, ["DENO_DIR"])), {
+    dir: "/h/.cache/dlpack-ts",
+    from: "HOME",
+  });
+  assert.deepEqual(cacheDirectory(refusing({}, ["DENO_DIR", "HOME"])), {
+    missing: "no cache folder: none of DLPACK_CACHE, DENO_DIR, XDG_CACHE_HOME, HOME is set; " +
+      "Deno denies reading DENO_DIR, HOME: run with --allow-env=DENO_DIR,HOME",
+  });
+  // The explicit overrides never fall back silently.
+  assert.throws(
+    () => cacheDirectory(refusing({ HOME: "/h" }, ["DLPACK_CACHE"])),
+    isLibraryError(
+      /^cannot tell whether DLPACK_CACHE is set: Deno denies reading it\. Run with --allow-env=DLPACK_CACHE/,
+    ),
+  );
+  assert.throws(
+    () => baseUrl(refusing({}, ["DLPACK_BASE_URL"])),
+    isLibraryError(/^cannot tell whether DLPACK_BASE_URL is set: .*--allow-env=DLPACK_BASE_URL/),
   );
 });
 
@@ -82,6 +117,18 @@ test("the base URL: the versioned GitHub release by default, DLPACK_BASE_URL ove
   assert.equal(baseUrl(fakeRuntime({})), DEFAULT_BASE_URL);
   assert.equal(baseUrl(fakeRuntime({ DLPACK_BASE_URL: "http://mirror/x" })), "http://mirror/x/");
   assert.equal(baseUrl(fakeRuntime({ DLPACK_BASE_URL: "http://mirror/x/" })), "http://mirror/x/");
+});
+
+test("a DLPACK_BASE_URL that is no URL is a library error naming it, not a TypeError", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/dlpack-base-`);
+  try {
+    await assert.rejects(
+      fetchRelease(fakeRuntime({ DLPACK_BASE_URL: "::not a url", DLPACK_CACHE: dir }), [], "Build it."),
+      isLibraryError(/^DLPACK_BASE_URL=::not a url\/ is not a URL; tried: /),
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("a platform without a release build is a clear error before any download", async () => {

@@ -4,8 +4,15 @@
 // the build promises (glibc 2.17, macOS 11).
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { localBuildPath, RELEASE_CHECKSUMS, RELEASE_VERSION, releaseFileName, runtime } from "../ffi/mod.ts";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import {
+  localBuildPath,
+  MAX_RELEASE_BYTES,
+  RELEASE_CHECKSUMS,
+  RELEASE_VERSION,
+  releaseFileName,
+  runtime,
+} from "../ffi/mod.ts";
 import { symbols } from "../ffi/symbols.ts";
 import { BinaryFormatError, compareVersions, readLibrary } from "./support/binfmt.ts";
 import { repoRoot, test } from "./support/harness.ts";
@@ -33,6 +40,13 @@ test("release: one artifact per target, named after deno.json's version", () => 
   assert.deepEqual(readdirSync(dist).filter((n) => n.startsWith("libdlpack-")).sort(), expected);
   assert.equal(releaseFileName("1.2.3", "windows", "x86_64"), "libdlpack-1.2.3-windows-x86_64.dll");
   assert.equal(releaseFileName("1.2.3", "darwin", "aarch64"), "libdlpack-1.2.3-darwin-aarch64.dylib");
+}, { skip });
+
+test("release: every artifact is far below the download cap, so the cap refuses only what no build can be", () => {
+  for (const name of Object.keys(RELEASE_CHECKSUMS)) {
+    const size = statSync(`${dist}/${name}`).size;
+    assert.ok(size <= MAX_RELEASE_BYTES / 8, `${name} has ${size} bytes: raise MAX_RELEASE_BYTES in ffi/remote.ts`);
+  }
 }, { skip });
 
 test("release: the artifacts match the committed checksum table and dist/SHA256SUMS", () => {

@@ -58,12 +58,20 @@ function sandbox(): Sandbox {
   return box;
 }
 
-/** `deno run` of the URL demo with exactly the permissions the README documents. */
-function runByUrl(box: Sandbox, port: number, base: string, cache: string, env: Record<string, string> = {}) {
+/** `deno run` of the URL demo with exactly the permissions the README documents (`net`: the hosts
+ * --allow-net names, by default the server's). */
+function runByUrl(
+  box: Sandbox,
+  port: number,
+  base: string,
+  cache: string,
+  env: Record<string, string> = {},
+  net = `127.0.0.1:${port}`,
+) {
   return spawn(tool("deno"), [
     "run",
     "--allow-ffi", // a path-scoped --allow-ffi lets dlopen through but not the pointer functions
-    `--allow-net=127.0.0.1:${port}`,
+    `--allow-net=${net}`,
     `--allow-read=${cache}`,
     `--allow-write=${cache}`,
     "--allow-env=DLPACK_LIB,DLPACK_BASE_URL,DLPACK_CACHE,DENO_DIR,XDG_CACHE_HOME,HOME",
@@ -131,7 +139,7 @@ test("by URL: a tampered artifact is refused, nothing is cached, and the error l
   }
 }, { skip, timeout: 120_000 });
 
-test("by URL: a 404 and an unreachable server are clear errors naming the URL", async () => {
+test("by URL: a 404, an unreachable server and a refused --allow-net are clear errors naming the URL", async () => {
   const box = sandbox();
   const server = serveLoopback(handler);
   try {
@@ -148,13 +156,25 @@ test("by URL: a 404 and an unreachable server are clear errors naming the URL", 
     const dead = await closedPort();
     const unreachable = await runByUrl(box, server.port, "dist", cache, {
       DLPACK_BASE_URL: `http://127.0.0.1:${dead}/dist/`,
-    });
+    }, "127.0.0.1");
     assert.notEqual(unreachable.code, 0, show(unreachable));
     assert.ok(
       unreachable.stderr.includes(`http://127.0.0.1:${dead}/dist/${artifact} (no connection: `),
       show(unreachable),
     );
     assert.match(unreachable.stderr, /set DLPACK_BASE_URL to where/);
+
+    // The same host outside --allow-net is Deno's refusal, not a dead network, and says which flag.
+    const refused = await runByUrl(box, server.port, "dist", cache, {
+      DLPACK_BASE_URL: `http://127.0.0.1:${dead}/dist/`,
+    });
+    assert.notEqual(refused.code, 0, show(refused));
+    assert.ok(
+      refused.stderr.includes(
+        `http://127.0.0.1:${dead}/dist/${artifact} (Deno denies the download: run with --allow-net=127.0.0.1:${dead})`,
+      ),
+      show(refused),
+    );
   } finally {
     await server.close();
     rmSync(box.root, { recursive: true, force: true });
