@@ -184,7 +184,7 @@ deleter = xt.DELETER(lambda address: deleted.append(address))
 extents = (c_int64 * 1)(4)
 odd = xt.Managed(1, 3, None, ctypes.cast(deleter, c_void_p).value, 0,
                  xt.DLTensor(ctypes.addressof(junk), 1, 0, 1, 99, 32, 1, extents, None, 0))
-expect(BufferError, lambda: f.to_object(ctypes.addressof(odd), byref(out)))
+expect(BufferError, lambda: f.to_object(ctypes.addressof(odd), byref(out)))  # dtype code 99
 assert deleted == [ctypes.addressof(odd)], deleted  # ownership passed: released exactly once
 good = xt.Managed(1, 3, None, ctypes.cast(deleter, c_void_p).value, 0,
                   xt.DLTensor(ctypes.addressof(junk), 1, 0, 1, 2, 32, 1, extents, None, 0))

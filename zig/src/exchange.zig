@@ -110,10 +110,6 @@ fn count(counter: Counter) void {
     _ = counters[@intFromEnum(counter)].fetchAdd(1, .monotonic);
 }
 
-pub fn counted(counter: Counter) u64 {
-    return counters[@intFromEnum(counter)].load(.monotonic);
-}
-
 // ---------------------------------------------------------------------------------------------
 // State set by `install` (GIL held): the DLPackTensor class and interned attribute names.
 
@@ -264,7 +260,8 @@ fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
     if (status != .ok) {
         dlpack.deleteManaged(tensor, true);
         stats.add(.deleters_called, 1);
-        return raise(a, a.PyExc_BufferError.*, "the tensor was refused (import status {d}) and released", .{@intFromEnum(status)});
+        const reason = std.enums.tagName(describe.Status, status) orelse "invalid";
+        return raise(a, a.PyExc_BufferError.*, "the tensor was refused ({s}) and released", .{reason});
     }
     const created = owner_mod.create(.versioned, tensor, 0) orelse {
         dlpack.deleteManaged(tensor, true);
