@@ -9,6 +9,7 @@ import { fromPython, toPython } from "../python.ts";
 import { producerStream } from "../cuda.ts";
 import { missing, noPython, python } from "./support/python.ts";
 import { collectGarbage, repoRoot, runIsolated, test } from "./support/harness.ts";
+import { fakeDriverPath } from "./support/fakecuda.ts";
 import { COUNTER_NAMES, INSTALL_XT } from "./python_exchange_ctypes.ts";
 
 const skip = { skip: noPython };
@@ -268,6 +269,54 @@ test("fromPython takes a producer's table: no __dlpack__ call, stream and refusa
   unusable.dispose();
   intForm.dispose();
   await balanced(before, "fake");
+}, skip);
+
+test("CUDA exports with a producer stream never go through the table (fake driver, child process)", () => {
+  const source = `
+import assert from "node:assert/strict";
+import { empty, stats } from "${repoRoot}/mod.ts";
+import * as cuda from "${repoRoot}/cuda.ts";
+import { bindFakeDriver } from "${repoRoot}/tests/support/fakecuda.ts";
+import { fromPython, openPython, toPython } from "${repoRoot}/python.ts";
+const fake = bindFakeDriver(${JSON.stringify(fakeDriverPath())});
+const py = openPython();
+const counts = () => py.eval("__import__('dlpack_ts')._native_exchange_counts()").toJS() as number[];
+const diff = (a: number[], b: number[]) => b.map((v, i) => v - a[i]);
+const d = empty([4], "float32", { device: { type: "cuda", id: 0 } });
+// Data ready on the legacy default stream: the table lends it (the view's stream is NULL).
+let obj = toPython(d, py);
+let before = counts();
+let v = fromPython(obj);
+// from_py_object, then current_work_stream (CUDA data), one import through the table.
+assert.deepEqual(diff(before, counts()), [0, 1, 0, 0, 1, 1, 0, 0]);
+assert.equal(v.address, d.address);
+assert.equal(cuda.producerStream(v), null);
+v.dispose();
+obj.dispose();
+// Data ready on a stream of its own: the table refuses, __dlpack__ fences the consumer on it.
+const producer = cuda.createStream();
+cuda.setProducerStream(d, producer);
+obj = toPython(d, py);
+before = counts();
+const waits = fake.stats().waits;
+v = fromPython(obj);
+assert.deepEqual(diff(before, counts()), [0, 1, 0, 0, 0, 0, 1, 0]);
+assert.equal(fake.stats().waits, waits + 1, "__dlpack__(stream=None) made the legacy stream wait");
+assert.equal(v.address, d.address);
+v.dispose();
+obj.dispose();
+const DLPackTensor = py.eval("__import__('dlpack_ts').DLPackTensor");
+assert.throws(() => toPython(d, py, { as: DLPackTensor }), /producer stream/);
+DLPackTensor.dispose();
+d.dispose();
+cuda.destroyStream(producer);
+py.exec("import gc; gc.collect()");
+const s = stats();
+console.log("RESULT", s.imports, s.exports, s.pinned);
+`;
+  const out = runIsolated(source, { env: { DLPACK_CUDA_LIB: fakeDriverPath(), FAKECUDA_DEVICES: "1" } });
+  assert.equal(out.code, 0, `exit ${out.code}: ${out.stderr.slice(-3000)}`);
+  assert.match(out.stdout, /RESULT 0 0 0/, out.stdout + out.stderr.slice(-2000));
 }, skip);
 
 test("fromPython of a DLPackTensor takes its own table; read-only data falls back to __dlpack__", async () => {

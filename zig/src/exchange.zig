@@ -618,6 +618,12 @@ pub fn wrapAs(template: usize, kind: usize) usize {
         _ = raise(a, a.PyExc_BufferError.*, "read-only data is not handed to managed_tensor_to_py_object_no_sync", .{});
         return 0;
     }
+    if (exports.hasProducerStream(template)) {
+        // That function takes no stream: nothing would order the consumer after ours.
+        _ = raise(a, a.PyExc_BufferError.*, "CUDA data with a producer stream is not handed to " ++
+            "managed_tensor_to_py_object_no_sync (it cannot wait for that stream)", .{});
+        return 0;
+    }
     return lend(give.?, template) catch |failure| {
         switch (failure) {
             error.OutOfMemory => _ = raise(a, a.PyExc_MemoryError.*, "out of memory", .{}),
