@@ -6,8 +6,9 @@ import { exportDLPack, importDLPack, stats, zeros } from "../mod.ts";
 import { runtime } from "../ffi/mod.ts";
 import { deleted, tp } from "../tests/support/producer.ts";
 import { bareArrayBuffer } from "./floor.ts";
+import { measure, SAMPLES } from "./measure.ts";
+import { bridgeCases } from "./bridge.ts";
 
-const SAMPLES = 7;
 const out: Record<string, number | string | boolean> = { runtime: runtime().name };
 
 function rssBytes(): number {
@@ -16,19 +17,6 @@ function rssBytes(): number {
 
 function settle(): void {
   for (let i = 0; i < 3; i++) runtime().gc();
-}
-
-/** Median over SAMPLES batches of ns per call of `fn`. */
-function measure(iterations: number, fn: () => void): number {
-  for (let i = 0; i < Math.min(iterations, 20_000); i++) fn(); // warm up the JIT
-  const perCall: number[] = [];
-  for (let s = 0; s < SAMPLES; s++) {
-    const t0 = performance.now();
-    for (let i = 0; i < iterations; i++) fn();
-    perCall.push(((performance.now() - t0) * 1e6) / iterations);
-  }
-  perCall.sort((a, b) => a - b);
-  return perCall[Math.floor(perCall.length / 2)];
 }
 
 // A reusable producer tensor per size: its deleter only counts, so the loop times the import alone.
@@ -146,23 +134,7 @@ settle();
   out.copy_into_every_other_column_GBps = gbps(measure(3, () => half.copyFrom(everyOther)), bytes / 2);
 }
 
-// JS -> numpy -> JS through the embedded Python, when available.
-try {
-  const { openPython, toPython, fromPython } = await import("../python.ts");
-  const py = openPython();
-  const np = py.import("numpy");
-  const fromDlpack = np.get("from_dlpack");
-  const x = new Float32Array(256);
-  out.roundtrip_js_numpy_js_ns = measure(20_000, () => {
-    const t = toPython(x, py);
-    const b = fromDlpack.call(t);
-    const v = fromPython(b);
-    v.dispose();
-    b.dispose();
-    t.dispose();
-  });
-} catch (error) {
-  out.roundtrip_js_numpy_js_ns = `unavailable: ${(error as Error).message.slice(0, 100)}`;
-}
+// The bridge rows: JS -> numpy -> JS, and torch (bench/bridge.ts).
+bridgeCases(out);
 
 console.log(JSON.stringify(out));

@@ -1,12 +1,15 @@
-"""The Python side of the benchmark: the same operations in numpy, JAX and pyarrow, timed with
-timeit, printed as one JSON object of medians (ns per operation)."""
+"""The Python side of the benchmark: the same operations in numpy, JAX, pyarrow and torch, timed
+with timeit, printed as one JSON object of medians (ns per operation). With --only=bridge, only
+what the bridge rows compare with (numpy's round trip, torch)."""
 import json
 import statistics
+import sys
 import timeit
 
 import numpy as np
 
 SAMPLES = 7
+BRIDGE_ONLY = "--only=bridge" in sys.argv[1:]
 out = {"numpy": np.__version__}
 
 
@@ -17,12 +20,34 @@ def median_ns(stmt, number, setup_globals):
 
 a = np.zeros(256, dtype=np.float32)
 g = {"np": np, "a": a}
+out["numpy_roundtrip_ns"] = median_ns("np.from_dlpack(np.from_dlpack(a))", 100_000, g)
+
+
+def torch_cases():
+    """torch.from_dlpack of a torch tensor in a plain Python process (the bridge rows measure it
+    inside the embedded interpreter too), and torch's own __dlpack__."""
+    try:
+        import torch
+    except ImportError as error:
+        out["torch"] = "unavailable: %s" % error
+        return
+    out["torch"] = torch.__version__
+    g.update(torch=torch, t=torch.zeros(256))
+    median_ns("torch.from_dlpack(t)", 2_000, g)  # first calls import and cache
+    out["torch_from_dlpack_ns"] = median_ns("torch.from_dlpack(t)", 20_000, g)
+    out["torch_export_ns"] = median_ns("t.__dlpack__(max_version=(1, 0))", 20_000, g)
+
+
+torch_cases()
+if BRIDGE_ONLY:
+    print(json.dumps(out))
+    sys.exit(0)
+
 export = median_ns("a.__dlpack__(stream=None, max_version=(1, 0), dl_device=None, copy=None)", 200_000, g)
 out["numpy_export_ns"] = export
 out["numpy_from_dlpack_ns"] = median_ns("np.from_dlpack(a)", 200_000, g)
 # numpy's own import cost: from_dlpack minus the __dlpack__ call it makes.
 out["numpy_import_ns"] = out["numpy_from_dlpack_ns"] - export
-out["numpy_roundtrip_ns"] = median_ns("np.from_dlpack(np.from_dlpack(a))", 100_000, g)
 for label, size in (("1KiB", 1 << 10), ("1MiB", 1 << 20)):
     g["s"] = np.zeros(size // 4, dtype=np.float32)
     out[f"numpy_from_dlpack_{label}_ns"] = median_ns("np.from_dlpack(s)", 100_000, g)

@@ -1,14 +1,31 @@
 // `deno task bench`: runs bench/cases.ts under Deno and under Bun and bench/peers.py (numpy, JAX,
-// pyarrow with timeit) in ONE run on this machine, interleaved round by round, takes the median of
-// each figure across rounds, prints the table of medians and ratios against the peers, writes
-// bench/results.json and, with --docs, the table in docs/performance.md.
-import { readFileSync, writeFileSync } from "node:fs";
+// pyarrow, torch with timeit) in ONE run on this machine, interleaved round by round, takes the
+// median of each figure across rounds, prints the table of medians and ratios against the peers,
+// writes bench/results.json and, with --docs, the table in docs/performance.md. With
+// --only=bridge, runs and prints only the bridge rows (bench/bridge.ts) and writes nothing.
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { replaceBetweenMarkers } from "../tools/markers.ts";
 
 const root = new URL("../", import.meta.url).pathname;
 const ROUNDS = Number(Deno.args.find((a) => a.startsWith("--rounds="))?.split("=")[1] ?? 3);
+const BRIDGE_ONLY = Deno.args.includes("--only=bridge");
 const tools = `${root}.tools/bin`;
-const env = { ...Deno.env.toObject(), PYTHONPATH: `${root}.tools/python/site` };
+
+/** The pinned base site, each installed peer framework (tools/python.sh puts them in
+ * .tools/python/peers/<peer>), then whatever PYTHONPATH the caller set. */
+function pythonPath(): string {
+  const peers = `${root}.tools/python/peers`;
+  const dirs = [`${root}.tools/python/site`];
+  if (existsSync(peers)) {
+    for (const name of readdirSync(peers).sort()) {
+      if (!name.startsWith(".") && statSync(`${peers}/${name}`).isDirectory()) dirs.push(`${peers}/${name}`);
+    }
+  }
+  const inherited = Deno.env.get("PYTHONPATH");
+  if (inherited) dirs.push(inherited);
+  return dirs.join(":");
+}
+const env = { ...Deno.env.toObject(), PYTHONPATH: pythonPath() };
 
 function run(cmd: string, args: string[]): Record<string, number | string | boolean> {
   const out = new Deno.Command(cmd, { args, cwd: root, env, stdout: "piped", stderr: "piped" }).outputSync();
@@ -20,11 +37,13 @@ function run(cmd: string, args: string[]): Record<string, number | string | bool
 }
 
 const rounds: Record<string, Array<Record<string, number | string | boolean>>> = { deno: [], bun: [], python: [] };
+const cases = BRIDGE_ONLY ? "bench/bridge.ts" : "bench/cases.ts";
+const peerArgs = BRIDGE_ONLY ? ["bench/peers.py", "--only=bridge"] : ["bench/peers.py"];
 for (let r = 0; r < ROUNDS; r++) {
   console.error(`round ${r + 1}/${ROUNDS}`);
-  rounds.deno.push(run(`${tools}/deno`, ["run", "-A", "--v8-flags=--expose-gc", "bench/cases.ts"]));
-  rounds.python.push(run("python3", ["bench/peers.py"]));
-  rounds.bun.push(run(`${tools}/bun`, ["run", "bench/cases.ts"]));
+  rounds.deno.push(run(`${tools}/deno`, ["run", "-A", "--v8-flags=--expose-gc", cases]));
+  rounds.python.push(run("python3", peerArgs));
+  rounds.bun.push(run(`${tools}/bun`, ["run", cases]));
 }
 
 function median(side: string, key: string): number {
@@ -41,7 +60,23 @@ const memory = Math.round(
 const machine = `${cpu}, ${navigator.hardwareConcurrency} cores, ${memory} GiB, ${Deno.build.os} ${Deno.build.arch}`;
 const versions = `Deno ${Deno.version.deno}, Bun ${
   new TextDecoder().decode(new Deno.Command(`${tools}/bun`, { args: ["--version"] }).outputSync().stdout).trim()
-}, numpy ${rounds.python[0].numpy}`;
+}, numpy ${rounds.python[0].numpy}${torchVersion()}`;
+
+/** Why the torch rows are skipped (torch not importable in one of the runtimes), or undefined. */
+function torchSkipped(): string | undefined {
+  for (const side of ["deno", "bun"]) {
+    const value = rounds[side][0]?.torch;
+    if (typeof value !== "string" || value.startsWith("unavailable")) {
+      return `skipped: torch is not installed (${String(value ?? "not measured").slice(0, 120)})`;
+    }
+  }
+  return undefined;
+}
+
+function torchVersion(): string {
+  const value = rounds.deno[0]?.torch;
+  return typeof value === "string" && !value.startsWith("unavailable") ? `, torch ${value}` : "";
+}
 
 interface Row {
   name: string;
@@ -54,6 +89,10 @@ interface Row {
   /** Acceptable ratio (figure / reference): at most, or at least with `atLeast`. */
   target?: number;
   atLeast?: boolean;
+  /** The embedded-Python bridge rows (all that --only=bridge runs). */
+  bridge?: boolean;
+  /** Why the row was not measured (a peer that is not installed). */
+  skipped?: string;
 }
 
 const d = (k: string) => median("deno", k);
@@ -101,6 +140,37 @@ const rows: Row[] = [
     bun: b("roundtrip_js_numpy_js_ns"),
     ref: both(p("numpy_roundtrip_ns")),
     refText: `numpy → numpy → numpy (\`from_dlpack\` twice) ${fmt(p("numpy_roundtrip_ns"))} ns`,
+    bridge: true,
+  },
+  {
+    name: "`fromPython(t)` of a torch tensor (1 KiB), view disposed",
+    unit: "ns",
+    deno: d("from_python_torch_ns"),
+    bun: b("from_python_torch_ns"),
+    ref: [d("torch_from_dlpack_torch_ns"), b("torch_from_dlpack_torch_ns")],
+    refText: `\`torch.from_dlpack(t)\` of a torch tensor in the same process (timeit in the embedded interpreter: ${
+      fmt(d("torch_from_dlpack_torch_ns"))
+    } / ${fmt(b("torch_from_dlpack_torch_ns"))} ns; plain Python ${fmt(p("torch_from_dlpack_ns"))} ns)`,
+    target: 1,
+    bridge: true,
+    skipped: torchSkipped(),
+  },
+  {
+    name: "`torch.from_dlpack(toPython(x))` (1 KiB), both objects released",
+    unit: "ns",
+    deno: d("torch_from_dlpack_js_export_ns"),
+    bun: b("torch_from_dlpack_js_export_ns"),
+    ref: [d("torch_from_dlpack_torch_ns"), b("torch_from_dlpack_torch_ns")],
+    refText: `the same \`torch.from_dlpack(t)\` of a torch tensor (called from JS: ${
+      fmt(d("torch_from_dlpack_torch_from_js_ns"))
+    } / ${fmt(b("torch_from_dlpack_torch_from_js_ns"))} ns); \`torch.from_dlpack\` of a ready DLPackTensor ${
+      fmt(d("torch_from_dlpack_dlpacktensor_ns"))
+    } / ${fmt(b("torch_from_dlpack_dlpacktensor_ns"))} ns; \`toPython(x, py, { as: torch.Tensor })\` ${
+      fmt(d("to_python_as_torch_ns"))
+    } / ${fmt(b("to_python_as_torch_ns"))} ns`,
+    target: 1.5,
+    bridge: true,
+    skipped: torchSkipped(),
   },
   {
     name: "import + dispose at 1 GiB ÷ at 1 KiB",
@@ -207,6 +277,13 @@ const lines = [
 ];
 const misses: string[] = [];
 for (const row of rows) {
+  if (BRIDGE_ONLY && !row.bridge) continue;
+  if (row.skipped !== undefined) {
+    lines.push(
+      `| ${row.name} (${row.unit}) | — | — | ${row.skipped} | | | ${row.target === undefined ? "" : "skipped"} |`,
+    );
+    continue;
+  }
   const ratio = (v: number, ref: number) => (Number.isFinite(ref) ? v / ref : v);
   const rd = ratio(row.deno, row.ref[0]);
   const rb = ratio(row.bun, row.ref[1]);
@@ -224,7 +301,7 @@ for (const row of rows) {
     } | ${target} |`,
   );
 }
-const extras = [
+const extras = BRIDGE_ONLY ? [] : [
   `The 1M cycles left stats() at zero: Deno ${rounds.deno.every((r) => r.cycles_1M_stats_zero)}, Bun ${
     rounds.bun.every((r) => r.cycles_1M_stats_zero)
   }; ` +
@@ -246,5 +323,7 @@ const table = [
   misses.length === 0 ? "Every target met in this run." : `Targets missed in this run: ${misses.join("; ")}.`,
 ].join("\n");
 console.log(table);
-writeFileSync(`${root}bench/results.json`, JSON.stringify({ date, machine, versions, rounds }, null, 1));
-if (Deno.args.includes("--docs")) replaceBetweenMarkers(`${root}docs/performance.md`, "bench", table);
+if (!BRIDGE_ONLY) {
+  writeFileSync(`${root}bench/results.json`, JSON.stringify({ date, machine, versions, rounds }, null, 1));
+  if (Deno.args.includes("--docs")) replaceBetweenMarkers(`${root}docs/performance.md`, "bench", table);
+}

@@ -6,7 +6,7 @@
 import type { SymbolTable } from "./types.ts";
 
 /** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 8;
+export const ABI_VERSION = 9;
 
 /** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
 export const DESCRIPTION_BYTES = 120 + 16 * 64;
@@ -49,6 +49,7 @@ export const symbols = {
   dlpk_py_decref: { args: ["f64"], returns: "void" },
   dlpk_py_call1: { args: ["f64", "f64"], returns: "f64" },
   dlpk_py_wrap: { args: ["f64", "u32"], returns: "f64" },
+  dlpk_py_wrap_as: { args: ["f64", "f64"], returns: "f64" },
   dlpk_py_from: {
     args: ["f64", "i32", "i32", "i32", "i32", "i32", "f64", "u32", "f64", "f64", "u32"],
     returns: "i32",

@@ -13,7 +13,9 @@ import sys as _sys
 # _native_capsule(holder, flags) and _native_fence(holder, stream) are builtins libdlpack adds to
 # this module right after it runs (dlpk_py_install). \`holder\` is the capsule in which a
 # DLPackTensor keeps its export template; the template is released when the last reference to
-# that capsule goes, so no Python code ever handles a raw address.
+# that capsule goes, so no Python code ever handles a raw address. dlpk_py_install also sets
+# DLPackTensor.__dlpack_c_exchange_api__ (the DLPack 1.3 C exchange table, native code in
+# zig/src/exchange.zig) and adds _native_exchange_counts(), how often each path of that API ran.
 
 _CapsuleType = type(__import__("datetime").datetime_CAPI)
 _new = object.__new__
@@ -34,7 +36,10 @@ class DLPackTensor:
     """Memory owned by JavaScript (a TypedArray or a dlpack-ts view), shared without a copy.
 
     Speaks the DLPack protocol: numpy.from_dlpack, torch.from_dlpack and jax.dlpack.from_dlpack
-    accept it. The JS memory stays pinned until this object and every array made from it are gone.
+    accept it. Its type also has the DLPack C exchange API (__dlpack_c_exchange_api__), which
+    C consumers such as tvm-ffi use without calling Python; read-only data goes through
+    __dlpack__ only. The JS memory stays pinned until this object and every array made from it
+    are gone.
     Only dlpack-ts makes these (toPython in JavaScript); they cannot be subclassed, pickled or
     deep-copied, and copy.copy returns the object itself (it is immutable).
     """

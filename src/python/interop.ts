@@ -6,7 +6,7 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { checkDeviceId, DLPackError } from "../errors.ts";
-import { I32, refusalError, scratch, U32 } from "../description.ts";
+import { I32, I64, refusalError, scratch, U32 } from "../description.ts";
 import { type ArrayInterface, importArrayInterface } from "../array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
 import { deviceCode, type DeviceType } from "../devices.ts";
@@ -45,6 +45,8 @@ const STATUS_CONSUMED = 14;
 const STATUS_CAPSULE_NAME = 15;
 const STATUS_INTERFACE = 20;
 const STATUS_RAISED = 21;
+/** `detail_limit` of a description filled through a producer's C exchange table (exchange.zig). */
+const EXCHANGE_MARK = 0x4558n;
 const READ_ONLY = 1;
 const INT32_MAX = 0x7fff_ffff;
 const isView = ArrayBuffer.isView;
@@ -150,7 +152,13 @@ function streamOption(value: unknown): number {
 }
 
 /**
- * Imports a Python object as a zero-copy view: calls `obj.__dlpack__(max_version=(1, 3), ...)`
+ * Imports a Python object as a zero-copy view. When the object's type has a DLPack C exchange
+ * table (`__dlpack_c_exchange_api__`, DLPack 1.3: torch.Tensor, DLPackTensor) and no option asks
+ * for the legacy struct, a copy, a device or a stream, its `managed_tensor_from_py_object_no_sync`
+ * is called natively (no capsule, no Python code; the table is cached per type) and the tensor
+ * goes through the same checks as every import; CUDA data then records the producer's
+ * `current_work_stream` as the view's producer stream. A BufferError from the table falls back to
+ * `__dlpack__`. Otherwise: calls `obj.__dlpack__(max_version=(1, 3), ...)`
  * once (retrying the pre-2023 signature on TypeError), accepts a raw PyCapsule too, checks the
  * capsule name and the tensor, and only then renames the capsule to `used_*` and owns its
  * deleter. A refused capsule keeps its own destructor (nothing leaks). Objects without
@@ -210,6 +218,11 @@ export function fromPython(
   if (status !== 0) throw refusalError(status, scratch, false);
   const versioned = scratch.i32[I32.major] >= 0;
   const flags = scratch.u32[U32.flags];
+  // CUDA data from a producer's C exchange table is ready in the order of the producer's current
+  // work stream, which the native side asked for: later exports of the view fence on it.
+  const exchangeStream = isCudaFamilyCode(scratch.i32[I32.deviceType]) && scratch.i64[I64.limit] === EXCHANGE_MARK
+    ? scratch.i64[I64.found]
+    : 0n;
   const view = viewFromScratch(
     scratch,
     versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
@@ -218,15 +231,21 @@ export function fromPython(
   );
   // The producer ordered its work before our stream: later exports of this view fence on it.
   // -1 asked for no ordering, so there is nothing to record.
-  if (o.stream > 0 && isCudaFamily(view.device.type)) {
+  const producerStream = o.stream > 0 ? o.stream : exchangeStream !== 0n ? exchangeStream : 0;
+  if (producerStream !== 0 && isCudaFamily(view.device.type)) {
     try {
-      setProducerStream(view, o.stream);
+      setProducerStream(view, producerStream);
     } catch (error) {
       view.dispose();
       throw error;
     }
   }
   return view;
+}
+
+/** CUDA, CUDAHost and CUDAManaged device codes. */
+function isCudaFamilyCode(code: number): boolean {
+  return code === 2 || code === 3 || code === 13;
 }
 
 const NAME_BYTES = 256;
@@ -279,15 +298,22 @@ function fromArrayInterfaceOf(
   return importArrayInterface(fields, py.wrap(obj as PyObject), producer);
 }
 
-/** Options of {@link toPython}: the export options (shape, strides, dtype, offset, readonly). */
-export type ToPythonOptions = ExportOptions;
+/** Options of {@link toPython}: the export options (shape, strides, dtype, offset, readonly), and
+ * `as`, a Python type with a DLPack C exchange table (`__dlpack_c_exchange_api__`, such as
+ * `torch.Tensor`): the result is then that type's tensor, made by its
+ * `managed_tensor_to_py_object_no_sync` without running Python code. Read-only data is refused
+ * there (torch 2.15 ignores the READ_ONLY flag on that path). */
+export type ToPythonOptions = ExportOptions & { readonly as?: PyObject | null };
 
 /**
  * A Python object over a view or TypedArray, without a copy: a `dlpack_ts.DLPackTensor` whose
  * `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)` follows the protocol
  * (legacy capsule for max_version None or < (1, 0), refused with BufferError for read-only data;
- * versioned with READ_ONLY otherwise; copy=True copies and sets IS_COPIED). The JS memory stays
- * pinned until Python has dropped the object and every array made from it.
+ * versioned with READ_ONLY otherwise; copy=True copies and sets IS_COPIED). Its type also has a
+ * DLPack C exchange table (`__dlpack_c_exchange_api__`), through which C consumers such as tvm-ffi
+ * take the memory without Python code. With `{ as: T }` the result is a `T` made by T's exchange
+ * table instead. The JS memory stays pinned until Python has dropped the object and every array
+ * made from it.
  */
 export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyObject {
   if (!isPython(py)) {
@@ -304,21 +330,41 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
   // The native side also honours the export's READ_ONLY flag, whatever a getter says here.
   const readonly = (view && x.access !== "readwrite") ||
     (typeof opts === "object" && opts !== null && opts.readonly === true);
+  const target = typeof opts === "object" && opts !== null ? asOption(opts.as, readonly) : 0;
   const capsule = exportDLPack(x, opts);
   const template = capsule.takeAddress();
   let made = 0;
   try {
-    // One native call makes the DLPackTensor (it takes the GIL itself); from then on the Python
-    // object owns the template.
-    made = core().dlpk_py_wrap(template, readonly ? 1 : 0);
+    // One native call makes the DLPackTensor, or the `as` type's tensor (it takes the GIL
+    // itself); from then on the Python object owns the template.
+    made = target === 0 ? core().dlpk_py_wrap(template, readonly ? 1 : 0) : core().dlpk_py_wrap_as(template, target);
   } finally {
     if (made === 0) core().dlpk_managed_delete(template, 1);
   }
-  if (made === 0) throw pythonError("DLPackTensor");
+  if (made === 0) throw pythonError(target === 0 ? "DLPackTensor" : "toPython() option as");
   try {
     return new PyObject(made, py, INTERNAL);
   } catch (error) {
     core().dlpk_py_decref(made);
     throw error;
   }
+}
+
+/** The `as` option read once: 0 (none) or the handle of a PyObject of this bridge. */
+function asOption(value: unknown, readonly: boolean): number {
+  if (value === undefined || value === null) return 0;
+  if (!isPyObject(value)) {
+    throw new DLPackError(
+      "argument",
+      `toPython() option as must be a PyObject (a Python type such as torch.Tensor), got ${shown(value)}`,
+    );
+  }
+  if (readonly) {
+    throw new DLPackError(
+      "readonly",
+      "toPython() option as cannot take read-only data: managed_tensor_to_py_object_no_sync may ignore " +
+        "the READ_ONLY flag (torch 2.15 does); leave `as` out to get a DLPackTensor, whose __dlpack__ keeps it",
+    );
+  }
+  return value.handleNumber;
 }

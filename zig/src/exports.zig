@@ -177,6 +177,13 @@ pub fn attachStream(managed: usize, versioned: bool, ordinal: i32, stream: usize
     record.cuda_device = ordinal;
 }
 
+/// Whether one of our versioned exports has an attached producer stream (`attachStream`): its data
+/// is ready only in that stream's order, which consumers that take no stream cannot follow.
+pub fn hasProducerStream(managed: usize) bool {
+    const record = recordOf(managed, true) orelse return false;
+    return record.cuda_event != 0;
+}
+
 /// The producer side of `__dlpack__(stream=...)` for an export, callable from any thread (the
 /// Python bridge's `__dlpack__`): `consumer` is the protocol value as an unsigned word (-1: no
 /// synchronization; 0: refused; 1, 2 or a handle). With an attached producer stream the consumer

@@ -11,8 +11,9 @@ const describe = @import("describe.zig");
 const owner_mod = @import("owner.zig");
 const exports = @import("exports.zig");
 const memory = @import("memory.zig");
+const exchange = @import("exchange.zig");
 
-const PyObject = opaque {};
+pub const PyObject = opaque {};
 const Destructor = *const fn (*PyObject) callconv(.c) void;
 const CFunction = *const fn (?*PyObject, ?*PyObject) callconv(.c) ?*PyObject;
 
@@ -26,7 +27,7 @@ const MethodDef = extern struct {
 const METH_VARARGS: c_int = 1;
 
 /// The C API functions this module calls, resolved from the loaded libpython.
-const Api = struct {
+pub const Api = struct {
     PyCapsule_New: *const fn (?*anyopaque, [*:0]const u8, ?Destructor) callconv(.c) ?*PyObject,
     PyCapsule_IsValid: *const fn (*PyObject, [*:0]const u8) callconv(.c) c_int,
     PyCapsule_GetPointer: *const fn (*PyObject, [*:0]const u8) callconv(.c) ?*anyopaque,
@@ -61,9 +62,18 @@ const Api = struct {
     PyErr_Occurred: *const fn () callconv(.c) ?*PyObject,
     PyCFunction_NewEx: *const fn (*const MethodDef, ?*PyObject, ?*PyObject) callconv(.c) ?*PyObject,
     Py_IncRef: *const fn (?*PyObject) callconv(.c) void,
+    PyObject_Type: *const fn (*PyObject) callconv(.c) ?*PyObject,
+    PyObject_GetAttr: *const fn (*PyObject, *PyObject) callconv(.c) ?*PyObject,
+    PyObject_SetAttr: *const fn (*PyObject, *PyObject, *PyObject) callconv(.c) c_int,
+    PyObject_IsInstance: *const fn (*PyObject, *PyObject) callconv(.c) c_int,
+    PyUnicode_InternFromString: *const fn ([*:0]const u8) callconv(.c) ?*PyObject,
+    PyErr_ExceptionMatches: *const fn (*PyObject) callconv(.c) c_int,
+    PyExc_ValueError: **PyObject,
+    PyExc_MemoryError: **PyObject,
+    PyType_Type: *PyObject,
 };
 
-var api: ?Api = null;
+pub var api: ?Api = null;
 var load_error: [256]u8 = [_]u8{0} ** 256;
 
 pub const NAME_VERSIONED: [*:0]const u8 = "dltensor_versioned";
@@ -146,7 +156,7 @@ fn appendLiteral(out: []u8, text: []const u8) usize {
     return n;
 }
 
-fn appendUnicode(a: Api, out: []u8, text: *PyObject) usize {
+pub fn appendUnicode(a: Api, out: []u8, text: *PyObject) usize {
     var len: isize = 0;
     const bytes = a.PyUnicode_AsUTF8AndSize(text, &len) orelse return 0;
     return appendLiteral(out, bytes[0..@intCast(len)]);
@@ -233,8 +243,13 @@ fn templateDestructor(capsule: *PyObject) callconv(.c) void {
     if (dlpack.isManagedAddress(template) and exports.isOwnExport(template, true)) dlpack.deleteManaged(template, true);
 }
 
+/// Whether a template capsule holds read-only data (its context says so).
+pub fn isReadOnlyHolder(a: Api, holder: *PyObject) bool {
+    return a.PyCapsule_GetContext(holder) == CONTEXT_READONLY;
+}
+
 /// The template in a template capsule, or null with a TypeError set for any other object.
-fn templateOf(a: Api, object: *PyObject) ?usize {
+pub fn templateOf(a: Api, object: *PyObject) ?usize {
     if (a.PyCapsule_IsValid(object, NAME_TEMPLATE) == 0) {
         a.PyErr_SetString(a.PyExc_TypeError.*, "dlpack-ts: expected the export template of a DLPackTensor");
         return null;
@@ -407,13 +422,21 @@ pub fn install(module: usize, capsule_of_fn: usize, make_tensor_fn: usize) i32 {
         defer a.Py_DecRef(function);
         if (a.PyObject_SetAttrString(objectAt(module), def.name, function) != 0) return -1;
     }
-    return 0;
+    // DLPackTensor gets its `__dlpack_c_exchange_api__` (exchange.zig).
+    const cls = a.PyObject_GetAttrString(objectAt(module), "DLPackTensor") orelse return -1;
+    defer a.Py_DecRef(cls);
+    return exchange.install(a, cls);
 }
 
 var methods = [_]MethodDef{
     .{ .name = "_native_capsule", .method = nativeCapsule, .flags = METH_VARARGS, .doc = "capsule over a clone of an export template" },
     .{ .name = "_native_fence", .method = nativeFence, .flags = METH_VARARGS, .doc = "order a consumer stream after the producer" },
+    .{ .name = "_native_exchange_counts", .method = nativeExchangeCounts, .flags = METH_VARARGS, .doc = "calls of the DLPack C exchange API, per path" },
 };
+
+fn nativeExchangeCounts(_: ?*PyObject, _: ?*PyObject) callconv(.c) ?*PyObject {
+    return exchange.countsTuple(api.?);
+}
 
 /// `(holder, word)` arguments: the holder object (borrowed) and an int as an unsigned word.
 const HolderArgs = struct { holder: *PyObject, word: u64 };
@@ -548,13 +571,24 @@ pub const FromOptions = struct {
     strict_offset: bool,
 };
 
-/// `fromPython`'s fast path: the numpy-style negotiation in `_capsule_of`, then `consume`. Writes
+/// Whether a producer's C exchange table can serve these options: it always returns a versioned
+/// struct of the data where it is, without a copy and without stream handshakes, so a legacy
+/// struct, a copy, another device or a consumer stream go through `__dlpack__`.
+fn exchangeApplies(options: FromOptions) bool {
+    return options.max_major >= 1 and options.copy != 1 and options.device_type < 0 and options.stream == null;
+}
+
+/// `fromPython`'s fast path: the producer type's C exchange table when it has one (exchange.zig),
+/// else the numpy-style negotiation in `_capsule_of`, then `consume`. Writes
 /// the producer's name (UTF-8, NUL-terminated, truncated) into `name`.
 pub fn from(obj: usize, options: FromOptions, out: *describe.Description, name: []u8) i32 {
     const a = api orelse return STATUS_NOT_LOADED;
     const negotiate = capsule_of orelse return STATUS_NOT_LOADED;
     const gil = Gil.take().?;
     defer gil.release();
+    if (exchangeApplies(options)) {
+        if (exchange.importFrom(a, objectAt(obj), options.strict_offset, out, name)) |status| return status;
+    }
     a.Py_IncRef(objectAt(obj));
     const max_version = if (options.max_major < 0) none(a) else newTuple(a, &.{
         a.PyLong_FromLongLong(options.max_major),

@@ -11,11 +11,12 @@ const stats = @import("stats.zig");
 const exports = @import("exports.zig");
 const memory = @import("memory.zig");
 const python = @import("python.zig");
+const exchange = @import("exchange.zig");
 const cuda = @import("cuda.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 8;
+pub const ABI_VERSION: u32 = 9;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
@@ -396,6 +397,16 @@ export fn dlpk_py_wrap(template: f64, readonly: u32) f64 {
     return @floatFromInt(python.wrapTemplate(t, readonly != 0));
 }
 
+/// `toPython(x, py, { as })`: the object `kind`'s DLPack C exchange table makes from a versioned
+/// export template (see exchange.wrapAs): a new reference, or 0 with the exception pending (the
+/// template then stays the caller's).
+export fn dlpk_py_wrap_as(template: f64, kind: f64) f64 {
+    const t = describe.addressFromF64(template) orelse return 0;
+    const k = describe.addressFromF64(kind) orelse return 0;
+    if (!isStruct(t) or k == 0) return 0;
+    return @floatFromInt(exchange.wrapAs(t, k));
+}
+
 /// `fromPython`'s fast path (see python.from). `stream` NaN means None. The producer's name goes to
 /// `name_address` (UTF-8, NUL-terminated, at most `name_capacity` bytes).
 export fn dlpk_py_from(
@@ -589,5 +600,6 @@ test {
     _ = exports;
     _ = memory;
     _ = python;
+    _ = exchange;
     _ = cuda;
 }

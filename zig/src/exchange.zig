@@ -1,0 +1,883 @@
+//! The DLPack C exchange API (DLPack 1.3's `DLPackExchangeAPI`), both sides of the bridge.
+//!
+//! Producer: `dlpack_ts.DLPackTensor.__dlpack_c_exchange_api__` is a PyCapsule named
+//! "dlpack_exchange_api" over `table` below, so C consumers (tvm-ffi, ...) take JS memory without
+//! calling any Python code. Consumer: `fromPython` asks a producer type's table first (torch.Tensor
+//! has one), and `toPython(x, py, { as })` hands an export to a type's
+//! `managed_tensor_to_py_object_no_sync`.
+//!
+//! Every function of the table is a C boundary a Python caller can reach through ctypes: pointers
+//! arrive as words and are checked before use, nothing panics, failures set a Python exception
+//! and return -1. None of them synchronizes streams (the 1.3 header's rule): a consumer orders its
+//! work after the producer's `current_work_stream`.
+
+const std = @import("std");
+const dlpack = @import("dlpack.zig");
+const describe = @import("describe.zig");
+const owner_mod = @import("owner.zig");
+const exports = @import("exports.zig");
+const memory = @import("memory.zig");
+const stats = @import("stats.zig");
+const python = @import("python.zig");
+
+const PyObject = python.PyObject;
+const PyApi = python.Api;
+
+// ---------------------------------------------------------------------------------------------
+// The 1.3 layout. Pointer arguments are words: the same registers as pointers in the C ABI, and
+// each is checked (NULL, misaligned, in the first page) before it is dereferenced.
+
+/// `void (*SetError)(void* error_ctx, const char* kind, const char* message)`.
+pub const SetError = *const fn (usize, ?[*:0]const u8, ?[*:0]const u8) callconv(.c) void;
+/// `int (*)(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx, SetError)`.
+pub const ManagedTensorAllocator = *const fn (usize, usize, usize, ?SetError) callconv(.c) c_int;
+/// `int (*)(void* py_object, DLManagedTensorVersioned** out)`.
+pub const ManagedTensorFromPyObject = *const fn (usize, usize) callconv(.c) c_int;
+/// `int (*)(DLManagedTensorVersioned* tensor, void** out_py_object)`.
+pub const ManagedTensorToPyObject = *const fn (usize, usize) callconv(.c) c_int;
+/// `int (*)(void* py_object, DLTensor* out)`.
+pub const DLTensorFromPyObject = *const fn (usize, usize) callconv(.c) c_int;
+/// `int (*)(DLDeviceType device_type, int32_t device_id, void** out_current_stream)`.
+pub const CurrentWorkStream = *const fn (i32, i32, usize) callconv(.c) c_int;
+
+/// `DLPackExchangeAPIHeader`: the part every version keeps.
+pub const Header = extern struct {
+    version: dlpack.Version,
+    prev_api: ?*const Header,
+};
+
+/// `DLPackExchangeAPI`. Function pointers are optional: a foreign table may hold NULLs
+/// (`dltensor_from_py_object_no_sync` may be NULL by the header; others in broken tables).
+pub const ExchangeApi = extern struct {
+    header: Header,
+    managed_tensor_allocator: ?ManagedTensorAllocator,
+    managed_tensor_from_py_object_no_sync: ?ManagedTensorFromPyObject,
+    managed_tensor_to_py_object_no_sync: ?ManagedTensorToPyObject,
+    dltensor_from_py_object_no_sync: ?DLTensorFromPyObject,
+    current_work_stream: ?CurrentWorkStream,
+};
+
+comptime {
+    // The 1.3 header's layout on 64-bit targets.
+    std.debug.assert(@sizeOf(Header) == 16);
+    std.debug.assert(@offsetOf(Header, "version") == 0);
+    std.debug.assert(@offsetOf(Header, "prev_api") == 8);
+    std.debug.assert(@sizeOf(ExchangeApi) == 56);
+    std.debug.assert(@offsetOf(ExchangeApi, "header") == 0);
+    std.debug.assert(@offsetOf(ExchangeApi, "managed_tensor_allocator") == 16);
+    std.debug.assert(@offsetOf(ExchangeApi, "managed_tensor_from_py_object_no_sync") == 24);
+    std.debug.assert(@offsetOf(ExchangeApi, "managed_tensor_to_py_object_no_sync") == 32);
+    std.debug.assert(@offsetOf(ExchangeApi, "dltensor_from_py_object_no_sync") == 40);
+    std.debug.assert(@offsetOf(ExchangeApi, "current_work_stream") == 48);
+}
+
+/// The capsule name and the type attribute of the 1.3 discovery protocol.
+pub const CAPSULE_NAME: [*:0]const u8 = "dlpack_exchange_api";
+pub const ATTRIBUTE: [*:0]const u8 = "__dlpack_c_exchange_api__";
+
+/// The table `DLPackTensor` exposes: static, immutable, alive for the whole process.
+pub const table = ExchangeApi{
+    .header = .{ .version = .{ .major = dlpack.VERSION_MAJOR, .minor = dlpack.VERSION_MINOR }, .prev_api = null },
+    .managed_tensor_allocator = allocate,
+    .managed_tensor_from_py_object_no_sync = managedFromObject,
+    .managed_tensor_to_py_object_no_sync = managedToObject,
+    .dltensor_from_py_object_no_sync = tensorFromObject,
+    .current_work_stream = currentWorkStream,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Counters: how often each path ran, so tests can tell the exchange path from the `__dlpack__`
+// fallback (`dlpack_ts._native_exchange_counts()` returns them in this order).
+
+pub const Counter = enum(u8) {
+    /// Calls into this library's table, by function.
+    allocator,
+    from_py_object,
+    to_py_object,
+    dltensor_from_py_object,
+    current_work_stream,
+    /// `fromPython` imports made through a producer's table.
+    consumer_imports,
+    /// A producer's table declined with BufferError, so `fromPython` took `__dlpack__`.
+    consumer_fallbacks,
+    /// `toPython(x, py, { as })` objects made by a type's `managed_tensor_to_py_object_no_sync`.
+    consumer_to_py_object,
+};
+pub const COUNTERS = @typeInfo(Counter).@"enum".fields.len;
+var counters = [_]std.atomic.Value(u64){std.atomic.Value(u64).init(0)} ** COUNTERS;
+
+fn count(counter: Counter) void {
+    _ = counters[@intFromEnum(counter)].fetchAdd(1, .monotonic);
+}
+
+// ---------------------------------------------------------------------------------------------
+// State set by `install` (GIL held): the DLPackTensor class and interned attribute names.
+
+var tensor_class: ?*PyObject = null;
+var template_name: ?*PyObject = null;
+var attribute_name: ?*PyObject = null;
+var module_name: ?*PyObject = null;
+var qualname_name: ?*PyObject = null;
+
+/// Keeps `cls` (DLPackTensor) and sets its `__dlpack_c_exchange_api__`. GIL held. 0 or -1.
+pub fn install(a: PyApi, cls: *PyObject) i32 {
+    template_name = template_name orelse a.PyUnicode_InternFromString("_template") orelse return -1;
+    attribute_name = attribute_name orelse a.PyUnicode_InternFromString(ATTRIBUTE) orelse return -1;
+    module_name = module_name orelse a.PyUnicode_InternFromString("__module__") orelse return -1;
+    qualname_name = qualname_name orelse a.PyUnicode_InternFromString("__qualname__") orelse return -1;
+    const capsule = a.PyCapsule_New(@ptrCast(@constCast(&table)), CAPSULE_NAME, null) orelse return -1;
+    defer a.Py_DecRef(capsule);
+    if (a.PyObject_SetAttr(cls, attribute_name.?, capsule) != 0) return -1;
+    a.Py_IncRef(cls);
+    if (tensor_class) |old| a.Py_DecRef(old);
+    tensor_class = cls;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/// Sets `kind` with a formatted message (truncated to fit). Returns -1 for the caller to return.
+fn raise(a: PyApi, kind: *PyObject, comptime format: []const u8, args: anytype) c_int {
+    var buffer: [320]u8 = undefined;
+    const text = std.fmt.bufPrintZ(&buffer, "dlpack-ts: " ++ format, args) catch blk: {
+        buffer[buffer.len - 1] = 0;
+        break :blk buffer[0 .. buffer.len - 1 :0];
+    };
+    a.PyErr_SetString(kind, text.ptr);
+    return -1;
+}
+
+/// Whether `address` may be dereferenced as a `T` (an out pointer or struct from a caller).
+fn usable(comptime T: type, address: usize) bool {
+    return describe.plausible(T, address);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer side: the functions of `table`. Each takes the GIL itself (PyGILState is reentrant), so
+// a caller that released it (ctypes.CFUNCTYPE) cannot make us touch objects without it.
+
+/// The export template of `object`, which must be a `dlpack_ts.DLPackTensor` over writable data
+/// without a producer stream; null with an exception set (BufferError for what `__dlpack__` can
+/// still export, so consumers that fall back to it do).
+fn lendable(a: PyApi, object: usize) ?usize {
+    const cls = tensor_class orelse {
+        _ = raise(a, a.PyExc_TypeError.*, "the bridge is not installed", .{});
+        return null;
+    };
+    if (!usable(usize, object)) {
+        _ = raise(a, a.PyExc_TypeError.*, "expected a dlpack_ts.DLPackTensor, got address 0x{x}", .{object});
+        return null;
+    }
+    const kind = a.PyObject_Type(@ptrFromInt(object)) orelse return null;
+    a.Py_DecRef(kind); // the object holds its type
+    if (kind != cls) {
+        _ = raise(a, a.PyExc_TypeError.*, "expected a dlpack_ts.DLPackTensor (this table belongs to that type)", .{});
+        return null;
+    }
+    const holder = a.PyObject_GetAttr(@ptrFromInt(object), template_name.?) orelse return null;
+    // The object keeps the holder alive: the template outlives this call.
+    defer a.Py_DecRef(holder);
+    const template = python.templateOf(a, holder) orelse return null;
+    const flags = @as(*const dlpack.ManagedTensorVersioned, @ptrFromInt(template)).flags;
+    if (python.isReadOnlyHolder(a, holder) or flags & dlpack.FLAG_READ_ONLY != 0) {
+        // Consumers of this API ignore READ_ONLY (tvm-ffi 0.1 and torch 2.15 make writable
+        // tensors of such structs): read-only data goes through __dlpack__, which keeps it so.
+        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not lent through the DLPack C exchange API; " ++
+            "use __dlpack__(max_version=(1, 0)), which marks it read-only", .{});
+        return null;
+    }
+    if (exports.hasProducerStream(template)) {
+        // Its data becomes ready on a stream of its own: only `__dlpack__(stream=...)` can order a
+        // consumer after it (this API never synchronizes, and our current stream is the default).
+        _ = raise(a, a.PyExc_BufferError.*, "this CUDA export has a producer stream; use __dlpack__(stream=...)", .{});
+        return null;
+    }
+    return template;
+}
+
+/// `managed_tensor_from_py_object_no_sync`: a new versioned export over the object's memory.
+fn managedFromObject(object: usize, out: usize) callconv(.c) c_int {
+    count(.from_py_object);
+    const a = python.api orelse return -1;
+    const gil = python.Gil.take().?;
+    defer gil.release();
+    if (!usable(usize, out)) return raise(a, a.PyExc_TypeError.*, "out must point to a DLManagedTensorVersioned*", .{});
+    const slot: *usize = @ptrFromInt(out);
+    slot.* = 0;
+    const template = lendable(a, object) orelse return -1;
+    slot.* = exports.clone(template, true) orelse
+        return raise(a, a.PyExc_MemoryError.*, "out of memory making an export", .{});
+    return 0;
+}
+
+/// `dltensor_from_py_object_no_sync`: the object's DLTensor, valid while the object lives.
+fn tensorFromObject(object: usize, out: usize) callconv(.c) c_int {
+    count(.dltensor_from_py_object);
+    const a = python.api orelse return -1;
+    const gil = python.Gil.take().?;
+    defer gil.release();
+    if (!usable(dlpack.Tensor, out)) return raise(a, a.PyExc_TypeError.*, "out must point to a DLTensor", .{});
+    const template = lendable(a, object) orelse return -1;
+    const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
+    const target: *dlpack.Tensor = @ptrFromInt(out);
+    target.* = m.dl_tensor;
+    return 0;
+}
+
+/// `current_work_stream`: this library has no stream of its own, so every device's current stream
+/// is NULL (for CUDA the legacy default stream, on which `__dlpack__(stream=None)` also orders).
+fn currentWorkStream(device_type: i32, device_id: i32, out: usize) callconv(.c) c_int {
+    count(.current_work_stream);
+    _ = device_type;
+    _ = device_id;
+    if (!usable(usize, out)) {
+        const a = python.api orelse return -1;
+        const gil = python.Gil.take().?;
+        defer gil.release();
+        return raise(a, a.PyExc_TypeError.*, "out_current_stream must point to a void*", .{});
+    }
+    const slot: *usize = @ptrFromInt(out);
+    slot.* = 0;
+    return 0;
+}
+
+/// `managed_tensor_to_py_object_no_sync`: a DLPackTensor over a producer's tensor, which it takes
+/// over (validated like every import; a refused one is released at once, as ownership passed).
+fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
+    count(.to_py_object);
+    const a = python.api orelse return -1;
+    const gil = python.Gil.take().?;
+    defer gil.release();
+    if (!usable(usize, out)) return raise(a, a.PyExc_TypeError.*, "out_py_object must point to a PyObject*", .{});
+    const slot: *usize = @ptrFromInt(out);
+    slot.* = 0;
+    if (!usable(dlpack.ManagedTensorVersioned, tensor)) {
+        return raise(a, a.PyExc_TypeError.*, "tensor must point to a DLManagedTensorVersioned, got 0x{x}", .{tensor});
+    }
+    var d: describe.Description = undefined;
+    const status = describe.describe(tensor, .{ .versioned = true }, &d);
+    if (status != .ok) {
+        dlpack.deleteManaged(tensor, true);
+        stats.add(.deleters_called, 1);
+        const reason = std.enums.tagName(describe.Status, status) orelse "invalid";
+        return raise(a, a.PyExc_BufferError.*, "the tensor was refused ({s}) and released", .{reason});
+    }
+    const created = owner_mod.create(.versioned, tensor, 0) orelse {
+        dlpack.deleteManaged(tensor, true);
+        return raise(a, a.PyExc_MemoryError.*, "out of memory importing the tensor", .{});
+    };
+    const template = reexport(&d, created) orelse {
+        owner_mod.release(created); // calls the producer's deleter
+        return raise(a, a.PyExc_MemoryError.*, "out of memory exporting the tensor", .{});
+    };
+    const made = python.wrapTemplate(template, d.flags & dlpack.FLAG_READ_ONLY != 0);
+    if (made == 0) {
+        dlpack.deleteManaged(template, true); // the exception from _make_tensor stays set
+        return -1;
+    }
+    slot.* = made;
+    return 0;
+}
+
+/// A versioned export of ours over what `d` describes, adopting `owner` (null when out of memory;
+/// the owner is then still the caller's). Extents and strides come from the description, read
+/// once from the producer, never from its arrays again.
+fn reexport(d: *const describe.Description, owner: *owner_mod.Owner) ?usize {
+    const ndim: usize = @intCast(d.ndim);
+    var shape: [dlpack.MAX_RANK]i64 = undefined;
+    var strides: [dlpack.MAX_RANK]i64 = undefined;
+    for (0..ndim) |i| {
+        shape[i] = @intFromFloat(d.shape[i]);
+        strides[i] = @intFromFloat(d.strides[i]);
+    }
+    const address = @as(usize, d.address_lo) | (@as(usize, d.address_hi) << 32);
+    return exports.create(.{
+        .data = address,
+        .device = .{ .device_type = d.device_type, .device_id = d.device_id },
+        .dtype = .{ .code = @intCast(d.dtype_code), .bits = @intCast(d.dtype_bits), .lanes = @intCast(d.dtype_lanes) },
+        .shape = shape[0..ndim],
+        .strides = strides[0..ndim],
+        // Each clone of the template is consumed separately: not a sole-owner copy any more.
+        .flags = d.flags & (dlpack.FLAG_READ_ONLY | dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED),
+        .versioned = true,
+        .adopt_owner = true,
+        .owner = owner,
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The allocator: zeroed host memory (never stale heap bytes that would reach JS) in a versioned
+// export, C-contiguous. Errors go through SetError when given, else as a Python exception.
+
+/// Why the allocator refused: the exception type name and message for SetError.
+const Refusal = struct {
+    kind: [*:0]const u8 = "ValueError",
+    message: [*:0]const u8 = "",
+
+    fn set(self: *Refusal, kind: [*:0]const u8, message: [*:0]const u8) error{Refused} {
+        self.* = .{ .kind = kind, .message = message };
+        return error.Refused;
+    }
+};
+
+fn allocate(prototype: usize, out: usize, error_ctx: usize, set_error: ?SetError) callconv(.c) c_int {
+    count(.allocator);
+    var refusal: Refusal = .{};
+    const made = allocateChecked(prototype, out, &refusal) catch {
+        if (set_error) |report| {
+            report(error_ctx, refusal.kind, refusal.message);
+            return -1;
+        }
+        const a = python.api orelse return -1;
+        const gil = python.Gil.take().?;
+        defer gil.release();
+        a.PyErr_SetString(a.PyExc_ValueError.*, refusal.message);
+        return -1;
+    };
+    const slot: *usize = @ptrFromInt(out);
+    slot.* = made;
+    return 0;
+}
+
+fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refused}!usize {
+    if (!usable(usize, out)) return refusal.set("ValueError", "dlpack-ts: out must point to a DLManagedTensorVersioned*");
+    @as(*usize, @ptrFromInt(out)).* = 0;
+    if (!usable(dlpack.Tensor, prototype)) return refusal.set("ValueError", "dlpack-ts: prototype must point to a DLTensor");
+    const p: *const dlpack.Tensor = @ptrFromInt(prototype);
+    if (p.device.device_type != @intFromEnum(dlpack.DeviceType.cpu)) {
+        return refusal.set("BufferError", "dlpack-ts: the allocator makes host (kDLCPU) memory only");
+    }
+    const ndim_raw = p.ndim;
+    if (ndim_raw < 0 or ndim_raw > dlpack.MAX_RANK) return refusal.set("ValueError", "dlpack-ts: ndim must be in 0..64");
+    const dtype = p.dtype;
+    if (!dtype.isSupported() or dtype.bits % 8 != 0) {
+        return refusal.set("ValueError", "dlpack-ts: unsupported dtype (byte-sized DLPack 1.3 types, lanes 1)");
+    }
+    const ndim: usize = @intCast(ndim_raw);
+    if (ndim > 0 and (p.shape == null or !usable(i64, @intFromPtr(p.shape.?)))) {
+        return refusal.set("ValueError", "dlpack-ts: prototype.shape must point to ndim extents");
+    }
+    var shape: [dlpack.MAX_RANK]i64 = undefined;
+    var strides: [dlpack.MAX_RANK]i64 = undefined;
+    var elements: u64 = 1;
+    for (0..ndim) |d| {
+        const extent = p.shape.?[d]; // read once
+        if (extent < 0 or extent > describe.MAX_EXACT) {
+            return refusal.set("ValueError", "dlpack-ts: extents must be in 0..2^53");
+        }
+        shape[d] = extent;
+        elements = std.math.mul(u64, elements, @intCast(extent)) catch
+            return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
+    }
+    const bytes = std.math.mul(u64, elements, dtype.bits / 8) catch describe.MAX_EXACT + 1;
+    if (bytes > describe.MAX_EXACT) return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
+    var step: i64 = 1;
+    var d = ndim;
+    while (d > 0) {
+        d -= 1;
+        strides[d] = step;
+        step *|= @max(shape[d], 1);
+    }
+    const created = memory.allocate(@intCast(bytes), 64, true) orelse
+        return refusal.set("MemoryError", "dlpack-ts: out of memory");
+    return exports.create(.{
+        .data = created.payload,
+        .device = .{ .device_type = @intFromEnum(dlpack.DeviceType.cpu), .device_id = 0 },
+        .dtype = dtype,
+        .shape = shape[0..ndim],
+        .strides = strides[0..ndim],
+        .flags = 0,
+        .versioned = true,
+        .adopt_owner = true,
+        .owner = created,
+    }) orelse {
+        owner_mod.release(created);
+        return refusal.set("MemoryError", "dlpack-ts: out of memory");
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer side: the tables of producer types, cached per type.
+
+const NAME_BYTES = 128;
+const CACHE_SIZE = 32;
+
+/// A producer type, its table (null: none, or one this library cannot use) and its name.
+const Entry = struct {
+    kind: usize,
+    api: ?*const ExchangeApi,
+    name: [NAME_BYTES]u8,
+    name_len: usize,
+};
+
+/// Types seen so far. Each holds a reference to its type, so no other type can be allocated at a
+/// cached address. Beyond CACHE_SIZE types, tables are looked up on every call.
+var entries: [CACHE_SIZE]Entry = undefined;
+var entry_count: usize = 0;
+
+/// The entry of `kind` (a type), from the cache or looked up into `spare`. GIL held.
+fn entryFor(a: PyApi, kind: *PyObject, spare: *Entry) *const Entry {
+    const address = @intFromPtr(kind);
+    for (entries[0..entry_count]) |*e| if (e.kind == address) return e;
+    // Looking up may run Python code (a metaclass' __getattr__), which may let another thread
+    // in: fill a local entry first, and append only after no more Python code runs.
+    spare.* = .{ .kind = address, .api = discover(a, kind), .name = undefined, .name_len = 0 };
+    spare.name_len = typeName(a, kind, &spare.name);
+    for (entries[0..entry_count]) |*e| if (e.kind == address) return e;
+    if (entry_count == CACHE_SIZE) return spare;
+    a.Py_IncRef(kind);
+    entries[entry_count] = spare.*;
+    entry_count += 1;
+    return &entries[entry_count - 1];
+}
+
+/// `kind.__dlpack_c_exchange_api__` as a table of major version 1 (walking `prev_api` from a
+/// newer major), or null. Only the 1.3 PyCapsule form is trusted: the 1.2 integer form could be
+/// set to any number by plain Python code.
+fn discover(a: PyApi, kind: *PyObject) ?*const ExchangeApi {
+    const capsule = a.PyObject_GetAttr(kind, attribute_name.?) orelse {
+        a.PyErr_Clear();
+        return null;
+    };
+    defer a.Py_DecRef(capsule);
+    if (a.PyCapsule_IsValid(capsule, CAPSULE_NAME) == 0) return null;
+    var address = @intFromPtr(a.PyCapsule_GetPointer(capsule, CAPSULE_NAME));
+    for (0..8) |_| {
+        if (!usable(Header, address)) return null;
+        const header: *const Header = @ptrFromInt(address);
+        if (header.version.major == dlpack.VERSION_MAJOR) {
+            return if (usable(ExchangeApi, address)) @ptrFromInt(address) else null;
+        }
+        address = @intFromPtr(header.prev_api);
+    }
+    return null;
+}
+
+/// "module.qualname" of a type ("qualname" for builtins), as `view.producer` shows it.
+fn typeName(a: PyApi, kind: *PyObject, out: *[NAME_BYTES]u8) usize {
+    var written: usize = 0;
+    if (a.PyObject_GetAttr(kind, module_name.?)) |module| {
+        defer a.Py_DecRef(module);
+        var len: isize = 0;
+        if (a.PyUnicode_AsUTF8AndSize(module, &len)) |bytes| {
+            const text = bytes[0..@intCast(len)];
+            if (!std.mem.eql(u8, text, "builtins")) {
+                written += copyText(out[written..], text);
+                written += copyText(out[written..], ".");
+            }
+        }
+    }
+    if (a.PyObject_GetAttr(kind, qualname_name.?)) |qualname| {
+        defer a.Py_DecRef(qualname);
+        var len: isize = 0;
+        if (a.PyUnicode_AsUTF8AndSize(qualname, &len)) |bytes| written += copyText(out[written..], bytes[0..@intCast(len)]);
+    }
+    a.PyErr_Clear(); // a name that is not a str is left out, not reported
+    return written;
+}
+
+fn copyText(out: []u8, text: []const u8) usize {
+    const n = @min(out.len, text.len);
+    @memcpy(out[0..n], text[0..n]);
+    return n;
+}
+
+fn writeName(entry: *const Entry, name: []u8) void {
+    std.debug.assert(name.len > 0);
+    const n = @min(entry.name_len, name.len - 1);
+    @memcpy(name[0..n], entry.name[0..n]);
+    name[n] = 0;
+}
+
+/// Marks a description filled through a producer's table (`detail_limit`); `detail_found` then
+/// holds the producer's current work stream for CUDA-family data (0: none, or NULL).
+pub const EXCHANGE_MARK: i64 = 0x4558; // "EX"
+
+fn isCudaFamily(device_type: i32) bool {
+    return device_type == 2 or device_type == 3 or device_type == 13;
+}
+
+/// `fromPython` through the producer type's table. Null when the type has none or the producer
+/// declined with BufferError (the caller then takes `__dlpack__`); otherwise a status as `consume`
+/// returns it. GIL held.
+pub fn importFrom(a: PyApi, object: *PyObject, strict_offset: bool, out: *describe.Description, name: []u8) ?i32 {
+    const kind = a.PyObject_Type(object) orelse {
+        a.PyErr_Clear();
+        return null;
+    };
+    a.Py_DecRef(kind); // the object holds its type
+    var spare: Entry = undefined;
+    const entry = entryFor(a, kind, &spare);
+    const api_table = entry.api orelse return null;
+    const take = api_table.managed_tensor_from_py_object_no_sync orelse return null;
+    var managed: usize = 0;
+    if (take(@intFromPtr(object), @intFromPtr(&managed)) != 0) {
+        if (a.PyErr_Occurred() != null and a.PyErr_ExceptionMatches(a.PyExc_BufferError.*) != 0) {
+            a.PyErr_Clear();
+            count(.consumer_fallbacks);
+            return null;
+        }
+        return python.STATUS_RAISED;
+    }
+    writeName(entry, name);
+    return adopt(a, api_table, managed, strict_offset, out);
+}
+
+/// Validates and owns what a producer's table returned, exactly as `dlpk_import` does: a refused
+/// tensor is released at once (there is no capsule whose destructor would).
+fn adopt(a: PyApi, api_table: *const ExchangeApi, managed: usize, strict_offset: bool, out: *describe.Description) i32 {
+    if (managed == 0) {
+        _ = raise(a, a.PyExc_BufferError.*, "the producer's managed_tensor_from_py_object_no_sync returned no tensor", .{});
+        return python.STATUS_RAISED;
+    }
+    var status = describe.describe(managed, .{ .versioned = true, .strict_offset = strict_offset }, out);
+    if (status == .ok) {
+        if (owner_mod.create(.versioned, managed, 0)) |created| {
+            out.setOwner(@intFromPtr(created));
+            count(.consumer_imports);
+            return recordStream(a, api_table, created, out);
+        }
+        status = .out_of_memory;
+        out.status = @intFromEnum(status);
+    }
+    if (status != .bad_address) {
+        dlpack.deleteManaged(managed, true);
+        stats.add(.deleters_called, 1);
+    }
+    return @intFromEnum(status);
+}
+
+/// For CUDA-family data, the producer's current work stream (the data is ready in its order);
+/// the JS side records it as the view's producer stream.
+fn recordStream(a: PyApi, api_table: *const ExchangeApi, created: *owner_mod.Owner, out: *describe.Description) i32 {
+    _ = a;
+    out.detail_limit = EXCHANGE_MARK;
+    out.detail_found = 0;
+    if (!isCudaFamily(out.device_type)) return 0;
+    const query = api_table.current_work_stream orelse return 0;
+    var stream: usize = 0;
+    if (query(out.device_type, out.device_id, @intFromPtr(&stream)) != 0) {
+        owner_mod.release(created);
+        return python.STATUS_RAISED;
+    }
+    out.detail_found = @bitCast(@as(u64, stream));
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// `toPython(x, py, { as })`: an export handed to a type's `managed_tensor_to_py_object_no_sync`.
+//
+// The header says that function steals the tensor even when it fails; torch 2.15 neither calls the
+// deleter nor keeps the tensor when it fails. To never free twice nor leak the JS memory, the
+// export is lent inside a wrapper whose deleter, while the call runs, only reports that it ran.
+
+const Lent = extern struct {
+    managed: dlpack.ManagedTensorVersioned,
+    /// Our export (the template), released by the wrapper's deleter once the call has returned.
+    inner: usize,
+    /// While the call runs: the address of the caller's `fired` flag.
+    guard: usize,
+};
+
+fn lentDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    const lent: *Lent = @fieldParentPtr("managed", self);
+    const guard = @atomicRmw(usize, &lent.guard, .Xchg, 0, .acq_rel);
+    const inner = lent.inner;
+    std.c.free(lent);
+    if (guard != 0) {
+        @as(*std.atomic.Value(bool), @ptrFromInt(guard)).store(true, .release);
+        return; // during the call: the caller decides about `inner`
+    }
+    if (inner != 0) dlpack.deleteManaged(inner, true);
+}
+
+/// A new reference made by `kind`'s `managed_tensor_to_py_object_no_sync` from `template` (a
+/// versioned export of ours), or 0 with an exception set; then the template is still the
+/// caller's. Read-only data is refused: such functions may ignore READ_ONLY (torch 2.15 does).
+pub fn wrapAs(template: usize, kind: usize) usize {
+    const a = python.api orelse return 0;
+    std.debug.assert(dlpack.isManagedAddress(template));
+    const gil = python.Gil.take().?;
+    defer gil.release();
+    const kind_object: *PyObject = @ptrFromInt(kind);
+    if (a.PyObject_IsInstance(kind_object, a.PyType_Type) != 1) {
+        _ = raise(a, a.PyExc_TypeError.*, "`as` must be a type with __dlpack_c_exchange_api__", .{});
+        return 0;
+    }
+    var spare: Entry = undefined;
+    const entry = entryFor(a, kind_object, &spare);
+    const give = if (entry.api) |t| t.managed_tensor_to_py_object_no_sync else null;
+    if (give == null) {
+        const shown = entry.name[0..entry.name_len];
+        _ = raise(a, a.PyExc_TypeError.*, "{s} has no DLPack C exchange API (__dlpack_c_exchange_api__)", .{shown});
+        return 0;
+    }
+    const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
+    if (m.flags & dlpack.FLAG_READ_ONLY != 0) {
+        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not handed to managed_tensor_to_py_object_no_sync", .{});
+        return 0;
+    }
+    if (exports.hasProducerStream(template)) {
+        // That function takes no stream: nothing would order the consumer after ours.
+        _ = raise(a, a.PyExc_BufferError.*, "CUDA data with a producer stream is not handed to " ++
+            "managed_tensor_to_py_object_no_sync (it cannot wait for that stream)", .{});
+        return 0;
+    }
+    return lend(give.?, template) catch |failure| {
+        switch (failure) {
+            error.OutOfMemory => _ = raise(a, a.PyExc_MemoryError.*, "out of memory", .{}),
+            error.NoObject => _ = raise(a, a.PyExc_BufferError.*, "{s} made no object", .{entry.name[0..entry.name_len]}),
+            error.Failed => if (a.PyErr_Occurred() == null) {
+                _ = raise(a, a.PyExc_BufferError.*, "{s} failed without an exception", .{entry.name[0..entry.name_len]});
+            },
+        }
+        return 0;
+    };
+}
+
+const LendError = error{ OutOfMemory, Failed, NoObject };
+
+/// Hands `template` to `give` inside a wrapper; on success the consumer owns it, on failure it is
+/// still the caller's (whatever the consumer did with the wrapper).
+fn lend(give: ManagedTensorToPyObject, template: usize) LendError!usize {
+    const raw = std.c.malloc(@sizeOf(Lent)) orelse return error.OutOfMemory;
+    const lent: *Lent = @ptrCast(@alignCast(raw));
+    var fired = std.atomic.Value(bool).init(false);
+    const source: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
+    lent.* = .{
+        .managed = .{
+            .version = source.version,
+            .manager_ctx = lent,
+            .deleter = lentDeleter,
+            .flags = source.flags,
+            .dl_tensor = source.dl_tensor, // its arrays live in the template, which the wrapper keeps
+        },
+        .inner = template,
+        .guard = @intFromPtr(&fired),
+    };
+    var made: usize = 0;
+    const status = give(@intFromPtr(&lent.managed), @intFromPtr(&made));
+    const succeeded = status == 0 and made != 0;
+    if (fired.load(.acquire)) {
+        // The consumer released the wrapper already (a copy, or a failure as the header says).
+        if (succeeded) dlpack.deleteManaged(template, true);
+    } else if (succeeded) {
+        @atomicStore(usize, &lent.guard, 0, .release); // the consumer owns the wrapper now
+    } else {
+        // Failed without releasing: the wrapper may still be referenced, so it is only disarmed
+        // (a few bytes leak, never a double free); the template goes back to the caller.
+        lent.inner = 0;
+        @atomicStore(usize, &lent.guard, 0, .release);
+    }
+    if (status != 0) return error.Failed;
+    if (made == 0) return error.NoObject;
+    count(.consumer_to_py_object);
+    return made;
+}
+
+// ---------------------------------------------------------------------------------------------
+// `dlpack_ts._native_exchange_counts()`: the counters as a tuple of ints, in `Counter` order.
+
+pub fn countsTuple(a: PyApi) ?*PyObject {
+    const tuple = a.PyTuple_New(COUNTERS) orelse return null;
+    for (0..COUNTERS) |i| {
+        const value = a.PyLong_FromUnsignedLongLong(counters[i].load(.monotonic)) orelse {
+            a.Py_DecRef(tuple);
+            return null;
+        };
+        _ = a.PyTuple_SetItem(tuple, @intCast(i), value);
+    }
+    return tuple;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+const testing = std.testing;
+
+test "the table follows the 1.3 header, field by field" {
+    try testing.expectEqual(@as(u32, 1), table.header.version.major);
+    try testing.expectEqual(@as(u32, 3), table.header.version.minor);
+    try testing.expect(table.header.prev_api == null);
+    try testing.expect(table.managed_tensor_allocator.? == &allocate);
+    try testing.expect(table.managed_tensor_from_py_object_no_sync.? == &managedFromObject);
+    try testing.expect(table.managed_tensor_to_py_object_no_sync.? == &managedToObject);
+    try testing.expect(table.dltensor_from_py_object_no_sync.? == &tensorFromObject);
+    try testing.expect(table.current_work_stream.? == &currentWorkStream);
+    // Read back as the raw words a C consumer sees.
+    const words: *const [7]usize = @ptrCast(&table);
+    try testing.expectEqual(@as(usize, 1) | (@as(usize, 3) << 32), words[0]);
+    try testing.expectEqual(@as(usize, 0), words[1]);
+    try testing.expectEqual(@intFromPtr(&allocate), words[2]);
+    try testing.expectEqual(@intFromPtr(&managedFromObject), words[3]);
+    try testing.expectEqual(@intFromPtr(&managedToObject), words[4]);
+    try testing.expectEqual(@intFromPtr(&tensorFromObject), words[5]);
+    try testing.expectEqual(@intFromPtr(&currentWorkStream), words[6]);
+}
+
+const TestError = struct {
+    var calls: usize = 0;
+    var kind: [32]u8 = undefined;
+    fn set(ctx: usize, k: ?[*:0]const u8, message: ?[*:0]const u8) callconv(.c) void {
+        std.debug.assert(ctx == 0xC0FFEE);
+        std.debug.assert(message != null);
+        calls += 1;
+        const text = std.mem.span(k.?);
+        @memcpy(kind[0..text.len], text);
+        kind[text.len] = 0;
+    }
+    fn expectKind(expected: []const u8) !void {
+        try testing.expectEqualStrings(expected, std.mem.sliceTo(&kind, 0));
+    }
+};
+
+test "the allocator makes zeroed C-contiguous host exports that release their memory" {
+    const allocations = stats.get(.allocations);
+    const exported = stats.get(.exports);
+    const shape = [_]i64{ 2, 3, 4 };
+    var prototype = dlpack.Tensor{
+        .data = null,
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .ndim = 3,
+        .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+        .shape = &shape,
+        .strides = null,
+        .byte_offset = 0,
+    };
+    var out: usize = 0;
+    try testing.expectEqual(@as(c_int, 0), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    const m: *dlpack.ManagedTensorVersioned = @ptrFromInt(out);
+    try testing.expectEqual(@as(u32, 1), m.version.major);
+    try testing.expectEqual(@as(u64, 0), m.flags);
+    try testing.expectEqual(@as(i32, 3), m.dl_tensor.ndim);
+    try testing.expectEqual(@as(i64, 12), m.dl_tensor.strides.?[0]);
+    try testing.expectEqual(@as(i64, 4), m.dl_tensor.strides.?[1]);
+    try testing.expectEqual(@as(i64, 1), m.dl_tensor.strides.?[2]);
+    const data: [*]const f32 = @ptrCast(@alignCast(m.dl_tensor.data.?));
+    for (0..24) |i| try testing.expectEqual(@as(f32, 0), data[i]);
+    try testing.expectEqual(allocations + 1, stats.get(.allocations));
+    m.deleter.?(m);
+    try testing.expectEqual(allocations, stats.get(.allocations));
+    try testing.expectEqual(exported, stats.get(.exports));
+}
+
+test "the allocator refuses what it cannot make through SetError, writing NULL" {
+    const calls = TestError.calls;
+    var shape = [_]i64{ 4, 4 };
+    var prototype = dlpack.Tensor{
+        .data = null,
+        .device = .{ .device_type = 2, .device_id = 0 },
+        .ndim = 2,
+        .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+        .shape = &shape,
+        .strides = null,
+        .byte_offset = 0,
+    };
+    var out: usize = 0xdead;
+    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try TestError.expectKind("BufferError"); // CUDA
+    try testing.expectEqual(@as(usize, 0), out);
+    prototype.device.device_type = 1;
+    prototype.dtype = .{ .code = 17, .bits = 4, .lanes = 1 }; // sub-byte
+    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try TestError.expectKind("ValueError");
+    prototype.dtype = .{ .code = 2, .bits = 32, .lanes = 1 };
+    shape[1] = -1;
+    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    shape = .{ 1 << 40, 1 << 40 };
+    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    prototype.ndim = 65;
+    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    prototype.ndim = 2;
+    prototype.shape = null;
+    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(@as(c_int, -1), allocate(0, @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), 0, 0xC0FFEE, TestError.set));
+    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), 8, 0xC0FFEE, TestError.set));
+    try testing.expectEqual(calls + 9, TestError.calls);
+}
+
+test "current_work_stream is NULL for every device" {
+    var stream: usize = 0xdead;
+    try testing.expectEqual(@as(c_int, 0), currentWorkStream(2, 0, @intFromPtr(&stream)));
+    try testing.expectEqual(@as(usize, 0), stream);
+    stream = 0xdead;
+    try testing.expectEqual(@as(c_int, 0), currentWorkStream(1, 0, @intFromPtr(&stream)));
+    try testing.expectEqual(@as(usize, 0), stream);
+}
+
+/// An export of 16 bytes of malloc'ed memory behind a native owner.
+fn testExport() !usize {
+    const bytes = std.c.malloc(16) orelse return error.OutOfMemory;
+    const o = owner_mod.create(.native, @intFromPtr(bytes), 16) orelse return error.OutOfMemory;
+    const shape = [_]i64{4};
+    const strides = [_]i64{1};
+    return exports.create(.{
+        .data = @intFromPtr(bytes),
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+        .shape = &shape,
+        .strides = &strides,
+        .flags = 0,
+        .versioned = true,
+        .adopt_owner = true,
+        .owner = o,
+    }) orelse error.OutOfMemory;
+}
+
+/// Consumers of a lent export, each behaving as some real one does.
+const Consumers = struct {
+    var kept: usize = 0;
+    /// Keeps the tensor and returns an object (the usual success).
+    fn keep(tensor: usize, out: usize) callconv(.c) c_int {
+        kept = tensor;
+        @as(*usize, @ptrFromInt(out)).* = 0x1000;
+        return 0;
+    }
+    /// Copies the data and releases the tensor at once.
+    fn copy(tensor: usize, out: usize) callconv(.c) c_int {
+        const m: *dlpack.ManagedTensorVersioned = @ptrFromInt(tensor);
+        m.deleter.?(m);
+        @as(*usize, @ptrFromInt(out)).* = 0x2000;
+        return 0;
+    }
+    /// Fails and releases, as the header says a failing consumer does.
+    fn failReleasing(tensor: usize, _: usize) callconv(.c) c_int {
+        const m: *dlpack.ManagedTensorVersioned = @ptrFromInt(tensor);
+        m.deleter.?(m);
+        return -1;
+    }
+    /// Fails without releasing (what torch 2.15 does); it may call the deleter much later.
+    fn failKeeping(tensor: usize, _: usize) callconv(.c) c_int {
+        kept = tensor;
+        return -1;
+    }
+};
+
+test "a lent export is released exactly once whatever the consumer does" {
+    const exported = stats.get(.exports);
+    // Kept: the consumer's later release frees wrapper and export.
+    var template = try testExport();
+    try testing.expectEqual(@as(usize, 0x1000), try lend(Consumers.keep, template));
+    try testing.expectEqual(exported + 1, stats.get(.exports));
+    var m: *dlpack.ManagedTensorVersioned = @ptrFromInt(Consumers.kept);
+    try testing.expect(m.dl_tensor.data == @as(*dlpack.ManagedTensorVersioned, @ptrFromInt(template)).dl_tensor.data);
+    m.deleter.?(m);
+    try testing.expectEqual(exported, stats.get(.exports));
+    // Copied and released during the call: the export is released by lend.
+    template = try testExport();
+    try testing.expectEqual(@as(usize, 0x2000), try lend(Consumers.copy, template));
+    try testing.expectEqual(exported, stats.get(.exports));
+    // Failed, released or not: the export is still the caller's, and a late release of the
+    // wrapper leaves it alone.
+    template = try testExport();
+    try testing.expectError(error.Failed, lend(Consumers.failReleasing, template));
+    try testing.expectEqual(exported + 1, stats.get(.exports));
+    try testing.expectError(error.Failed, lend(Consumers.failKeeping, template));
+    m = @ptrFromInt(Consumers.kept);
+    m.deleter.?(m);
+    try testing.expectEqual(exported + 1, stats.get(.exports));
+    dlpack.deleteManaged(template, true);
+    try testing.expectEqual(exported, stats.get(.exports));
+}
