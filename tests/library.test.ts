@@ -10,7 +10,7 @@ const probe = new URL("./support/load_probe.ts", import.meta.url).pathname;
 
 test("the library loads from the local build and reports its ABI", () => {
   assert.equal(corePath(), localBuildPath(runtime().os));
-  assert.equal(ABI_VERSION, 8);
+  assert.equal(ABI_VERSION, 9);
   assert.equal(libraryFileName("linux"), "libdlpack.so");
   assert.equal(libraryFileName("darwin"), "libdlpack.dylib");
   assert.equal(libraryFileName("windows"), "dlpack.dll");
