@@ -241,6 +241,13 @@ pub fn claim(managed: usize) bool {
     return @cmpxchgStrong(u32, &record.state, @intFromEnum(State.live), @intFromEnum(State.taken), .acq_rel, .monotonic) == null;
 }
 
+/// Gives back a claim whose import was refused but whose caller keeps the export.
+pub fn unclaim(managed: usize) void {
+    const record: *Record = @ptrFromInt(managed);
+    const previous = @cmpxchgStrong(u32, &record.state, @intFromEnum(State.taken), @intFromEnum(State.live), .acq_rel, .monotonic);
+    std.debug.assert(previous == null);
+}
+
 /// A new export describing the same memory as `template` (a versioned export of ours), holding its
 /// own reference to the same owner. A legacy clone drops the flags (the struct has none).
 pub fn clone(template: usize, versioned: bool) ?usize {
@@ -400,4 +407,34 @@ test "exports released from many threads" {
     var threads: [8]std.Thread = undefined;
     for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{all[i * count / 8 .. (i + 1) * count / 8]});
     for (threads) |t| t.join();
+}
+
+test "one claim wins among racing imports; a kept refusal gives it back" {
+    const managed = create(.{
+        .data = 0,
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 1, .bits = 8, .lanes = 1 },
+        .shape = &.{0},
+        .strides = &.{1},
+        .flags = 0,
+        .versioned = true,
+        .adopt_owner = false,
+        .owner = null,
+    }).?;
+    const Racer = struct {
+        fn run(address: usize, wins: *std.atomic.Value(u32)) void {
+            if (claim(address)) _ = wins.fetchAdd(1, .monotonic);
+        }
+    };
+    var wins = std.atomic.Value(u32).init(0);
+    var threads: [8]std.Thread = undefined;
+    for (&threads) |*t| t.* = try std.Thread.spawn(.{}, Racer.run, .{ managed, &wins });
+    for (threads) |t| t.join();
+    try testing.expectEqual(@as(u32, 1), wins.load(.monotonic));
+    try testing.expectEqual(State.taken, recognize(managed).?.state);
+    unclaim(managed);
+    try testing.expectEqual(State.live, recognize(managed).?.state);
+    dlpack.deleteManaged(managed, true);
+    try testing.expectEqual(State.released, recognize(managed).?.state);
+    try testing.expect(!claim(managed));
 }

@@ -549,7 +549,6 @@ test "this process: heap, stack and code are found; unmapped and PROT_NONE pages
     try testing.expect(readable(@intFromPtr(heap), 64));
     try testing.expect(readable(@intFromPtr(&local), 8));
     try testing.expect(executable(@intFromPtr(&readable)));
-    try testing.expect(!executable(@intFromPtr(heap)));
     try testing.expect(!readable(0, 8));
     try testing.expect(!readable(std.math.maxInt(usize) - 7, 16));
     try testing.expect(!readable((1 << 47) - 4096, 8));
@@ -560,7 +559,8 @@ test "this process: heap, stack and code are found; unmapped and PROT_NONE pages
     const base = @intFromPtr(region.ptr);
     try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
     std.posix.munmap(@alignCast(region[3 * page ..]));
-    // Found after a re-read of the listing (the region is newer than the table).
+    // Found after a re-read of the listing (the region is newer than the table). (Not the heap
+    // for "not code": valgrind maps its malloc arena read-write-execute.)
     try testing.expect(readable(base, page));
     try testing.expect(!readable(base + page, 8));
     try testing.expect(!readable(base + page - 8, 16));

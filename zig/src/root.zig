@@ -85,8 +85,12 @@ export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 
         .versioned = versioned,
         .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
     }, out, &own);
+    var claimed = false;
     if (status == .ok) {
-        if (own) |found| status = take(managed, found, out);
+        if (own) |found| {
+            status = take(managed, found, out);
+            claimed = status == .ok;
+        }
     }
     if (status == .ok) {
         if (owner.create(if (versioned) .versioned else .legacy, managed, 0)) |created| {
@@ -96,8 +100,12 @@ export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 
         status = .out_of_memory;
         out.status = @intFromEnum(status);
     }
-    if (!keep) status = releaseRefused(managed, versioned, status, out);
-    return @intFromEnum(status);
+    if (keep) {
+        // The caller keeps what was refused: an export of this library it took goes back to live.
+        if (claimed) exports.unclaim(managed);
+        return @intFromEnum(status);
+    }
+    return @intFromEnum(releaseRefused(managed, versioned, status, out, claimed));
 }
 
 /// One of this library's exports goes to one import only: the first to claim it takes it.
@@ -114,7 +122,13 @@ fn take(managed: usize, own: exports.Own, out: *describe.Description) describe.S
 /// import holds or that was released; this library's own export passed as the other generation
 /// goes through its real deleter. Returns the status to report (a lost race for an export of
 /// this library turns into `already_imported`).
-fn releaseRefused(managed: usize, versioned: bool, status: describe.Status, out: *describe.Description) describe.Status {
+fn releaseRefused(managed: usize, versioned: bool, status: describe.Status, out: *describe.Description, claimed: bool) describe.Status {
+    if (claimed) {
+        // An export of this library this import took, of the generation claimed (out of memory).
+        dlpack.deleteManaged(managed, versioned);
+        stats.add(.deleters_called, 1);
+        return status;
+    }
     switch (status) {
         .null_managed, .bad_address, .unmapped_struct, .bad_deleter, .already_imported, .released_export => return status,
         else => {},
