@@ -81,6 +81,21 @@ var retired: [24]?*Table = [_]?*Table{null} ** 24;
 var retired_count: usize = 0;
 /// The builder's buffer, reused by every refresh (only under `refresh_lock`).
 var scratch: std.ArrayList(Entry) = .empty;
+/// Whether the fork handler is registered (before the lock is first taken).
+var fork_handler = std.atomic.Value(bool).init(false);
+
+/// In the child of a fork, only the forking thread lives on: a refresh another thread was making
+/// would hold the lock forever and leave the table half written. Start over with a fresh lock and
+/// no table (the old one stays allocated; the child's mappings are the parent's, read anew).
+fn afterFork() callconv(.c) void {
+    refresh_lock = .{};
+    const seq = sequence.load(.monotonic);
+    if (seq & 1 != 0) {
+        current.store(null, .monotonic);
+        sequence.store(seq + 1, .monotonic);
+    }
+    table_epoch.store(0, .monotonic);
+}
 
 /// Whether the checks are on: the process's mappings could be listed (so far).
 pub fn available() bool {
@@ -206,10 +221,32 @@ fn search(table: *const Table, address: u64, end: u64, perms: u64, hint: *std.at
     return false;
 }
 
+/// Registers `afterFork` through a symbol looked up at run time, so that loading this library never
+/// depends on where a libc keeps it: glibc exports `__register_atfork` (its `pthread_atfork` is a
+/// static stub, or a compat symbol dlsym does not return), macOS and musl `pthread_atfork`.
+fn registerForkHandler() bool {
+    if (builtin.os.tag != .linux and builtin.os.tag != .macos) return true;
+    const Handler = ?*const fn () callconv(.c) void;
+    // RTLD_DEFAULT: NULL with glibc and musl, (void *)-2 on macOS.
+    const default_handle: ?*anyopaque = if (builtin.os.tag == .macos) @ptrFromInt(std.math.maxInt(usize) - 1) else null;
+    if (std.c.dlsym(default_handle, "__register_atfork")) |symbol| {
+        // The last argument names the registering object for dlclose; this library is never unloaded.
+        const register: *const fn (Handler, Handler, Handler, ?*anyopaque) callconv(.c) c_int = @ptrCast(@alignCast(symbol));
+        return register(null, null, afterFork, null) == 0;
+    }
+    const symbol = std.c.dlsym(default_handle, "pthread_atfork") orelse return false;
+    const atfork: *const fn (Handler, Handler, Handler) callconv(.c) c_int = @ptrCast(@alignCast(symbol));
+    return atfork(null, null, afterFork) == 0;
+}
+
 /// Makes the table one whose listing was read after `began`; returns whether it is. Never inlined:
 /// its read buffer would otherwise make every lookup's caller probe 16 KiB of stack.
 noinline fn refresh(began: u64) bool {
     @branchHint(.cold);
+    // Before the lock: a fork must never find it held without the handler that resets it.
+    if (!fork_handler.load(.acquire) and fork_handler.cmpxchgStrong(false, true, .acq_rel, .monotonic) == null) {
+        if (!registerForkHandler()) fork_handler.store(false, .release);
+    }
     refresh_lock.lock();
     defer refresh_lock.unlock();
     if (table_epoch.load(.monotonic) > began) return true;
@@ -607,4 +644,41 @@ test "lookups from many threads while others force refreshes" {
     done.store(true, .release);
     threads[3].join();
     try testing.expectEqual(@as(u32, 0), failures.load(.monotonic));
+}
+
+test "a fork while another thread refreshes leaves the child a working table" {
+    if (builtin.os.tag != .linux) return error.SkipZigTest;
+    const Refresher = struct {
+        fn run(stop: *std.atomic.Value(bool)) void {
+            var k: usize = 0;
+            while (!stop.load(.acquire)) : (k +%= 1) _ = readable(0x3f00_0000_0000 + (k % 1024) * 4096, 8);
+        }
+    };
+    const heap = std.c.malloc(64).?;
+    defer std.c.free(heap);
+    var stop = std.atomic.Value(bool).init(false);
+    const thread = try std.Thread.spawn(.{}, Refresher.run, .{&stop});
+    defer {
+        stop.store(true, .release);
+        thread.join();
+    }
+    for (0..20) |_| {
+        const pid = try std.posix.fork();
+        if (pid == 0) {
+            // A miss needs the refresh lock, which the other thread may have held at the fork.
+            const ok = !readable(0x3f80_0000_0000, 8) and readable(@intFromPtr(heap), 64);
+            std.posix.exit(if (ok) 0 else 1);
+        }
+        var waited: usize = 0;
+        const status = while (waited < 500) : (waited += 1) {
+            const result = std.posix.waitpid(pid, std.posix.W.NOHANG);
+            if (result.pid == pid) break result.status;
+            std.Thread.sleep(10 * std.time.ns_per_ms);
+        } else {
+            std.posix.kill(pid, std.posix.SIG.KILL) catch {};
+            _ = std.posix.waitpid(pid, 0);
+            return error.ChildHung;
+        };
+        try testing.expect(std.posix.W.IFEXITED(status) and std.posix.W.EXITSTATUS(status) == 0);
+    }
 }
