@@ -647,7 +647,8 @@ test "lookups from many threads while others force refreshes" {
 }
 
 test "a fork while another thread refreshes leaves the child a working table" {
-    if (builtin.os.tag != .linux) return error.SkipZigTest;
+    // Under valgrind each child's exit is a leak check (of the thread it does not have) that fails.
+    if (builtin.os.tag != .linux or std.valgrind.runningOnValgrind() > 0) return error.SkipZigTest;
     const Refresher = struct {
         fn run(stop: *std.atomic.Value(bool)) void {
             var k: usize = 0;
