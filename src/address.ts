@@ -12,7 +12,10 @@ const MAX_U64 = (1n << 64n) - 1n;
 const MAX_EXACT = 2n ** 53n;
 
 /** Normalises an address argument to what native calls take: a number (0 for null). Addresses at
- * or above 2^53 (no 64-bit OS hands those to user space) are refused like any non-address. */
+ * or above 2^53 (no 64-bit OS hands those to user space) are refused like any non-address. Below
+ * that, whether anything is mapped there is for the native side to say: it checks the process's
+ * mappings (x86-64 user space ends at 2^47, AArch64's at 2^48 or 2^52) and refuses with a message
+ * that says the memory is not readable. */
 export function toAddress(value: unknown, what = "address"): number {
   const v = runtime().pointerValue(value);
   if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return v;

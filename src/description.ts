@@ -124,7 +124,92 @@ export const Status = {
   // CUDA claim checks (zig/src/cuda.zig); 14-16 are the Python bridge's statuses.
   deviceClaim: 18,
   cuda: 19,
+  /** The struct is not in readable memory: nothing read, no deleter called. */
+  unmappedStruct: 20,
+  /** The deleter is not executable code: never called, the tensor is leaked. */
+  badDeleter: 21,
+  /** One of this library's exports passed as the other generation. */
+  generation: 22,
+  /** One of this library's exports that an import already took. */
+  alreadyImported: 23,
+  /** One of this library's exports whose deleter already ran. */
+  releasedExport: 24,
 } as const;
+
+/** `detail_dim` of a shape or strides refusal whose array is not in readable memory. */
+const DIM_UNREADABLE = -3;
+
+const STRUCT_NAMES = ["DLManagedTensor (legacy)", "DLManagedTensorVersioned"] as const;
+const SOURCE_KEYS = ["{ legacy }", "{ versioned }"] as const;
+
+function hex(value: bigint): string {
+  return `0x${BigInt.asUintN(64, value).toString(16)}`;
+}
+
+/** Why a deleter slot may hold something else than the caller thought (`detail_limit`). */
+function deleterHint(hint: bigint): string {
+  switch (hint) {
+    case 1n:
+      return " (this looks like a DLManagedTensorVersioned passed as { legacy }: version 1 at offset 0 and code " +
+        "in the versioned deleter slot)";
+    case 2n:
+      return " (this looks like a legacy DLManagedTensor passed as { versioned }: code in the legacy deleter slot)";
+    default:
+      return " (a struct of the other generation, freed memory, or not a managed tensor at all?)";
+  }
+}
+
+/** The refusals made before any field was trusted: about the struct's memory and where it came
+ * from, not its contents. Null for the other statuses. */
+function addressRefusal(status: number, found: bigint, limit: bigint, released: boolean): DLPackError | null {
+  const own = STRUCT_NAMES[limit === 1n ? 1 : 0];
+  switch (status) {
+    case Status.unmappedStruct:
+      return new DLPackError(
+        "null_data",
+        `the struct at ${hex(found)} is not in readable memory (its ${limit} bytes as a ${
+          STRUCT_NAMES[limit === 80n ? 1 : 0]
+        } are not all mapped readable): not a managed tensor, or already freed; nothing was read and no deleter called`,
+      );
+    case Status.badDeleter:
+      if (limit === 3n) {
+        return new DLPackError(
+          "null_data",
+          `the struct's deleter ${hex(found)} is this library's export deleter, but the struct is not one of its ` +
+            `exports (a copy of one?); the deleter was not called, so whatever the struct holds is leaked`,
+        );
+      }
+      return new DLPackError(
+        "null_data",
+        `the deleter ${hex(found)} is not executable code${deleterHint(limit)}; it was not called, so the tensor ` +
+          `(and whatever it holds) is leaked: calling it would crash the process`,
+      );
+    case Status.generation:
+      return new DLPackError(
+        "version",
+        `${hex(found)} is one of this library's own ${own} exports, passed as ${SOURCE_KEYS[limit === 1n ? 0 : 1]}` +
+          (released
+            ? `; it was released through its real deleter, so the address is no longer valid (pass it as ${
+              SOURCE_KEYS[limit === 1n ? 1 : 0]
+            } next time)`
+            : "; the capsule keeps ownership"),
+      );
+    case Status.alreadyImported:
+      return new DLPackError(
+        "consumed",
+        `${hex(found)} is one of this library's own ${own} exports and an import already took it (one export, ` +
+          `one import: the first import owns it until it is disposed); nothing was released`,
+      );
+    case Status.releasedExport:
+      return new DLPackError(
+        "consumed",
+        `${hex(found)} was one of this library's own ${own} exports and has been released already (its deleter ` +
+          `ran): importing it again would read freed memory; nothing was read or called`,
+      );
+    default:
+      return null;
+  }
+}
 
 function claimOf(s: Scratch): string {
   const type = deviceName(s.i32[I32.deviceType]) ?? "cuda";
@@ -174,6 +259,8 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
   const found = s.i64[I64.found];
   const limit = s.i64[I64.limit];
   const dim = s.i32[I32.dim];
+  const early = addressRefusal(status, found, limit, released);
+  if (early !== null) return early;
   let code: ErrorCode;
   let message: string;
   switch (status) {
@@ -209,6 +296,8 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
         ? `negative extent ${found} in dimension ${dim}`
         : dim === -2
         ? `the shape pointer 0x${BigInt.asUintN(64, found).toString(16)} cannot point at int64 values`
+        : dim === DIM_UNREADABLE
+        ? `the shape array at ${hex(found)} (${limit} bytes for ndim ${s.i32[I32.ndim]}) is not in readable memory`
         : `shape is NULL for a tensor of ndim ${s.i32[I32.ndim]}`;
       break;
     case Status.overflow:
@@ -231,6 +320,8 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       code = "strides";
       message = dim === -2
         ? `the strides pointer 0x${BigInt.asUintN(64, found).toString(16)} cannot point at int64 values`
+        : dim === DIM_UNREADABLE
+        ? `the strides array at ${hex(found)} (${limit} bytes for ndim ${s.i32[I32.ndim]}) is not in readable memory`
         : `invalid strides`;
       break;
     case Status.deviceClaim:

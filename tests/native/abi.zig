@@ -97,6 +97,13 @@ pub const Status = enum(i32) {
     invalid_argument = 12,
     strides = 13,
     bad_address = 17,
+    device_claim = 18,
+    cuda = 19,
+    unmapped_struct = 20,
+    bad_deleter = 21,
+    generation = 22,
+    already_imported = 23,
+    released_export = 24,
     _,
 };
 

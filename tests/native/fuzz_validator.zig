@@ -10,7 +10,16 @@
 //!   every element's bytes (all of them up to 4096 elements, a sample beyond) lie inside the
 //!   allocation the producer made and are read, and releasing the owner runs the deleter once.
 //! Some accepted cases are also re-exported (`dlpk_export`) and re-imported, and must describe the
-//! same memory. The live counters return to where they were after every case.
+//! same memory; some of those exports are then imported as the wrong generation (refused and
+//! released once through the real deleter), twice (the second refused), or after their release
+//! (refused). The live counters return to where they were after every case.
+//!
+//! About one case in six is hostile memory: the struct in a PROT_NONE page, an unmapped page, a
+//! page just unmapped, near the top of user space or running into a PROT_NONE page; the shape or
+//! strides array in such places; a deleter that is not code (data, the stack, unmapped and
+//! non-canonical addresses); or the struct passed as the other generation. Each must be refused
+//! before anything unreadable is read, and no deleter that is not code may ever be called: a crash
+//! ends the run. A struct of the wrong generation may end in any status, but calls no deleter.
 //!
 //! Three drivers share the case generator: `run` (a seeded run: `zig build fuzz -- --seed N
 //! --cases N` or `--seconds N`), the unit tests (a short seeded run plus regressions), and
@@ -98,6 +107,14 @@ const Fields = struct {
     strict: bool,
     keep: bool,
     has_deleter: bool,
+    /// Hostile memory: where the struct, its shape array and its strides array really lie.
+    struct_at: Place = .real,
+    shape_at: Place = .real,
+    strides_at: Place = .real,
+    /// A deleter that is not code, written over the real one (0: none).
+    bad_deleter: u64 = 0,
+    /// The struct is passed as the other generation.
+    mixed: bool = false,
     /// Chosen once the model has seen the layout.
     byte_offset: u64 = 0,
     data: usize = 0,
@@ -107,12 +124,86 @@ const Fields = struct {
     allocated: bool = false,
 };
 
+/// Where a struct or array really lies (see `Guard`).
+const Place = enum(u8) {
+    real,
+    /// In the guard's PROT_NONE page.
+    prot_none,
+    /// In the guard's unmapped page.
+    unmapped,
+    /// Starting in the guard's readable page and running into the PROT_NONE page.
+    straddle,
+    /// In a page mapped and unmapped just before the import (structs only).
+    just_unmapped,
+    /// Just below 2^47, the top of x86-64 user space (structs only).
+    top,
+};
+
+/// Pages for hostile addresses, at an address range nothing else in this process uses (the
+/// library's table of mappings cannot notice memory unmapped after it read the table, so a page
+/// that was once readable and listed must never be offered as unreadable): a readable page, a
+/// PROT_NONE page, and an unmapped one. Pages "just unmapped" come from a second range, each used
+/// once.
+const Guard = struct {
+    const page = std.heap.page_size_min;
+    const base: usize = 0x3c00_0000_0000;
+    const fresh_base: usize = 0x3b00_0000_0000;
+    var ready = false;
+    var fresh_next: usize = fresh_base;
+    /// Where the heap, the stack or static data are mapped executable (valgrind maps its malloc's
+    /// arena read-write-execute; so do kernels that make READ_IMPLIES_EXEC processes), data there
+    /// is code to a check of the mappings. Cases that rely on data not being code are left out then.
+    var data_is_code = false;
+
+    fn init() !void {
+        if (ready) return;
+        const heap = std.c.malloc(16) orelse return error.OutOfMemory;
+        defer std.c.free(heap);
+        var on_stack: u64 = 0;
+        for ([_]usize{ @intFromPtr(heap), @intFromPtr(&on_stack), @intFromPtr(&a_static_word) }) |where| {
+            if (executableHere(where)) data_is_code = true;
+        }
+        const region = try std.posix.mmap(@ptrFromInt(base), 3 * page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0);
+        if (@intFromPtr(region.ptr) != base) return error.GuardRegionTaken;
+        try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
+        std.posix.munmap(@alignCast(region[2 * page ..]));
+        ready = true;
+    }
+
+    fn readableEnd() usize {
+        return base + page;
+    }
+
+    /// A page that was mapped (never listed: nothing imports while it is) and is now unmapped.
+    fn justUnmapped() error{OutOfMemory}!usize {
+        const at = fresh_next;
+        fresh_next += 2 * page;
+        const region = std.posix.mmap(@ptrFromInt(at), page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch
+            return error.OutOfMemory;
+        std.posix.munmap(region);
+        return @intFromPtr(region.ptr);
+    }
+
+    /// Where a struct of `size` bytes, or an array of `size` bytes, is put for `place`.
+    fn address(where: Place, size: usize) error{OutOfMemory}!usize {
+        return switch (where) {
+            .real => unreachable,
+            .prot_none => base + page + 64,
+            .unmapped => base + 2 * page + 128,
+            // 8 bytes of it readable, the rest in the PROT_NONE page.
+            .straddle => readableEnd() - 8,
+            .just_unmapped => (try justUnmapped()) + 256,
+            .top => (1 << 47) - @max(size, 64),
+        };
+    }
+};
+
 const supported_dtypes = [_][2]u8{
-    .{ 0, 8 },  .{ 0, 16 },  .{ 0, 32 },  .{ 0, 64 },  .{ 1, 8 },  .{ 1, 16 },
-    .{ 1, 32 }, .{ 1, 64 },  .{ 2, 16 },  .{ 2, 32 },  .{ 2, 64 }, .{ 4, 16 },
-    .{ 5, 32 }, .{ 5, 64 },  .{ 5, 128 }, .{ 6, 8 },   .{ 7, 8 },  .{ 8, 8 },
-    .{ 9, 8 },  .{ 10, 8 },  .{ 11, 8 },  .{ 12, 8 },  .{ 13, 8 }, .{ 14, 8 },
-    .{ 15, 6 }, .{ 16, 6 },  .{ 17, 4 },
+    .{ 0, 8 },  .{ 0, 16 }, .{ 0, 32 },  .{ 0, 64 }, .{ 1, 8 },  .{ 1, 16 },
+    .{ 1, 32 }, .{ 1, 64 }, .{ 2, 16 },  .{ 2, 32 }, .{ 2, 64 }, .{ 4, 16 },
+    .{ 5, 32 }, .{ 5, 64 }, .{ 5, 128 }, .{ 6, 8 },  .{ 7, 8 },  .{ 8, 8 },
+    .{ 9, 8 },  .{ 10, 8 }, .{ 11, 8 },  .{ 12, 8 }, .{ 13, 8 }, .{ 14, 8 },
+    .{ 15, 6 }, .{ 16, 6 }, .{ 17, 4 },
 };
 
 fn dtypeSupported(code: u8, bits: u8, lanes: u16) bool {
@@ -131,9 +222,8 @@ fn chance(r: std.Random, percent: u8) bool {
 
 fn hostileI64(r: std.Random) i64 {
     const table = [_]i64{
-        -1,                  std.math.minInt(i64),     std.math.maxInt(i64), 1 << 31, 1 << 32, 1 << 53,
-        (1 << 53) + 1,       1 << 62,                  -(1 << 62),           (1 << 53) - 1,
-        std.math.maxInt(i32), std.math.minInt(i32),
+        -1,            std.math.minInt(i64), std.math.maxInt(i64), 1 << 31,       1 << 32,              1 << 53,
+        (1 << 53) + 1, 1 << 62,              -(1 << 62),           (1 << 53) - 1, std.math.maxInt(i32), std.math.minInt(i32),
     };
     if (chance(r, 70)) return table[r.uintLessThan(usize, table.len)];
     return r.int(i64);
@@ -220,7 +310,74 @@ fn generate(r: std.Random) Fields {
     f.strict = chance(r, 10);
     f.keep = chance(r, 5);
     f.has_deleter = !chance(r, 6);
+    generateHostile(r, &f);
     return f;
+}
+
+/// One hostile trait in about one case in six.
+fn generateHostile(r: std.Random, f: *Fields) void {
+    f.struct_at = .real;
+    f.shape_at = .real;
+    f.strides_at = .real;
+    f.bad_deleter = 0;
+    f.mixed = false;
+    if (f.null_managed or f.bad_managed != 0) return;
+    const struct_places = [_]Place{ .prot_none, .unmapped, .straddle, .just_unmapped, .top };
+    const array_places = [_]Place{ .prot_none, .unmapped, .straddle };
+    switch (r.uintLessThan(u8, 100)) {
+        0...2 => f.struct_at = struct_places[r.uintLessThan(usize, struct_places.len)],
+        3...5 => f.shape_at = array_places[r.uintLessThan(usize, array_places.len)],
+        6...8 => f.strides_at = array_places[r.uintLessThan(usize, array_places.len)],
+        9...12 => {
+            f.has_deleter = true;
+            f.bad_deleter = garbageDeleter(r);
+        },
+        // Read as legacy, a versioned struct's deleter slot holds its shape pointer (heap).
+        13...16 => f.mixed = !Guard.data_is_code,
+        else => {},
+    }
+    // An array of one int64 placed across the page boundary would be readable after all.
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
+    if (rank <= 1 and f.shape_at == .straddle) f.shape_at = .prot_none;
+    if (rank <= 1 and f.strides_at == .straddle) f.strides_at = .prot_none;
+}
+
+var a_static_word: u64 = 0;
+
+/// Whether /proc/self/maps lists `address` as executable (the fuzzer's own reading, independent of
+/// the library's table).
+fn executableHere(address: usize) bool {
+    const file = std.fs.openFileAbsolute("/proc/self/maps", .{}) catch return false;
+    defer file.close();
+    const text = file.readToEndAlloc(std.heap.c_allocator, 64 << 20) catch return false;
+    defer std.heap.c_allocator.free(text);
+    var lines = std.mem.tokenizeScalar(u8, text, '\n');
+    while (lines.next()) |line| {
+        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
+        const space = std.mem.indexOfScalarPos(u8, line, dash, ' ') orelse continue;
+        if (line.len < space + 4) continue;
+        const lo = std.fmt.parseInt(usize, line[0..dash], 16) catch continue;
+        const hi = std.fmt.parseInt(usize, line[dash + 1 .. space], 16) catch continue;
+        if (address >= lo and address < hi) return line[space + 3] == 'x';
+    }
+    return false;
+}
+
+/// A deleter value that is not executable code whatever this process maps: data, the stack, the
+/// guard pages, the never-mapped first 64 KiB, and addresses beyond 48-bit user space.
+fn garbageDeleter(r: std.Random) u64 {
+    var on_stack: u64 = 0;
+    const first: u8 = if (Guard.data_is_code) 2 else 0;
+    return switch (r.intRangeLessThan(u8, first, 8)) {
+        0 => @intFromPtr(&a_static_word),
+        1 => @intFromPtr(&on_stack),
+        2 => Guard.base + r.uintLessThan(usize, Guard.page),
+        3 => Guard.base + Guard.page + r.uintLessThan(usize, Guard.page),
+        4 => Guard.base + 2 * Guard.page + r.uintLessThan(usize, Guard.page),
+        5 => r.intRangeAtMost(u64, 1, 0xffff),
+        6 => r.intRangeAtMost(u64, 1 << 48, (1 << 56) - 1),
+        else => r.int(u64) | 1 << 63,
+    };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,6 +387,8 @@ fn generate(r: std.Random) Fields {
 const Model = struct {
     /// Bit per Status value; 0 means the tensor must be accepted.
     refusals: u32 = 0,
+    /// A struct read as the other generation: any status (or acceptance) is possible.
+    any_status: bool = false,
     /// Whether the layout could be evaluated (so data and byte_offset can be chosen to fit it).
     layout_known: bool = false,
     empty: bool = false,
@@ -252,6 +411,16 @@ const Model = struct {
     }
 };
 
+/// Whether an array of `rank` int64s put at `place` has a byte that is not readable (one placed
+/// across the page boundary has its first 8 bytes readable).
+fn arrayUnreadable(where: Place, rank: usize) bool {
+    return switch (where) {
+        .real => false,
+        .straddle => rank > 1,
+        else => true,
+    };
+}
+
 fn modelLayout(f: *const Fields) Model {
     var m = Model{};
     if (f.null_managed) {
@@ -260,6 +429,20 @@ fn modelLayout(f: *const Fields) Model {
     }
     if (f.bad_managed != 0) {
         m.refuse(.bad_address);
+        return m;
+    }
+    // Checked before any field is read.
+    if (f.struct_at != .real) {
+        m.refuse(.unmapped_struct);
+        return m;
+    }
+    // Any status may follow from the other generation's bytes; `runCase` checks what matters.
+    if (f.mixed) {
+        m.any_status = true;
+        return m;
+    }
+    if (f.bad_deleter != 0) {
+        m.refuse(.bad_deleter);
         return m;
     }
     // A foreign major may lay out everything after `flags` differently.
@@ -277,6 +460,15 @@ fn modelLayout(f: *const Fields) Model {
     const rank: usize = @intCast(f.ndim);
     if (rank > 0 and f.shape_null) {
         m.refuse(.shape);
+        return m;
+    }
+    // Both arrays are checked readable before either is read.
+    if (rank > 0 and arrayUnreadable(f.shape_at, rank)) {
+        m.refuse(.shape);
+        return m;
+    }
+    if (rank > 0 and !f.strides_null and arrayUnreadable(f.strides_at, rank)) {
+        m.refuse(.strides);
         return m;
     }
     var size: i256 = 1;
@@ -420,6 +612,9 @@ fn build(f: *const Fields) !*Produced {
         for (0..rank) |d| s[d] = f.strides[d];
         p.strides = s;
     }
+    // Arrays in hostile places: the struct points there, the real ones are still freed with it.
+    const shape_address = if (p.shape == null or f.shape_at == .real) @intFromPtr(p.shape) else try Guard.address(f.shape_at, entries * 8);
+    const strides_address = if (p.strides == null or f.strides_at == .real) @intFromPtr(p.strides) else try Guard.address(f.strides_at, entries * 8);
     const tensor = abi.Tensor{
         .data = f.data,
         .device_type = f.device_type,
@@ -428,8 +623,8 @@ fn build(f: *const Fields) !*Produced {
         .code = f.code,
         .bits = f.bits,
         .lanes = f.lanes,
-        .shape = @intFromPtr(p.shape),
-        .strides = @intFromPtr(p.strides),
+        .shape = shape_address,
+        .strides = strides_address,
         .byte_offset = f.byte_offset,
     };
     if (f.versioned) {
@@ -444,9 +639,18 @@ fn build(f: *const Fields) !*Produced {
         };
         p.managed = @intFromPtr(m);
     } else {
-        const m: *abi.Legacy = @ptrCast(@alignCast(try mallocExact(@sizeOf(abi.Legacy))));
+        // Read as versioned, a legacy struct is 16 bytes short: those bytes exist (zeros), so that
+        // reading them is not an out-of-bounds read valgrind would rightly report.
+        const bytes: usize = if (f.mixed) @sizeOf(abi.Versioned) else @sizeOf(abi.Legacy);
+        const raw = try mallocExact(bytes);
+        @memset(raw[0..bytes], 0);
+        const m: *abi.Legacy = @ptrCast(@alignCast(raw));
         m.* = .{ .dl_tensor = tensor, .manager_ctx = @intFromPtr(p), .deleter = if (f.has_deleter) legacyDeleter else null };
         p.managed = @intFromPtr(m);
+    }
+    if (f.bad_deleter != 0) {
+        const slot: usize = if (f.versioned) @offsetOf(abi.Versioned, "deleter") else @offsetOf(abi.Legacy, "deleter");
+        @as(*u64, @ptrFromInt(p.managed + slot)).* = f.bad_deleter;
     }
     return p;
 }
@@ -459,8 +663,14 @@ pub const Tally = struct {
     accepted_in_memory: u64 = 0,
     accepted_fake_address: u64 = 0,
     accepted_empty: u64 = 0,
-    refused: [20]u64 = [_]u64{0} ** 20,
+    refused: [32]u64 = [_]u64{0} ** 32,
     round_trips: u64 = 0,
+    hostile_struct: u64 = 0,
+    hostile_arrays: u64 = 0,
+    hostile_deleter: u64 = 0,
+    mixed: u64 = 0,
+    own_mixed: u64 = 0,
+    own_twice: u64 = 0,
     elements_checked: u64 = 0,
     checksum: u64 = 0,
 };
@@ -597,14 +807,16 @@ fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.D
     }
 }
 
-/// Exports the accepted tensor again and imports that export: same memory, same layout.
-fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description) Failure!void {
+/// Exports the accepted tensor again and imports that export: same memory, same layout. Now and
+/// then the export is first imported as the wrong generation, or imported twice.
+fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description, tally: *Tally) Failure!void {
     var spec = d.*;
     const padded = f.flags & abi.FLAG_SUBBYTE_PADDED != 0 and f.versioned;
     const versioned = padded or r.boolean();
     const exported_status = abi.dlpk_export(if (versioned) abi.EXPORT_VERSIONED else 0, @intFromPtr(&spec));
     if (exported_status != 0) return fail("re-export refused with status {d}", .{exported_status});
     const exported = spec.address();
+    if (chance(r, 25)) return wrongGeneration(r, exported, versioned, tally);
     var again: abi.Description = undefined;
     const status = abi.dlpk_import(exported, if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&again));
     if (status != 0) return fail("re-import of our own export refused with {d}", .{status});
@@ -615,6 +827,12 @@ fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description) Failure!void 
         if (again.shape[i] != d.shape[i] or again.strides[i] != d.strides[i]) return fail("re-import layout", .{});
     }
     if (again.owner() == d.owner()) return fail("re-import shares the owner record", .{});
+    const twice = chance(r, 30);
+    if (twice) {
+        // One export, one import: the second is refused whatever generation it claims.
+        try expectOwnRefusal(exported, r.boolean(), .already_imported, "a second import of one export");
+        tally.own_twice += 1;
+    }
     // Release the outer import first or last: the producer must wait for both.
     if (r.boolean()) {
         abi.dlpk_owner_release(again.owner());
@@ -623,6 +841,39 @@ fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description) Failure!void 
         abi.dlpk_owner_release(again.owner());
         abi.dlpk_owner_release(d.owner());
     }
+    // Released (and still in quarantine): the stale address is refused, nothing is freed twice.
+    if (twice) try expectOwnRefusal(exported, r.boolean(), .released_export, "an import of a released export");
+}
+
+/// This library's export imported as the other generation: refused, and released once through
+/// its real deleter (unless the caller keeps refused tensors; then it is released here).
+fn wrongGeneration(r: std.Random, exported: usize, versioned: bool, tally: *Tally) Failure!void {
+    const keep = chance(r, 20);
+    const exports_before = abi.stat(.exports);
+    var options: u32 = if (versioned) 0 else abi.IMPORT_VERSIONED;
+    if (keep) options |= abi.IMPORT_KEEP_ON_REFUSAL;
+    var d: abi.Description = undefined;
+    const status = abi.dlpk_import(exported, options, @intFromPtr(&d));
+    if (status != @intFromEnum(abi.Status.generation)) {
+        if (status == 0) abi.dlpk_owner_release(d.owner());
+        return fail("our export of the other generation: status {d}, expected generation", .{status});
+    }
+    if (d.detail_limit != @intFromBool(versioned)) return fail("generation refusal names the wrong one", .{});
+    const released: i64 = if (keep) 0 else 1;
+    if (abi.stat(.exports) != exports_before - released) return fail("the refused export was not released once", .{});
+    if (keep) abi.dlpk_managed_delete(exported, @intFromBool(versioned));
+    if (abi.stat(.exports) != exports_before - 1) return fail("the kept export was not released by its deleter", .{});
+    try expectOwnRefusal(exported, r.boolean(), .released_export, "an import of a released export");
+    tally.own_mixed += 1;
+}
+
+fn expectOwnRefusal(exported: usize, versioned: bool, expected: abi.Status, what: []const u8) Failure!void {
+    const exports_before = abi.stat(.exports);
+    var d: abi.Description = undefined;
+    const status = abi.dlpk_import(exported, if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&d));
+    if (status == 0) abi.dlpk_owner_release(d.owner());
+    if (status != @intFromEnum(expected)) return fail("{s}: status {d}, expected {d}", .{ what, status, @intFromEnum(expected) });
+    if (abi.stat(.exports) != exports_before) return fail("{s} released something", .{what});
 }
 
 /// The fields of the case running now, printed when it fails.
@@ -634,14 +885,33 @@ fn printFields(f: *const Fields) void {
         "  fields: versioned {} major {d} minor {d} flags 0x{x} ndim {d} dtype {d}/{d}/{d} device {d}:{d} shape {any}{s} strides {any}{s}\n" ++
             "          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} keep {} deleter {} null_managed {} bad_managed 0x{x}\n",
         .{
-            f.versioned,    f.major,     f.minor,        f.flags,       f.ndim,       f.code,  f.bits,   f.lanes,     f.device_type,
-            f.device_id,    f.shape[0..rank], if (f.shape_null) " (NULL)" else "", f.strides[0..rank], if (f.strides_null) " (NULL)" else "",
-            f.data,         f.byte_offset, f.allocated,  f.data_len,    f.strict,     f.keep,  f.has_deleter, f.null_managed, f.bad_managed,
+            f.versioned, f.major,          f.minor,                             f.flags,            f.ndim,                                f.code, f.bits,        f.lanes,     f.device_type,
+            f.device_id, f.shape[0..rank], if (f.shape_null) " (NULL)" else "", f.strides[0..rank], if (f.strides_null) " (NULL)" else "", f.data, f.byte_offset, f.allocated, f.data_len,
+            f.strict,    f.keep,           f.has_deleter,                       f.null_managed,     f.bad_managed,
         },
     );
+    std.debug.print("          struct {s} shape {s} strides {s} bad deleter 0x{x} mixed {}\n", .{
+        @tagName(f.struct_at), @tagName(f.shape_at), @tagName(f.strides_at), f.bad_deleter, f.mixed,
+    });
+}
+
+/// Whether the validator may call the producer's deleter: a struct it can read, with a deleter
+/// that is code, read as the generation it is.
+fn callable(f: *const Fields) bool {
+    return f.has_deleter and f.bad_deleter == 0 and f.struct_at == .real and f.bad_managed == 0 and !f.mixed;
+}
+
+/// The address handed to the import: the struct's, or a hostile one.
+fn passedAddress(f: *const Fields, produced: ?*Produced) Failure!usize {
+    const p = produced orelse return 0;
+    if (f.bad_managed != 0) return if (f.bad_managed < 8) p.managed + f.bad_managed else f.bad_managed;
+    if (f.struct_at == .real) return p.managed;
+    const claimed_size: usize = if (f.versioned != f.mixed) @sizeOf(abi.Versioned) else @sizeOf(abi.Legacy);
+    return Guard.address(f.struct_at, claimed_size) catch fail("could not map a page to unmap", .{});
 }
 
 pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
+    Guard.init() catch return fail("could not map the guard pages at 0x{x}", .{Guard.base});
     var f = generate(r);
     current = f;
     var m = modelLayout(&f);
@@ -652,71 +922,93 @@ pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
     if (!f.null_managed) {
         produced = try build(&f);
     } else if (f.allocated) std.c.free(@ptrFromInt(f.alloc_base));
-    var managed: usize = if (produced) |p| p.managed else 0;
-    if (f.bad_managed != 0 and managed != 0) managed = if (f.bad_managed < 8) managed + f.bad_managed else f.bad_managed;
+    const managed = try passedAddress(&f, produced);
     const imports_before = abi.stat(.imports);
     const exports_before = abi.stat(.exports);
     const calls_before = deleter_calls;
-    var options: u32 = if (f.versioned) abi.IMPORT_VERSIONED else 0;
+    var options: u32 = if (f.versioned != f.mixed) abi.IMPORT_VERSIONED else 0;
     if (f.strict) options |= abi.IMPORT_STRICT_OFFSET;
     if (f.keep) options |= abi.IMPORT_KEEP_ON_REFUSAL;
     var d: abi.Description = undefined;
     const status = abi.dlpk_import(managed, options, @intFromPtr(&d));
     tally.cases += 1;
-    // The producer's deleter runs on refusal unless the caller kept the tensor; never on success.
-    const expect_deleted: u32 = if (status != 0 and !f.keep and f.has_deleter and managed != 0 and f.bad_managed == 0) 1 else 0;
-
-    if (m.refusals != 0) {
-        if (status == 0) {
-            abi.dlpk_owner_release(d.owner());
-            if (produced != null and !f.has_deleter) produced.?.free();
-            return fail("accepted a tensor the model refuses (refusal bits 0x{x})", .{m.refusals});
-        }
-        if (!m.allows(status)) return fail("refused with status {d}, model allows bits 0x{x}", .{ status, m.refusals });
-        if (d.status != status) return fail("description status {d} differs from returned {d}", .{ d.status, status });
-        if (deleter_calls - calls_before != expect_deleted) {
-            return fail("refusal ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expect_deleted });
-        }
-        tally.refused[@intCast(@min(status, 19))] += 1;
-        // Kept, deleter-less or never-found tensors are still ours to free.
-        if (produced) |p| {
-            if (f.bad_managed != 0) p.free() else if (f.keep and f.has_deleter) abi.consume(p.managed, f.versioned) else if (!f.has_deleter or f.keep) p.free();
-        }
+    tallyHostile(&f, tally);
+    if (m.any_status) {
+        try checkMixed(status, &d, calls_before, produced.?, tally);
+    } else if (m.refusals != 0) {
+        try checkRefused(&f, &m, status, &d, calls_before, produced, managed, tally);
     } else {
-        if (status != 0) {
-            if (produced) |p| if (!f.has_deleter or f.keep) p.free();
-            return fail("refused with status {d} a tensor the model accepts", .{status});
-        }
-        if (deleter_calls != calls_before) return fail("accepting ran the deleter", .{});
-        if (abi.stat(.imports) != imports_before + 1) return fail("imports counter did not go up", .{});
-        checkDescription(&f, &m, &d) catch |e| {
-            abi.dlpk_owner_release(d.owner());
-            if (!f.has_deleter) produced.?.free();
-            return e;
-        };
-        if (m.empty) tally.accepted_empty += 1 else if (f.allocated) {
-            tally.accepted_in_memory += 1;
-            checkMemory(r, &f, &m, &d, tally) catch |e| {
-                abi.dlpk_owner_release(d.owner());
-                if (!f.has_deleter) produced.?.free();
-                return e;
-            };
-        } else tally.accepted_fake_address += 1;
-        if (chance(r, 12)) {
-            try roundTrip(r, &f, &d);
-            tally.round_trips += 1;
-            if (deleter_calls != calls_before) return fail("the deleter ran while the first import was alive", .{});
-        }
-        abi.dlpk_owner_release(d.owner());
-        const expected: u32 = if (f.has_deleter) 1 else 0;
-        if (deleter_calls - calls_before != expected) {
-            return fail("release ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expected });
-        }
-        if (!f.has_deleter) produced.?.free();
+        try checkAccepted(r, &f, &m, status, &d, calls_before, imports_before, produced, tally);
     }
     if (abi.stat(.imports) != imports_before or abi.stat(.exports) != exports_before) {
         return fail("live counters did not return (imports {d} -> {d}, exports {d} -> {d})", .{ imports_before, abi.stat(.imports), exports_before, abi.stat(.exports) });
     }
+}
+
+fn tallyHostile(f: *const Fields, tally: *Tally) void {
+    if (f.struct_at != .real) tally.hostile_struct += 1;
+    if (f.shape_at != .real or f.strides_at != .real) tally.hostile_arrays += 1;
+    if (f.bad_deleter != 0) tally.hostile_deleter += 1;
+}
+
+/// A struct read as the other generation: whatever the status, no deleter may run (its deleter
+/// slot holds a pointer into its arrays, or ndim and dtype: never code).
+fn checkMixed(status: i32, d: *const abi.Description, calls_before: u32, p: *Produced, tally: *Tally) Failure!void {
+    if (status == 0) abi.dlpk_owner_release(d.owner());
+    defer p.free();
+    if (deleter_calls != calls_before) return fail("a struct of the other generation ran a deleter", .{});
+    if (status != 0 and d.status != status) return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    tally.mixed += 1;
+    tally.refused[@intCast(std.math.clamp(status, 0, 31))] += 1;
+}
+
+fn checkRefused(f: *const Fields, m: *const Model, status: i32, d: *const abi.Description, calls_before: u32, produced: ?*Produced, managed: usize, tally: *Tally) Failure!void {
+    // The producer's deleter runs on refusal unless the caller kept the tensor or it cannot be called.
+    const expect_deleted: u32 = if (!f.keep and callable(f) and managed != 0) 1 else 0;
+    if (status == 0) {
+        abi.dlpk_owner_release(d.owner());
+        if (produced != null and !f.has_deleter) produced.?.free();
+        return fail("accepted a tensor the model refuses (refusal bits 0x{x})", .{m.refusals});
+    }
+    if (!m.allows(status)) return fail("refused with status {d}, model allows bits 0x{x}", .{ status, m.refusals });
+    if (d.status != status) return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    if (deleter_calls - calls_before != expect_deleted) {
+        return fail("refusal ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expect_deleted });
+    }
+    tally.refused[@intCast(@min(status, 31))] += 1;
+    // Kept, deleter-less, never-found or uncallable tensors are still ours to free.
+    if (produced) |p| {
+        if (!callable(f)) p.free() else if (f.keep) abi.consume(p.managed, f.versioned);
+    }
+}
+
+fn checkAccepted(r: std.Random, f: *const Fields, m: *const Model, status: i32, d: *abi.Description, calls_before: u32, imports_before: i64, produced: ?*Produced, tally: *Tally) Failure!void {
+    if (status != 0) {
+        if (produced) |p| if (!f.has_deleter or f.keep) p.free();
+        return fail("refused with status {d} a tensor the model accepts", .{status});
+    }
+    if (deleter_calls != calls_before) return fail("accepting ran the deleter", .{});
+    if (abi.stat(.imports) != imports_before + 1) return fail("imports counter did not go up", .{});
+    errdefer {
+        abi.dlpk_owner_release(d.owner());
+        if (!f.has_deleter) produced.?.free();
+    }
+    try checkDescription(f, m, d);
+    if (m.empty) tally.accepted_empty += 1 else if (f.allocated) {
+        tally.accepted_in_memory += 1;
+        try checkMemory(r, f, m, d, tally);
+    } else tally.accepted_fake_address += 1;
+    if (chance(r, 12)) {
+        try roundTrip(r, f, d, tally);
+        tally.round_trips += 1;
+        if (deleter_calls != calls_before) return fail("the deleter ran while the first import was alive", .{});
+    }
+    abi.dlpk_owner_release(d.owner());
+    const expected: u32 = if (f.has_deleter) 1 else 0;
+    if (deleter_calls - calls_before != expected) {
+        return fail("release ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expected });
+    }
+    if (!f.has_deleter) produced.?.free();
 }
 
 /// A `std.Random` whose bytes come from a fuzzer's input, so the fuzzer steers every choice of
@@ -757,12 +1049,15 @@ fn printTally(t: *const Tally, seed: u64, seconds: f64) void {
     std.debug.print(
         "fuzz: {d} cases (seed {d}) in {d:.1} s: accepted {d} in real memory, {d} at fake addresses, {d} empty; " ++
             "{d} re-exported; {d} elements checked; refused: version {d}, flags {d}, rank {d}, dtype {d}, device {d}, " ++
-            "shape {d}, overflow {d}, null_data {d}, byte_offset {d}, null_managed {d}, bad_address {d}; 0 failures\n",
+            "shape {d}, strides {d}, overflow {d}, null_data {d}, byte_offset {d}, null_managed {d}, bad_address {d}, " ++
+            "unmapped_struct {d}, bad_deleter {d}; hostile: {d} structs, {d} arrays, {d} deleters, {d} of the other " ++
+            "generation; own exports: {d} as the other generation, {d} imported twice; 0 failures\n",
         .{
-            t.cases,         seed,           seconds,        t.accepted_in_memory, t.accepted_fake_address, t.accepted_empty,
-            t.round_trips,   t.elements_checked, t.refused[2], t.refused[3],      t.refused[4],            t.refused[5],
-            t.refused[6],    t.refused[7],   t.refused[8],   t.refused[9],         t.refused[10],           t.refused[1],
-            t.refused[17],
+            t.cases,           seed,               seconds,       t.accepted_in_memory, t.accepted_fake_address, t.accepted_empty,
+            t.round_trips,     t.elements_checked, t.refused[2],  t.refused[3],         t.refused[4],            t.refused[5],
+            t.refused[6],      t.refused[7],       t.refused[13], t.refused[8],         t.refused[9],            t.refused[10],
+            t.refused[1],      t.refused[17],      t.refused[20], t.refused[21],        t.hostile_struct,        t.hostile_arrays,
+            t.hostile_deleter, t.mixed,            t.own_mixed,   t.own_twice,
         },
     );
 }
@@ -822,7 +1117,7 @@ extern const __stop___sancov_cntrs: u8;
 fn llvmInitialize(argc: *c_int, argv: *[*][*:0]u8) callconv(.c) c_int {
     _ = argc;
     _ = argv;
-    __sanitizer_cov_8bit_counters_init(@constCast(@ptrCast(&__start___sancov_cntrs)), @constCast(@ptrCast(&__stop___sancov_cntrs)));
+    __sanitizer_cov_8bit_counters_init(@ptrCast(@constCast(&__start___sancov_cntrs)), @ptrCast(@constCast(&__stop___sancov_cntrs)));
     return 0;
 }
 

@@ -418,3 +418,54 @@ export fn tp_release_wait(handle: usize) void {
     std.heap.c_allocator.free(self.items);
     std.heap.c_allocator.destroy(self);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hostile memory for the address tests (tests/addresses.test.ts): pages that are not readable,
+// structs of random bytes, and fields overwritten in place.
+
+var guard_region = std.atomic.Value(usize).init(0);
+
+/// Three pages at an address this process never used before (so no table of mappings can remember
+/// them as readable): the first read-write, the second PROT_NONE, the third unmapped. Made once per
+/// process; returns the first page's address, or 0 when the platform or the address refuses.
+export fn tp_guard_region() usize {
+    if (guard_region.load(.acquire) != 0) return guard_region.load(.acquire);
+    if (@import("builtin").os.tag != .linux) return 0;
+    const page = std.heap.page_size_min;
+    const hint: usize = 0x3d00_0000_0000;
+    const region = std.posix.mmap(@ptrFromInt(hint), 3 * page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch return 0;
+    if (@intFromPtr(region.ptr) != hint) {
+        std.posix.munmap(region);
+        return 0;
+    }
+    std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE) catch return 0;
+    std.posix.munmap(@alignCast(region[2 * page ..]));
+    guard_region.store(hint, .release);
+    return hint;
+}
+
+/// The page size the guard region uses.
+export fn tp_page_size() u32 {
+    return std.heap.page_size_min;
+}
+
+/// Overwrites the 8-byte word at `offset` bytes into a struct (a shape, strides or deleter field)
+/// with `hi << 32 | lo` (halves, so any 64-bit value crosses every runtime's FFI exactly).
+export fn tp_set_word(managed: usize, offset: u32, lo: u32, hi: u32) void {
+    const word: *align(1) u64 = @ptrFromInt(managed + offset);
+    word.* = @as(u64, hi) << 32 | lo;
+}
+
+/// Reads the 8-byte word at `offset` bytes into a struct.
+export fn tp_get_word(managed: usize, offset: u32) f64 {
+    const word: *align(1) const u64 = @ptrFromInt(managed + offset);
+    return @floatFromInt(word.*);
+}
+
+/// 256 bytes of random bytes from `seed`, 16-byte aligned: a "struct" that is nothing. Never freed.
+export fn tp_random_bytes(seed: u32) usize {
+    const bytes = std.heap.c_allocator.alignedAlloc(u8, .@"16", 256) catch return 0;
+    var prng = std.Random.DefaultPrng.init(seed);
+    prng.random().bytes(bytes);
+    return @intFromPtr(bytes.ptr);
+}

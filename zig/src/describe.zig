@@ -4,6 +4,8 @@
 const std = @import("std");
 const dlpack = @import("dlpack.zig");
 const cuda = @import("cuda.zig");
+const mappings = @import("mappings.zig");
+const exports = @import("exports.zig");
 
 const MAX_RANK = dlpack.MAX_RANK;
 
@@ -31,8 +33,33 @@ pub const Status = enum(i32) {
     device_claim = 18,
     /// The CUDA driver failed while checking a claim (its error is readable per thread).
     cuda = 19,
+    /// The struct (its whole size for the claimed generation) is not in readable memory: unmapped,
+    /// PROT_NONE, or past the end of a mapping. Nothing was read and no deleter called.
+    unmapped_struct = 20,
+    /// The deleter is not executable code (or is this library's export deleter on a struct that
+    /// is not one of its exports). It is never called, so the tensor is leaked.
+    bad_deleter = 21,
+    /// One of this library's exports passed as the other generation (`detail_limit`: 1 when it
+    /// really is versioned). A raw import releases it through its real deleter.
+    generation = 22,
+    /// One of this library's exports that an import of this library already took.
+    already_imported = 23,
+    /// One of this library's exports whose deleter already ran.
+    released_export = 24,
     _,
 };
+
+/// `detail_limit` of a `bad_deleter` refusal: why the struct may not be what the caller said.
+pub const HINT_NONE: i64 = 0;
+/// Passed as legacy, but version 1.x sits at offset 0 and code in the versioned deleter slot.
+pub const HINT_LOOKS_VERSIONED: i64 = 1;
+/// Passed as versioned, but code sits in the legacy deleter slot.
+pub const HINT_LOOKS_LEGACY: i64 = 2;
+/// This library's export deleter in a struct that is not one of its exports (a copy).
+pub const HINT_COPIED_EXPORT: i64 = 3;
+
+/// `detail_dim` of a `shape` or `strides` refusal whose array is not in readable memory.
+pub const DIM_UNREADABLE: i32 = -3;
 
 /// Nothing is ever mapped here (Linux mmap_min_addr, macOS __PAGEZERO, Windows' 64 KiB).
 pub const FIRST_VALID_ADDRESS: usize = 4096;
@@ -137,12 +164,19 @@ pub const Options = struct {
 /// CPU memory is marked verified, a CUDA-family claim is checked against the driver when one is
 /// available, and refused when the driver contradicts it.
 pub fn describe(managed: usize, options: Options, out: *Description) Status {
-    const status = describeFields(managed, options, out);
+    var own: ?exports.Own = null;
+    return describeAndRecognize(managed, options, out, &own);
+}
+
+/// `describe`, also saying whether the struct is one of this library's exports (`own`, set when
+/// the struct could be read), so that an import need not look again.
+pub fn describeAndRecognize(managed: usize, options: Options, out: *Description, own: *?exports.Own) Status {
+    const status = describeFields(managed, options, out, own);
     if (status != .ok) return status;
     return cuda.checkImport(out);
 }
 
-fn describeFields(managed: usize, options: Options, out: *Description) Status {
+fn describeFields(managed: usize, options: Options, out: *Description, own: *?exports.Own) Status {
     out.status = 0;
     out.detail_dim = -1;
     out.detail_found = 0;
@@ -152,6 +186,9 @@ fn describeFields(managed: usize, options: Options, out: *Description) Status {
     out.flags = 0;
     if (managed == 0) return out.refuse(.null_managed, -1, 0, 0);
     if (!plausible(dlpack.ManagedTensorVersioned, managed)) return out.refuse(.bad_address, -1, @bitCast(@as(u64, managed)), 0);
+    // The mapping holding the struct: arrays inside it need no lookup of their own.
+    var span: mappings.Span = .{};
+    if (checkHeader(managed, options.versioned, out, &span, own)) |refused| return refused;
 
     var tensor: *const dlpack.Tensor = undefined;
     if (options.versioned) {
@@ -171,10 +208,75 @@ fn describeFields(managed: usize, options: Options, out: *Description) Status {
         const m: *const dlpack.ManagedTensor = @ptrFromInt(managed);
         tensor = &m.dl_tensor;
     }
-    return describeTensor(tensor, options, out);
+    return describeTensor(tensor, options, out, span);
 }
 
-fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) Status {
+fn asI64(address: usize) i64 {
+    return @bitCast(@as(u64, address));
+}
+
+fn wordAt(address: usize) usize {
+    return @as(*const usize, @ptrFromInt(address)).*;
+}
+
+/// Where the deleter sits in each generation's struct.
+pub fn deleterOffset(versioned: bool) usize {
+    return if (versioned) @offsetOf(dlpack.ManagedTensorVersioned, "deleter") else @offsetOf(dlpack.ManagedTensor, "deleter");
+}
+
+/// The checks before any field is read: the struct lies in readable memory; it is not one of this
+/// library's exports in a state or of a generation it cannot be imported as; and its deleter, if
+/// it has one, is executable code, so that no refusal (and no release) ever calls anything else.
+fn checkHeader(managed: usize, versioned: bool, out: *Description, span: *mappings.Span, found: *?exports.Own) ?Status {
+    const size: usize = if (versioned) @sizeOf(dlpack.ManagedTensorVersioned) else @sizeOf(dlpack.ManagedTensor);
+    if (!mappings.readableSpan(managed, size, span)) return out.refuse(.unmapped_struct, -1, asI64(managed), @intCast(size));
+    found.* = exports.recognize(managed);
+    if (found.*) |own| {
+        const real: i64 = @intFromBool(own.versioned);
+        return switch (own.state) {
+            .released => out.refuse(.released_export, -1, asI64(managed), real),
+            .taken => out.refuse(.already_imported, -1, asI64(managed), real),
+            .live => if (own.versioned != versioned) out.refuse(.generation, -1, asI64(managed), real) else null,
+        };
+    }
+    const deleter = wordAt(managed + deleterOffset(versioned));
+    if (deleter == 0) return null;
+    if (exports.isExportDeleter(deleter)) return out.refuse(.bad_deleter, -1, asI64(deleter), HINT_COPIED_EXPORT);
+    if (!mappings.executable(deleter)) {
+        return out.refuse(.bad_deleter, -1, asI64(deleter), generationHint(managed, versioned));
+    }
+    return null;
+}
+
+/// For the message of a deleter that is not code: whether the struct looks like the other
+/// generation (code in that generation's deleter slot). Both slots lie in the checked bytes.
+fn generationHint(managed: usize, versioned: bool) i64 {
+    const other = wordAt(managed + deleterOffset(!versioned));
+    if (other == 0 or !mappings.executable(other)) return HINT_NONE;
+    if (versioned) return HINT_LOOKS_LEGACY;
+    const major = @as(*const u32, @ptrFromInt(managed)).*;
+    return if (major == dlpack.VERSION_MAJOR) HINT_LOOKS_VERSIONED else HINT_NONE;
+}
+
+/// The shape and strides arrays must be able to hold `ndim` int64 values and lie in readable
+/// memory before either is read.
+fn checkArrays(t: *const dlpack.Tensor, ndim: usize, out: *Description, span: mappings.Span) ?Status {
+    if (ndim == 0) return null;
+    const bytes = ndim * @sizeOf(i64);
+    const shape = @intFromPtr(t.shape orelse return out.refuse(.shape, -1, 0, 0));
+    if (!plausible(i64, shape)) return out.refuse(.shape, -2, asI64(shape), 0);
+    if (!span.contains(shape, bytes) and !mappings.readable(shape, bytes)) {
+        return out.refuse(.shape, DIM_UNREADABLE, asI64(shape), @intCast(bytes));
+    }
+    const strides = @intFromPtr(t.strides orelse return null);
+    if (!plausible(i64, strides)) return out.refuse(.strides, -2, asI64(strides), 0);
+    if (!span.contains(strides, bytes) and !mappings.readable(strides, bytes)) {
+        return out.refuse(.strides, DIM_UNREADABLE, asI64(strides), @intCast(bytes));
+    }
+    return null;
+}
+
+fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description, span: mappings.Span) Status {
     out.dtype_code = t.dtype.code;
     out.dtype_bits = t.dtype.bits;
     out.dtype_lanes = t.dtype.lanes;
@@ -189,14 +291,7 @@ fn describeTensor(t: *const dlpack.Tensor, options: Options, out: *Description) 
         return out.refuse(.device, -1, t.device.device_type, 0);
     }
     if (t.device.device_id < 0) return out.refuse(.device, -1, t.device.device_id, 0);
-    if (ndim > 0 and t.shape == null) return out.refuse(.shape, -1, 0, 0);
-    // Array pointers are read below: one that cannot point at i64s is refused, not dereferenced.
-    if (ndim > 0 and !plausible(i64, @intFromPtr(t.shape.?))) {
-        return out.refuse(.shape, -2, @bitCast(@as(u64, @intFromPtr(t.shape.?))), 0);
-    }
-    if (ndim > 0 and t.strides != null and !plausible(i64, @intFromPtr(t.strides.?))) {
-        return out.refuse(.strides, -2, @bitCast(@as(u64, @intFromPtr(t.strides.?))), 0);
-    }
+    if (checkArrays(t, ndim, out, span)) |refused| return refused;
 
     // Each extent and stride is read exactly once, straight into the description, so a producer
     // that mutates its arrays concurrently cannot make the checks and the description disagree.
@@ -586,4 +681,120 @@ test "CPU memory is verified; other claims are not without a driver check" {
     f.managed.dl_tensor.device = .{ .device_type = 10, .device_id = 0 };
     try testing.expectEqual(Status.ok, f.run());
     try testing.expectEqual(@as(u32, 0), f.out.layout & cuda.DEVICE_VERIFIED);
+}
+
+fn testDeleter(_: *dlpack.ManagedTensorVersioned) callconv(.c) void {}
+fn testLegacyDeleter(_: *dlpack.ManagedTensor) callconv(.c) void {}
+
+test "structs and arrays outside readable memory are refused before they are read" {
+    if (@import("builtin").os.tag != .linux) return error.SkipZigTest;
+    const page = std.heap.page_size_min;
+    const region = try mappings.freshRegion(3);
+    defer std.posix.munmap(region);
+    const base = @intFromPtr(region.ptr);
+    try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
+    std.posix.munmap(@alignCast(region[2 * page ..]));
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{ 2, 2 }, &.{ 2, 1 });
+
+    // A legacy struct (64 bytes) ending exactly at the PROT_NONE page is readable; the versioned
+    // struct read at the same address would run 16 bytes into it.
+    const last = base + page - @sizeOf(dlpack.ManagedTensor);
+    @memcpy(region[page - @sizeOf(dlpack.ManagedTensor) .. page], std.mem.asBytes(&f.legacy));
+    try testing.expectEqual(Status.ok, describe(last, .{ .versioned = false }, &f.out));
+    try testing.expectEqual(Status.unmapped_struct, describe(last, .{ .versioned = true }, &f.out));
+    try testing.expectEqual(@as(i64, @intCast(last)), f.out.detail_found);
+    try testing.expectEqual(@as(i64, 80), f.out.detail_limit);
+    for ([_]usize{ base + page, base + 2 * page, (1 << 47) - 4096, (1 << 47) - 64 }) |address| {
+        try testing.expectEqual(Status.unmapped_struct, describe(address, .{ .versioned = true }, &f.out));
+        try testing.expectEqual(Status.unmapped_struct, describe(address, .{ .versioned = false }, &f.out));
+    }
+
+    // Shape and strides arrays: inside the PROT_NONE page, unmapped, or running into them.
+    for ([_]usize{ base + page, base + 2 * page, base + page - 8 }) |array| {
+        @as(*usize, @ptrCast(&f.managed.dl_tensor.shape)).* = array;
+        try testing.expectEqual(Status.shape, f.run());
+        try testing.expectEqual(DIM_UNREADABLE, f.out.detail_dim);
+        try testing.expectEqual(@as(i64, 16), f.out.detail_limit);
+        f.managed.dl_tensor.shape = &f.shape;
+        @as(*usize, @ptrCast(&f.managed.dl_tensor.strides)).* = array;
+        try testing.expectEqual(Status.strides, f.run());
+        try testing.expectEqual(DIM_UNREADABLE, f.out.detail_dim);
+        f.managed.dl_tensor.strides = &f.strides;
+    }
+    try testing.expectEqual(Status.ok, f.run());
+}
+
+test "a deleter must be executable code; the refusal says which generation the struct looks like" {
+    if (!mappings.available() or @import("builtin").os.tag != .linux) return error.SkipZigTest;
+    // Data in a page of our own (valgrind maps the heap, and maybe the stack, executable).
+    const region = try mappings.freshRegion(1);
+    defer std.posix.munmap(region);
+    const data = @intFromPtr(region.ptr);
+    const arrays: [*]i64 = @ptrCast(@alignCast(region.ptr));
+    arrays[0] = 2;
+    arrays[1] = 1;
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{2}, &.{1});
+    f.managed.dl_tensor.shape = arrays;
+    f.managed.dl_tensor.strides = arrays + 1;
+    f.legacy.dl_tensor.shape = arrays;
+    f.legacy.dl_tensor.strides = arrays + 1;
+    f.managed.deleter = testDeleter;
+    try testing.expectEqual(Status.ok, f.run());
+    for ([_]usize{ data, data + 64, 0xdead0000, 1 << 63 }) |bad| {
+        @as(*usize, @ptrCast(&f.managed.deleter)).* = bad;
+        try testing.expectEqual(Status.bad_deleter, f.run());
+        try testing.expectEqual(@as(i64, @bitCast(@as(u64, bad))), f.out.detail_found);
+        try testing.expectEqual(HINT_NONE, f.out.detail_limit);
+    }
+    // A versioned struct read as legacy: the legacy deleter slot holds the shape pointer.
+    f.managed.deleter = testDeleter;
+    try testing.expectEqual(Status.bad_deleter, describe(@intFromPtr(&f.managed), .{ .versioned = false }, &f.out));
+    try testing.expectEqual(@as(i64, @intCast(data)), f.out.detail_found);
+    try testing.expectEqual(HINT_LOOKS_VERSIONED, f.out.detail_limit);
+    // A legacy struct read as versioned: ndim and dtype sit in the versioned deleter slot.
+    f.legacy.deleter = testLegacyDeleter;
+    try testing.expectEqual(Status.ok, f.runLegacy());
+    try testing.expectEqual(Status.bad_deleter, describe(@intFromPtr(&f.legacy), .{ .versioned = true }, &f.out));
+    try testing.expectEqual(HINT_LOOKS_LEGACY, f.out.detail_limit);
+}
+
+test "this library's exports: the real generation, taken and released ones are recognised" {
+    if (!mappings.available()) return error.SkipZigTest;
+    var data = [_]f32{ 1, 2 };
+    for ([_]bool{ true, false }) |versioned| {
+        const managed = exports.create(.{
+            .data = @intFromPtr(&data),
+            .device = .{ .device_type = 1, .device_id = 0 },
+            .dtype = f32_t,
+            .shape = &.{2},
+            .strides = &.{1},
+            .flags = 0,
+            .versioned = versioned,
+            .adopt_owner = false,
+            .owner = null,
+        }).?;
+        var out: Description = undefined;
+        try testing.expectEqual(Status.ok, describe(managed, .{ .versioned = versioned }, &out));
+        try testing.expectEqual(Status.generation, describe(managed, .{ .versioned = !versioned }, &out));
+        try testing.expectEqual(@as(i64, @intFromBool(versioned)), out.detail_limit);
+
+        // A copy of the struct carries this library's deleter but is not an export.
+        var copy: dlpack.ManagedTensorVersioned align(16) = undefined;
+        @memcpy(std.mem.asBytes(&copy)[0..64], @as([*]const u8, @ptrFromInt(managed))[0..64]);
+        if (versioned) @memcpy(std.mem.asBytes(&copy)[64..80], @as([*]const u8, @ptrFromInt(managed))[64..80]);
+        try testing.expectEqual(Status.bad_deleter, describe(@intFromPtr(&copy), .{ .versioned = versioned }, &out));
+        try testing.expectEqual(HINT_COPIED_EXPORT, out.detail_limit);
+
+        try testing.expect(exports.claim(managed));
+        try testing.expect(!exports.claim(managed));
+        try testing.expectEqual(Status.already_imported, describe(managed, .{ .versioned = versioned }, &out));
+        try testing.expectEqual(Status.already_imported, describe(managed, .{ .versioned = !versioned }, &out));
+        dlpack.deleteManaged(managed, versioned);
+        // Quarantined, poisoned: a stale address is recognised, and a second deleter call is harmless.
+        try testing.expectEqual(Status.released_export, describe(managed, .{ .versioned = versioned }, &out));
+        try testing.expectEqual(Status.released_export, describe(managed, .{ .versioned = !versioned }, &out));
+        dlpack.deleteManaged(managed, versioned);
+    }
 }

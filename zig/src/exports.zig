@@ -8,6 +8,7 @@ const dlpack = @import("dlpack.zig");
 const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
 const cuda = @import("cuda.zig");
+const mappings = @import("mappings.zig");
 
 const Owner = owner_mod.Owner;
 
@@ -26,7 +27,8 @@ const Record = extern struct {
     cuda_stream: usize,
     cuda_event: usize,
     cuda_device: i32,
-    reserved: u32,
+    /// A `State`, changed atomically: whether an import of this library took the export.
+    state: u32,
 
     fn dims(self: *Record) [*]i64 {
         const base: [*]u8 = @ptrCast(self);
@@ -37,7 +39,30 @@ const Record = extern struct {
 comptime {
     std.debug.assert(@offsetOf(Record, "managed") == 0);
     std.debug.assert(@sizeOf(Record) % @alignOf(i64) == 0);
+    // `recognize` reads these words of either generation within the smaller struct's 64 bytes.
+    std.debug.assert(@offsetOf(dlpack.ManagedTensorVersioned, "manager_ctx") == VERSIONED_CTX);
+    std.debug.assert(@offsetOf(dlpack.ManagedTensorVersioned, "deleter") == VERSIONED_DELETER);
+    std.debug.assert(@offsetOf(dlpack.ManagedTensor, "manager_ctx") == LEGACY_CTX);
+    std.debug.assert(@offsetOf(dlpack.ManagedTensor, "deleter") == LEGACY_DELETER);
 }
+
+const VERSIONED_CTX = 8;
+const VERSIONED_DELETER = 16;
+const LEGACY_CTX = 48;
+const LEGACY_DELETER = 56;
+
+/// Where an export stands. A live export goes to exactly one import of this library (which
+/// takes it) or one other consumer; its deleter makes it released.
+pub const State = enum(u32) {
+    /// Made and not yet taken by an import of this library.
+    live = 0,
+    /// An import of this library took it: importing the same address again is refused.
+    taken = 1,
+    /// Its deleter ran. The record stays in quarantine (below) a while before it is freed, with
+    /// its deleter slot pointing at a function that does nothing, so that a stale address is
+    /// recognised (and a consumer calling the deleter twice is harmless) until then.
+    released = 2,
+};
 
 /// What an export describes. Callers have validated it against the memory it points into.
 pub const Spec = struct {
@@ -77,7 +102,7 @@ pub fn create(spec: Spec) ?usize {
     record.cuda_stream = 0;
     record.cuda_event = 0;
     record.cuda_device = 0;
-    record.reserved = 0;
+    record.state = @intFromEnum(State.live);
     const tensor = dlpack.Tensor{
         .data = @ptrFromInt(spec.data),
         .device = spec.device,
@@ -106,7 +131,8 @@ pub fn create(spec: Spec) ?usize {
 fn destroy(record: *Record) void {
     if (record.cuda_event != 0) cuda.eventDestroy(record.cuda_device, record.cuda_event) catch {};
     const o = record.owner;
-    std.c.free(record);
+    poison(record);
+    quarantine(record);
     stats.add(.exports, -1);
     if (o) |held| owner_mod.release(held);
 }
@@ -117,6 +143,110 @@ fn versionedDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
 
 fn legacyDeleter(self: *dlpack.ManagedTensor) callconv(.c) void {
     destroy(@ptrCast(@alignCast(self.manager_ctx.?)));
+}
+
+/// Calls of a released export's deleter (a consumer calling it twice), which do nothing. Two
+/// counters, so the two functions differ and keep distinct addresses.
+var late_versioned_calls = std.atomic.Value(u64).init(0);
+var late_legacy_calls = std.atomic.Value(u64).init(0);
+
+fn releasedVersionedDeleter(_: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    _ = late_versioned_calls.fetchAdd(1, .monotonic);
+}
+
+fn releasedLegacyDeleter(_: *dlpack.ManagedTensor) callconv(.c) void {
+    _ = late_legacy_calls.fetchAdd(1, .monotonic);
+}
+
+/// Marks a record released: its deleter slot points at a function that does nothing.
+fn poison(record: *Record) void {
+    const base = @intFromPtr(record);
+    // Atomic: an import of the same address may be reading the slot on another thread.
+    if (record.versioned != 0) {
+        @atomicStore(usize, wordAt(base + VERSIONED_DELETER), @intFromPtr(&releasedVersionedDeleter), .release);
+    } else {
+        @atomicStore(usize, wordAt(base + LEGACY_DELETER), @intFromPtr(&releasedLegacyDeleter), .release);
+    }
+    @atomicStore(u32, &record.state, @intFromEnum(State.released), .release);
+}
+
+fn wordAt(address: usize) *usize {
+    return @ptrFromInt(address);
+}
+
+fn loadWord(address: usize) usize {
+    return @atomicLoad(usize, @as(*const usize, @ptrFromInt(address)), .monotonic);
+}
+
+/// Released records wait here before they are freed, so that their memory (and its poisoned
+/// deleter slot) is not handed out again at once. A ring: each release pushes one record and
+/// frees the one it displaces. At most QUARANTINE records, 120 + 16 * ndim bytes each.
+const QUARANTINE = 128;
+var quarantine_ring = [_]usize{0} ** QUARANTINE;
+var quarantine_next = std.atomic.Value(usize).init(0);
+
+fn quarantine(record: *Record) void {
+    const slot = quarantine_next.fetchAdd(1, .monotonic) % QUARANTINE;
+    const evicted = @atomicRmw(usize, &quarantine_ring[slot], .Xchg, @intFromPtr(record), .acq_rel);
+    if (evicted != 0) std.c.free(@ptrFromInt(evicted));
+}
+
+/// One of this library's exports, found at an address whatever generation the caller claimed.
+pub const Own = struct {
+    versioned: bool,
+    state: State,
+};
+
+/// Recognises one of this library's exports (live, taken or released) at `managed`, of either
+/// generation: its deleter slot holds this library's deleter (and, unless released, its context
+/// slot its own address). The caller has checked that the first 64 bytes are readable. Inline:
+/// every import asks, and nearly every answer is a quick no.
+pub inline fn recognize(managed: usize) ?Own {
+    std.debug.assert(dlpack.isManagedAddress(managed));
+    const versioned_deleter = loadWord(managed + VERSIONED_DELETER);
+    const legacy_deleter = loadWord(managed + LEGACY_DELETER);
+    if (!isExportDeleter(versioned_deleter) and !isExportDeleter(legacy_deleter)) return null;
+    return recognizeFound(managed, versioned_deleter, legacy_deleter);
+}
+
+fn recognizeFound(managed: usize, versioned_deleter: usize, legacy_deleter: usize) ?Own {
+    var own: Own = undefined;
+    if (versioned_deleter == @intFromPtr(&releasedVersionedDeleter)) return .{ .versioned = true, .state = .released };
+    if (legacy_deleter == @intFromPtr(&releasedLegacyDeleter)) return .{ .versioned = false, .state = .released };
+    if (versioned_deleter == @intFromPtr(&versionedDeleter) and loadWord(managed + VERSIONED_CTX) == managed) {
+        own.versioned = true;
+    } else if (legacy_deleter == @intFromPtr(&legacyDeleter) and loadWord(managed + LEGACY_CTX) == managed) {
+        own.versioned = false;
+    } else return null;
+    // The state word lies past the struct: a forged struct at the end of a mapping has none.
+    if (!mappings.readable(managed, @sizeOf(Record))) return null;
+    const record: *Record = @ptrFromInt(managed);
+    own.state = switch (@atomicLoad(u32, &record.state, .acquire)) {
+        0 => .live,
+        1 => .taken,
+        else => .released,
+    };
+    return own;
+}
+
+/// Whether `word` is one of the deleters this library puts into its exports (live or released).
+pub fn isExportDeleter(word: usize) bool {
+    return word == @intFromPtr(&versionedDeleter) or word == @intFromPtr(&legacyDeleter) or
+        word == @intFromPtr(&releasedVersionedDeleter) or word == @intFromPtr(&releasedLegacyDeleter);
+}
+
+/// Takes a live export `recognize` found: true for exactly one caller, however many race.
+pub fn claim(managed: usize) bool {
+    const record: *Record = @ptrFromInt(managed);
+    return @cmpxchgStrong(u32, &record.state, @intFromEnum(State.live), @intFromEnum(State.taken), .acq_rel, .monotonic) == null;
+}
+
+/// Gives back a claim whose import was refused but whose caller keeps the export. (Not asserted:
+/// a consumer that calls the deleter of an export it gave away may have released it meanwhile,
+/// and a panic here would abort the host.)
+pub fn unclaim(managed: usize) void {
+    const record: *Record = @ptrFromInt(managed);
+    _ = @cmpxchgStrong(u32, &record.state, @intFromEnum(State.taken), @intFromEnum(State.live), .acq_rel, .monotonic);
 }
 
 /// A new export describing the same memory as `template` (a versioned export of ours), holding its
@@ -151,7 +281,8 @@ pub fn isOwnExport(managed: usize, versioned: bool) bool {
 }
 
 fn recordOf(managed: usize, versioned: bool) ?*Record {
-    if (!dlpack.isManagedAddress(managed) or !isOwnExport(managed, versioned)) return null;
+    if (!dlpack.isManagedAddress(managed) or !mappings.readable(managed, @sizeOf(Record))) return null;
+    if (!isOwnExport(managed, versioned)) return null;
     return @ptrFromInt(managed);
 }
 
@@ -284,4 +415,34 @@ test "exports released from many threads" {
     var threads: [8]std.Thread = undefined;
     for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{all[i * count / 8 .. (i + 1) * count / 8]});
     for (threads) |t| t.join();
+}
+
+test "one claim wins among racing imports; a kept refusal gives it back" {
+    const managed = create(.{
+        .data = 0,
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 1, .bits = 8, .lanes = 1 },
+        .shape = &.{0},
+        .strides = &.{1},
+        .flags = 0,
+        .versioned = true,
+        .adopt_owner = false,
+        .owner = null,
+    }).?;
+    const Racer = struct {
+        fn run(address: usize, wins: *std.atomic.Value(u32)) void {
+            if (claim(address)) _ = wins.fetchAdd(1, .monotonic);
+        }
+    };
+    var wins = std.atomic.Value(u32).init(0);
+    var threads: [8]std.Thread = undefined;
+    for (&threads) |*t| t.* = try std.Thread.spawn(.{}, Racer.run, .{ managed, &wins });
+    for (threads) |t| t.join();
+    try testing.expectEqual(@as(u32, 1), wins.load(.monotonic));
+    try testing.expectEqual(State.taken, recognize(managed).?.state);
+    unclaim(managed);
+    try testing.expectEqual(State.live, recognize(managed).?.state);
+    dlpack.deleteManaged(managed, true);
+    try testing.expectEqual(State.released, recognize(managed).?.state);
+    try testing.expect(!claim(managed));
 }

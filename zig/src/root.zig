@@ -13,6 +13,7 @@ const memory = @import("memory.zig");
 const python = @import("python.zig");
 const exchange = @import("exchange.zig");
 const cuda = @import("cuda.zig");
+const mappings = @import("mappings.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
@@ -68,7 +69,7 @@ fn isStruct(address: usize) bool {
 
 /// Validates a managed tensor and, when it is accepted, makes an owner holding it. A refused tensor
 /// goes back to its producer (deleter called once) before this returns, unless the caller asked to
-/// keep it.
+/// keep it, or its deleter cannot be called safely (see `releaseRefused`).
 export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
     // An address no f64 carries exactly (negative, fractional, 2^53 and up) cannot be a struct.
@@ -80,10 +81,18 @@ export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 
     };
     const versioned = options & IMPORT_VERSIONED != 0;
     const keep = options & IMPORT_KEEP_ON_REFUSAL != 0;
-    var status = describe.describe(managed, .{
+    var own: ?exports.Own = null;
+    var status = describe.describeAndRecognize(managed, .{
         .versioned = versioned,
         .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
-    }, out);
+    }, out, &own);
+    var claimed = false;
+    if (status == .ok) {
+        if (own) |found| {
+            status = take(managed, found, out);
+            claimed = status == .ok;
+        }
+    }
     if (status == .ok) {
         if (owner.create(if (versioned) .versioned else .legacy, managed, 0)) |created| {
             out.setOwner(@intFromPtr(created));
@@ -92,12 +101,54 @@ export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 
         status = .out_of_memory;
         out.status = @intFromEnum(status);
     }
-    // A pointer that cannot be a struct has no deleter we could find.
-    if (managed != 0 and !keep and status != .bad_address) {
+    if (keep) {
+        // The caller keeps what was refused: an export of this library it took goes back to live.
+        if (claimed) exports.unclaim(managed);
+        return @intFromEnum(status);
+    }
+    return @intFromEnum(releaseRefused(managed, versioned, status, out, claimed));
+}
+
+/// One of this library's exports goes to one import only: the first to claim it takes it.
+fn take(managed: usize, own: exports.Own, out: *describe.Description) describe.Status {
+    if (own.state == .live and exports.claim(managed)) return .ok;
+    out.status = @intFromEnum(describe.Status.already_imported);
+    out.detail_found = @bitCast(@as(u64, managed));
+    out.detail_limit = @intFromBool(own.versioned);
+    return .already_imported;
+}
+
+/// Hands a refused tensor back: calls its deleter once, where that is safe. Never for a struct
+/// that could not be read, a deleter that is not code, or an export of this library that another
+/// import holds or that was released; this library's own export passed as the other generation
+/// goes through its real deleter. Returns the status to report (a lost race for an export of
+/// this library turns into `already_imported`).
+fn releaseRefused(managed: usize, versioned: bool, status: describe.Status, out: *describe.Description, claimed: bool) describe.Status {
+    if (claimed) {
+        // An export of this library this import took, of the generation claimed (out of memory).
         dlpack.deleteManaged(managed, versioned);
         stats.add(.deleters_called, 1);
+        return status;
     }
-    return @intFromEnum(status);
+    switch (status) {
+        .null_managed, .bad_address, .unmapped_struct, .bad_deleter, .already_imported, .released_export => return status,
+        else => {},
+    }
+    // Every other refusal comes after describe checked the struct readable and its deleter.
+    std.debug.assert(isStruct(managed));
+    if (exports.recognize(managed)) |own| {
+        if (own.state != .live or !exports.claim(managed)) {
+            out.status = @intFromEnum(describe.Status.already_imported);
+            out.detail_found = @bitCast(@as(u64, managed));
+            out.detail_limit = @intFromBool(own.versioned);
+            return .already_imported;
+        }
+        dlpack.deleteManaged(managed, own.versioned);
+    } else {
+        dlpack.deleteManaged(managed, versioned);
+    }
+    stats.add(.deleters_called, 1);
+    return status;
 }
 
 pub const EXPORT_VERSIONED: u32 = 1;
@@ -163,18 +214,36 @@ export fn dlpk_export_buffer(buffer: ?[*]u8, realm_address: f64, pin_id: f64, pi
     return status;
 }
 
-/// Calls a managed tensor's deleter (a capsule disposed before anyone took it).
+/// Calls a managed tensor's deleter (a capsule disposed before anyone took it), with the checks of
+/// an import: nothing happens for a struct that is not readable, a deleter that is not code, or an
+/// export of this library that an import took or that was released already.
 export fn dlpk_managed_delete(managed_address: f64, versioned: u32) void {
     const managed = describe.addressFromF64(managed_address) orelse return;
-    if (!isStruct(managed)) return;
-    dlpack.deleteManaged(managed, versioned != 0);
+    _ = deleteChecked(managed, versioned != 0);
+}
+
+/// Whether the deleter ran.
+fn deleteChecked(managed: usize, versioned: bool) bool {
+    if (!isStruct(managed)) return false;
+    const size: usize = if (versioned) @sizeOf(dlpack.ManagedTensorVersioned) else @sizeOf(dlpack.ManagedTensor);
+    if (!mappings.readable(managed, size)) return false;
+    if (exports.recognize(managed)) |own| {
+        if (own.state != .live or !exports.claim(managed)) return false;
+        dlpack.deleteManaged(managed, own.versioned);
+        return true;
+    }
+    const deleter = @as(*const usize, @ptrFromInt(managed + describe.deleterOffset(versioned))).*;
+    if (deleter != 0 and (exports.isExportDeleter(deleter) or !mappings.executable(deleter))) return false;
+    dlpack.deleteManaged(managed, versioned);
+    return true;
 }
 
 /// Whether `managed` was made by `dlpk_export` (1) or not (0).
 export fn dlpk_is_own_export(managed_address: f64, versioned: u32) u32 {
     const managed = describe.addressFromF64(managed_address) orelse return 0;
-    if (!isStruct(managed)) return 0;
-    return @intFromBool(exports.isOwnExport(managed, versioned != 0));
+    if (!isStruct(managed) or !mappings.readable(managed, @sizeOf(dlpack.ManagedTensor))) return 0;
+    const own = exports.recognize(managed) orelse return 0;
+    return @intFromBool(own.versioned == (versioned != 0) and own.state != .released);
 }
 
 /// Allocates library memory; writes its address and owner into the description at `out_address`.
@@ -602,4 +671,5 @@ test {
     _ = python;
     _ = exchange;
     _ = cuda;
+    _ = mappings;
 }
