@@ -319,3 +319,41 @@ test("use after close() or dispose() is refused with code disposed, everywhere",
   held.dispose();
   obj.dispose();
 }, skip);
+
+test("an export imported raw cannot be taken a second time through a Python capsule (and the reverse)", () => {
+  const out = isolated(`
+const { exportDLPack, importDLPack } = await import("${repoRoot}/mod.ts");
+const before = stats();
+py.exec([
+  "import ctypes",
+  "_new = ctypes.pythonapi.PyCapsule_New",
+  "_new.restype = ctypes.py_object",
+  "_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]",
+  "class Raw:",
+  "    def __init__(self, address): self.address = address",
+  "    def __dlpack__(self, **kw): return _new(self.address, b'dltensor_versioned', None)",
+].join("\\n"));
+const x = new Float32Array([1, 2, 3, 4]);
+// A raw import takes the export first; the capsule naming the same struct is then refused.
+const address = exportDLPack(x).take();
+const view = importDLPack({ versioned: address });
+py.exec("raw = Raw(" + address + ")");
+const raw = py.eval("raw");
+try {
+  fromPython(raw);
+  out.second = "accepted";
+} catch (error) {
+  out.second = (error as { code?: string }).code;
+  out.message = (error as Error).message;
+}
+out.value = view.get(2);
+view.dispose();
+raw.dispose();
+py.exec("del raw");
+const after = stats();
+out.balanced = after.imports === before.imports && after.exports === before.exports && after.pinned === before.pinned;
+`);
+  assert.equal(out.second, "consumed", String(out.message));
+  assert.equal(out.value, 3);
+  assert.equal(out.balanced, true);
+}, skip);

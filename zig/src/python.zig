@@ -194,9 +194,22 @@ pub fn consume(capsule_address: usize, strict_offset: bool, out: *describe.Descr
     }
     const name = if (versioned) NAME_VERSIONED else NAME_LEGACY;
     const managed = @intFromPtr(a.PyCapsule_GetPointer(capsule, name));
-    const status = describe.describe(managed, .{ .versioned = versioned, .strict_offset = strict_offset }, out);
+    var own: ?exports.Own = null;
+    const options: describe.Options = .{ .versioned = versioned, .strict_offset = strict_offset };
+    const status = describe.describeAndRecognize(managed, options, out, &own);
     if (status != .ok) return @intFromEnum(status);
+    // One of this library's exports goes to one import only, whichever way it arrives: a raw
+    // import of the same struct must not take it a second time (the capsule keeps a refused one).
+    if (own) |found| {
+        if (found.state != .live or !exports.claim(managed)) {
+            out.status = @intFromEnum(describe.Status.already_imported);
+            out.detail_found = @bitCast(@as(u64, managed));
+            out.detail_limit = @intFromBool(found.versioned);
+            return out.status;
+        }
+    }
     const created = owner_mod.create(if (versioned) .versioned else .legacy, managed, 0) orelse {
+        if (own != null) exports.unclaim(managed);
         out.status = @intFromEnum(describe.Status.out_of_memory);
         return out.status;
     };
