@@ -1047,8 +1047,8 @@ function pythonPath(): string[] {
 
 /** Why a peer whose module is missing cannot run: its install failed (with pip's words), or it is
  * not installed. */
-export function notInstalled(peer: Peer): string {
-  const failed = `${repoRoot}/.tools/python/peers/${peer.site}.failed`;
+export function notInstalled(peer: Peer, root: string = repoRoot): string {
+  const failed = `${root}/.tools/python/peers/${peer.site}.failed`;
   if (peer.site !== "base" && existsSync(failed)) {
     return `${peer.name}: ${readFileSync(failed, "utf8").trim().split("\n").slice(0, 3).join(" ").slice(0, 300)}`;
   }
@@ -1057,8 +1057,8 @@ export function notInstalled(peer: Peer): string {
 }
 
 /** The environment of a peer's child process: PYTHONPATH without the other peers' directories. */
-export function childEnv(peer: Peer): Record<string, string> {
+export function childEnv(peer: Peer, path: readonly string[] = pythonPath()): Record<string, string> {
   const own = `/python/peers/${peer.site}`;
-  const path = pythonPath().filter((p) => !p.includes("/python/peers/") || p.replace(/\/$/, "").endsWith(own));
-  return { PYTHONPATH: path.join(":"), TF_CPP_MIN_LOG_LEVEL: "3" };
+  const kept = path.filter((p) => !p.includes("/python/peers/") || p.replace(/\/$/, "").endsWith(own));
+  return { PYTHONPATH: kept.join(":"), TF_CPP_MIN_LOG_LEVEL: "3" };
 }
