@@ -85,19 +85,23 @@ function generations(): string {
 const dtypes = [...new Set(all.map((r) => r.dtype))];
 const layouts = [...new Set(all.map((r) => r.layout))];
 
-/** Each documented refusal or deviation once per pair, with one error it produced. */
+/** Each documented refusal or deviation once, with the pairs it was seen in and one error it produced. */
 function notes(outcome: "refused" | "deviates"): string[] {
-  const seen = new Map<string, string>();
+  const seen = new Map<string, { pairs: Set<string>; example: string }>();
   for (const r of all) {
     if (r.outcome !== outcome) continue;
     const split = outcome === "refused" ? r.detail.indexOf(": ") : r.detail.indexOf(" (");
     const why = split < 0 ? r.detail : r.detail.slice(0, split);
-    const example = split < 0 ? "" : r.detail.slice(split + 2).replace(/^(exec|eval|__dlpack__): /, "")
-      .replace(/\)$/, "");
-    const key = `${r.pair}: ${why}`;
-    if (!seen.has(key)) seen.set(key, example.replace(/\s+/g, " ").slice(0, 110));
+    let example = split < 0 ? "" : r.detail.slice(split + 2).replace(/^(exec|eval|__dlpack__): /, "").replace(/\)$/, "")
+      .replace(/\s+/g, " ").replaceAll("`", "'");
+    if (example.length > 100) example = `${example.slice(0, example.lastIndexOf(" ", 100))} …`;
+    const entry = seen.get(why) ?? { pairs: new Set(), example };
+    entry.pairs.add(r.pair);
+    seen.set(why, entry);
   }
-  return [...seen.entries()].sort().map(([key, example]) => `- ${key}${example ? ` (\`${example}\`)` : ""}`);
+  return [...seen.entries()].map(([why, { pairs, example }]) =>
+    `- ${[...pairs].join(", ")}: ${why}${example ? ` (\`${example}\`)` : ""}`
+  ).sort();
 }
 
 const counts = runs.map((run) => `${run.runtime}: ${run.results.length} cases`).join(", ");
