@@ -16,6 +16,9 @@ PEERS="$ROOT/.tools/python/peers"
 REQS="$ROOT/tools/python-requirements.txt"
 command -v python3 >/dev/null 2>&1 || { echo "python.sh: no python3 on PATH" >&2; exit 1; }
 mkdir -p "$SITE" "$PEERS"
+# Temporary directories of installs that were killed (hours old: another checkout sharing .tools may
+# be installing right now).
+find "$PEERS" -mindepth 1 -maxdepth 1 -name '.*' -mmin +180 -exec rm -rf {} + 2>/dev/null || true
 
 pins() { grep -v '^#' "$1" | grep -v '^$'; }
 wanted() { # <name>: whether the arguments ask for it (no arguments ask for everything)
@@ -57,6 +60,7 @@ for file in "$ROOT"/tools/python-peers/*.txt; do
   echo "python.sh: installing peer $peer ($(echo "$want" | wc -l) packages)" >&2
   start=$(date +%s)
   tmp=$(mktemp -d "$PEERS/.$peer.XXXXXX")
+  chmod 755 "$tmp" # mktemp makes it private; the installed peer is read by whoever runs the tests
   # shellcheck disable=SC2086
   if pip_install "$tmp" $want >"$tmp.log" 2>&1; then
     echo "$want" >"$tmp/.pins"
