@@ -971,7 +971,9 @@ function importCase(
     py.exec(`Spy.asked = None\ny = ${imp.consume(producer, generation)}\ny_dtype = ${name}`);
   } catch (error) {
     py.exec("y = None\nt = None");
-    assert.equal(stats().exports - before, 0, `${what}: a refused import releases the export`);
+    // At most as many as before: an earlier case's export may be released meanwhile (JAX frees late).
+    const left = stats().exports;
+    assert.ok(left <= before, `${what}: a refused import releases the export (${before} before, ${left} after)`);
     if (generation === "legacy" && readonly) {
       // Ours, for every peer: the legacy struct has no READ_ONLY flag to carry.
       return expectRefusal(error, {
