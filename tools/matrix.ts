@@ -10,12 +10,19 @@ interface Result {
   dtype: string;
   generation: string;
   layout: string;
-  outcome: "zero-copy" | "copy" | "peer-refuses" | "failed";
+  outcome: "zero-copy" | "copy" | "refused" | "deviates" | "failed";
   detail: string;
 }
 
+interface Run {
+  runtime: string;
+  date: string;
+  skipped?: Array<{ peer: string; reason: string }>;
+  results: Result[];
+}
+
 const root = new URL("../", import.meta.url).pathname;
-const runs: Array<{ runtime: string; date: string; results: Result[] }> = [];
+const runs: Run[] = [];
 for (const runtime of ["deno", "bun"]) {
   const path = `${root}.scratch/matrix/${runtime}.json`;
   if (existsSync(path)) runs.push(JSON.parse(readFileSync(path, "utf8")));
@@ -25,78 +32,121 @@ if (runs.length === 0) {
   Deno.exit(1);
 }
 
-const PAIRS = [
-  "numpy → JS",
-  "JS → numpy",
-  "JAX → JS",
-  "JS → JAX",
-  "pyarrow → JS",
-  "PyTorch → JS",
-  "JS → PyTorch",
-  "JS → JS",
-];
+const all = runs.flatMap((run) => run.results);
+const pairs = [...new Set(all.map((r) => r.pair))];
+/** Peer → JS columns, then JS → peer columns (JS → JS last, as "JS"). */
+const fromPeers = pairs.filter((p) => p.endsWith(" → JS") && p !== "JS → JS");
+const toPeers = [...pairs.filter((p) => p.startsWith("JS → ") && p !== "JS → JS"), "JS → JS"].filter((p) =>
+  pairs.includes(p)
+);
 
 /** Summarises the results selected by `pick` across runtimes into one cell. */
-function cell(pick: (r: Result) => boolean): string {
+function cell(pick: (r: Result) => boolean, flagDeviations = false): string {
   const perRuntime = runs.map((run) => ({ runtime: run.runtime, rs: run.results.filter(pick) }));
-  const all = perRuntime.flatMap((p) => p.rs);
-  if (all.length === 0) return "—";
-  if (all.some((r) => r.outcome === "failed")) return "✗";
-  const worked = all.filter((r) => r.outcome === "zero-copy" || r.outcome === "copy");
-  if (worked.length === 0) return "refused by peer";
-  const where = perRuntime.filter((p) => p.rs.some((r) => r.outcome !== "peer-refuses")).map((p) =>
-    p.runtime[0].toUpperCase()
-  );
+  const rs = perRuntime.flatMap((p) => p.rs);
+  if (rs.length === 0) return "—";
+  if (rs.some((r) => r.outcome === "failed")) return "✗";
+  const worked = rs.filter((r) => r.outcome === "zero-copy" || r.outcome === "copy");
+  const deviates = rs.some((r) => r.outcome === "deviates");
+  if (worked.length === 0) return deviates ? "⚠ deviates" : "refused";
+  const where = perRuntime.filter((p) => p.rs.some((r) => r.outcome === "zero-copy" || r.outcome === "copy"))
+    .map((p) => p.runtime[0].toUpperCase());
   const copies = worked.some((r) => r.outcome === "copy");
   const zero = worked.some((r) => r.outcome === "zero-copy");
   const mark = copies && !zero ? "✓ copy" : copies ? "✓ (copies unaligned)" : "✓";
-  return `${mark} ${where.join("+")}`;
+  return `${mark} ${where.join("+")}${deviates && flagDeviations ? " ⚠" : ""}`;
 }
 
-function table(rows: string[], select: (row: string) => (r: Result) => boolean, head: string): string {
-  const pairs = PAIRS.filter((pair) => runs.some((run) => run.results.some((r) => r.pair === pair)));
-  const lines = [`| ${head} | ${pairs.join(" | ")} |`, `|---|${pairs.map(() => "---").join("|")}|`];
+function column(pair: string): string {
+  if (pair === "JS → JS") return "JS";
+  return pair.replace(" → JS", "").replace("JS → ", "");
+}
+
+function table(head: string, rows: string[], columns: string[], select: (row: string) => (r: Result) => boolean) {
+  const used = columns.filter((pair) => all.some((r) => r.pair === pair));
+  const lines = [`| ${head} | ${used.map(column).join(" | ")} |`, `|---|${used.map(() => "---").join("|")}|`];
   for (const row of rows) {
-    lines.push(`| ${row} | ${pairs.map((pair) => cell((r) => r.pair === pair && select(row)(r))).join(" | ")} |`);
+    if (!all.some((r) => used.includes(r.pair) && select(row)(r))) continue;
+    lines.push(`| ${row} | ${used.map((pair) => cell((r) => r.pair === pair && select(row)(r))).join(" | ")} |`);
   }
   return lines.join("\n");
 }
 
-const dtypes = [...new Set(runs.flatMap((run) => run.results.map((r) => r.dtype)))];
-const layouts = [...new Set(runs.flatMap((run) => run.results.map((r) => r.layout)))];
-const refusals = new Map<string, string>();
-for (const run of runs) {
-  for (const r of run.results) {
-    if (r.outcome === "peer-refuses") {
-      refusals.set(`${r.pair}: ${r.detail.replace(/DLPackError: exec: /, "").slice(0, 140)}`, "");
-    }
+/** One row per pair, one column per struct generation. */
+function generations(): string {
+  const lines = ["| pair | versioned | legacy |", "|---|---|---|"];
+  for (const pair of [...fromPeers, ...toPeers]) {
+    const [v, l] = ["versioned", "legacy"].map((g) => cell((r) => r.pair === pair && r.generation === g, true));
+    lines.push(`| ${pair} | ${v} | ${l} |`);
   }
+  return lines.join("\n");
 }
+
+const dtypes = [...new Set(all.map((r) => r.dtype))];
+const layouts = [...new Set(all.map((r) => r.layout))];
+
+/** Each documented refusal or deviation once, with the pairs it was seen in and one error it produced. */
+function notes(outcome: "refused" | "deviates"): string[] {
+  const seen = new Map<string, { pairs: Set<string>; example: string }>();
+  for (const r of all) {
+    if (r.outcome !== outcome) continue;
+    const split = outcome === "refused" ? r.detail.indexOf(": ") : r.detail.indexOf(" (");
+    const why = split < 0 ? r.detail : r.detail.slice(0, split);
+    let example = split < 0 ? "" : r.detail.slice(split + 2).replace(/^(exec|eval|__dlpack__): /, "").replace(/\)$/, "")
+      .replace(/\s+/g, " ").replaceAll("`", "'");
+    if (example.length > 100) example = `${example.slice(0, example.lastIndexOf(" ", 100))} …`;
+    const entry = seen.get(why) ?? { pairs: new Set(), example };
+    entry.pairs.add(r.pair);
+    seen.set(why, entry);
+  }
+  return [...seen.entries()].map(([why, { pairs, example }]) =>
+    `- ${[...pairs].join(", ")}: ${why}${example ? ` (\`${example}\`)` : ""}`
+  ).sort();
+}
+
 const counts = runs.map((run) => `${run.runtime}: ${run.results.length} cases`).join(", ");
 const date = runs.map((run) => run.date.slice(0, 10)).sort().pop();
+const skipped = [
+  ...new Set(runs.flatMap((run) => (run.skipped ?? []).map((s) => `- ${s.peer} (${run.runtime}): ${s.reason}`))),
+];
 
 const text = [
   `Generated by \`deno task matrix\` from the test run of ${date} (${counts}). Every cell is a case that ran: ` +
   "✓ = addresses equal (zero-copy) and every value checked, with the runtimes it ran in (D = Deno, B = Bun); " +
-  "“copy” = the peer copied (values checked); “refused by peer” = the peer documents it does not export or import " +
-  "that; — = not exercised (the peer has no such dtype or layout). PyTorch is not installed in CI (its wheels pull " +
-  "the CUDA libraries); CuPy needs a GPU (tests/gpu/).",
+  "“copy” = the consumer copied (values checked); “refused” = a documented refusal, checked as that error; " +
+  "⚠ = a documented deviation from the protocol, checked (listed below; the generation table flags cells where " +
+  "some cases deviate); — = not exercised (the peer has no " +
+  "such dtype or layout, or no way to ask for it). CuPy needs a GPU (tests/gpu/).",
+  ...(skipped.length > 0 ? ["", "**Not run in that run:**", "", ...skipped] : []),
   "",
-  "**By dtype** (all layouts and generations of that dtype):",
+  "**Peer → JS, by dtype** (all layouts and generations of that dtype):",
   "",
-  table(dtypes, (dtype) => (r) => r.dtype === dtype, "dtype"),
+  table("dtype", dtypes, fromPeers, (dtype) => (r) => r.dtype === dtype),
   "",
-  "**By layout** (all dtypes):",
+  "**JS → peer, by dtype** (all layouts and generations of that dtype):",
   "",
-  table(layouts, (layout) => (r) => r.layout === layout, "layout"),
+  table("dtype", dtypes, toPeers, (dtype) => (r) => r.dtype === dtype),
   "",
-  "**By DLPack generation:**",
+  "**Peer → JS, by layout** (all dtypes):",
   "",
-  table(["versioned", "legacy"], (g) => (r) => r.generation === g, "struct"),
+  table("layout", layouts, fromPeers, (layout) => (r) => r.layout === layout),
   "",
-  "Refusals seen (expected, each checked as a clear error):",
+  "**JS → peer, by layout** (all dtypes; `C, empty()` and `C, zeros()` are 64-byte-aligned library allocations, " +
+  "the other rows TypedArrays):",
   "",
-  ...[...refusals.keys()].sort().map((line) => `- ${line}`),
+  table("layout", layouts, toPeers, (layout) => (r) => r.layout === layout),
+  "",
+  "**By DLPack generation** (the struct the producer answered with; all dtypes and layouts):",
+  "",
+  generations(),
+  "",
+  "Refusals seen (expected, each checked as the clear error named):",
+  "",
+  ...notes("refused"),
+  "",
+  "Deviations seen (expected, each checked):",
+  "",
+  ...notes("deviates"),
 ].join("\n");
 
 if (Deno.args.includes("--print")) {
