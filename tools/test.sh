@@ -10,7 +10,7 @@ cd "$ROOT"
 export PATH="$ROOT/.tools/bin:$PATH"
 LOG="$ROOT/.scratch/test-logs"
 mkdir -p "$LOG"
-# The Python interop tests use the pinned numpy/JAX/pyarrow; without them they skip, saying why.
+# The Python interop tests use the pinned numpy/JAX/pyarrow and the peers (docs/python.md); without them they skip, saying why.
 if PY_SITE=$("$ROOT/tools/python.sh"); then
   export PYTHONPATH="$PY_SITE${PYTHONPATH:+:$PYTHONPATH}"
 else
