@@ -3,7 +3,7 @@
  * @module
  */
 import { core, runtime } from "../ffi/mod.ts";
-import { sweepPins } from "./owner.ts";
+import { releaseDeferred, sweepPins } from "./owner.ts";
 
 /** What is alive right now. Every count returns to zero once everything is released. */
 export interface Stats {
@@ -28,6 +28,7 @@ let countersAt = 0;
 
 /** The live counters (sweeps released pins first). */
 export function stats(): Stats {
+  releaseDeferred();
   sweepPins();
   core().dlpk_stats(countersAt ||= runtime().addressOf(counters));
   return {
