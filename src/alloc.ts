@@ -14,7 +14,6 @@ import {
   arrayOf,
   type BufferView,
   deviceOfView,
-  disposeQuietly,
   infoOf,
   LIBRARY_NAME,
   makeView,
@@ -25,7 +24,7 @@ import {
 } from "./view.ts";
 import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "./cuda.ts";
 import { isCudaFamily } from "./cuda_driver.ts";
-import { deferredCount, deferredNumbers, releaseDeferred, retryDeferred } from "./owner.ts";
+import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
 import { ceil } from "./intrinsics.ts";
 
 /** Options of {@link empty} and {@link zeros}. */
@@ -143,14 +142,8 @@ function allocateView(
     return contiguousView(address, owner, device, info, shape, size, nbytes);
   } catch (error) {
     if (owner !== 0) {
-      const n = deferredCount[0];
-      deferredNumbers[n] = owner;
-      deferredCount[0] = n + 1;
-      try {
-        retryDeferred();
-      } catch {
-        // Freed at the next call into the library.
-      }
+      deferredNumbers[deferredCount[0]++] = owner;
+      retryQuietly();
     }
     throw error;
   }
@@ -236,7 +229,8 @@ export function copyOf(view: BufferView): BufferView {
     if (status !== 0) throw refusalError(status, scratch, false);
     return out;
   } catch (error) {
-    disposeQuietly(out);
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
     throw error;
   }
 }

@@ -11,11 +11,11 @@ import { deviceCode, type DeviceType } from "./devices.ts";
 import { I32, refusalError, scratch, U32 } from "./description.ts";
 import { checkShape, checkStrides, cStrides } from "./layout.ts";
 import { type AddressLike, toAddress } from "./address.ts";
-import { deferredCount, deferredNumbers, pin, releaseDeferred, retryDeferred } from "./owner.ts";
+import { deferredCount, deferredNumbers, pin, releaseDeferred, retryQuietly } from "./owner.ts";
 import { importCapsule } from "./import.ts";
-import { capsuleOf, EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "./export.ts";
+import { EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "./export.ts";
 import type { BufferView } from "./view.ts";
-import type { Capsule } from "./capsule.ts";
+import { Capsule } from "./capsule.ts";
 import { callWith, isArray } from "./intrinsics.ts";
 
 /** The fields of an array interface (version 3). */
@@ -106,9 +106,12 @@ export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, 
   return importCapsule(capsule, producer, false, keepAlive);
 }
 
-/** Builds the versioned struct (READ_ONLY carried) over the fields, adopting the pin's `owner`. */
+/** Builds the versioned struct (READ_ONLY carried) over the fields, adopting the pin's `owner`,
+ * and its capsule, in one frame: whatever throws, `owner` is released exactly once (by the
+ * struct's deleter once the struct exists, directly before). */
 function buildStruct(fields: Fields, owner: number): Capsule {
-  /** Whether the struct took over `owner` (then deleting the struct releases it). */
+  let address = 0;
+  /** Whether the struct took over `owner`. */
   let adopted = false;
   try {
     const s = scratch;
@@ -120,21 +123,18 @@ function buildStruct(fields: Fields, owner: number): Capsule {
     s.u32[U32.code] = fields.info.dl.code;
     s.u32[U32.bits] = fields.info.dl.bits;
     s.u32[U32.flags] = fields.readonly ? 1 : 0;
-    const status = core().dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, s.at);
+    const lib = core();
+    const at = s.at;
+    const status = lib.dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, at);
     adopted = status === 0;
     if (status !== 0) throw refusalError(status, s, false);
-    return capsuleOf(s, true, 0, undefined);
+    address = s.u32[U32.addressHi] * 0x1_0000_0000 + s.u32[U32.addressLo];
+    return new Capsule(address, true);
   } catch (error) {
-    if (!adopted && owner !== 0) {
-      const n = deferredCount[0];
-      deferredNumbers[n] = owner;
-      deferredCount[0] = n + 1;
-      try {
-        retryDeferred();
-      } catch {
-        // Released at the next call into the library.
-      }
-    }
+    // Parked without a call first: the stack may be exhausted here.
+    if (adopted && address !== 0) deferredNumbers[deferredCount[0]++] = -(address * 2 + 1);
+    else if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    retryQuietly();
     throw error;
   }
 }

@@ -14,7 +14,7 @@ import {
   addressOf,
   type BufferView,
   deviceOfView,
-  disposeQuietly,
+  disposeView,
   infoOf,
   isBufferView,
   layoutBitsOf,
@@ -30,6 +30,7 @@ import { LAYOUT_C, scratch } from "./description.ts";
 import { hasZero, listText, reach } from "./layout.ts";
 import { copyOf, empty } from "./alloc.ts";
 import { abs, isCount, newWeakMap, objectSlots, slots } from "./intrinsics.ts";
+import { deferredCount, deferredObjects, retryQuietly } from "./owner.ts";
 import {
   cudaCheck,
   cudaError,
@@ -564,7 +565,11 @@ function withStaged<T>(staged: BufferView, body: (staged: BufferView) => T): T {
   try {
     return body(staged);
   } finally {
-    disposeQuietly(staged);
+    try {
+      disposeView(staged);
+    } catch {
+      deferredObjects[deferredCount[1]++] = staged;
+    }
   }
 }
 
@@ -700,7 +705,8 @@ export function toHost(view: BufferView, opts?: CopyOptions): BufferView {
   try {
     copyInto(out, view, opts);
   } catch (error) {
-    disposeQuietly(out);
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
     throw error;
   }
   return out;
@@ -714,7 +720,8 @@ export function copyOnDevice(view: BufferView): BufferView {
   try {
     copyInto(out, view);
   } catch (error) {
-    disposeQuietly(out);
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
     throw error;
   }
   return out;

@@ -13,19 +13,20 @@ import { checkShape, checkStrides, cStrides, listText, reach } from "./layout.ts
 import {
   deferredCount,
   deferredNumbers,
+  deferredObjects,
   newPinId,
   realmAddress,
   recordPin,
   releaseDeferred,
-  retryDeferred,
+  retryQuietly,
 } from "./owner.ts";
-import { Capsule, disposeCapsule } from "./capsule.ts";
+import { Capsule } from "./capsule.ts";
 import {
   accessOf,
   addressOf,
   type BufferView,
   deviceOfView,
-  disposeQuietly,
+  disposeView,
   flagsOf,
   infoOf,
   isBufferView,
@@ -201,24 +202,36 @@ function exportError(status: number, s: Scratch, what: string): DLPackError {
 }
 
 /**
- * @internal The capsule of a struct a native call just built at the scratch's address. Once the struct
- * exists it is owned here: if the capsule cannot be made (an exhausted stack), the struct is
- * deleted (deferred if even that cannot run now), which also releases what it pinned or retained.
+ * Builds the struct the scratch describes (pinning `pinned` when given: a TypedArray whose memory
+ * it points into) and returns its capsule. The native call and the capsule happen in this one
+ * frame: once the struct exists it is owned here, and any exception before the capsule holds it
+ * (an exhausted stack included) deletes it (deferred when even that cannot run now), which also
+ * releases what it pinned or retained.
  */
-export function capsuleOf(s: Scratch, versioned: boolean, pinId: number, pinned: unknown): Capsule {
-  // Read without a call: nothing may throw between the native call and the try.
-  const address = s.u32[U32.addressHi] * 0x1_0000_0000 + s.u32[U32.addressLo];
+function buildCapsule(
+  options: number,
+  pinned: AnyTypedArray | undefined,
+  byteLength: number,
+  versioned: boolean,
+): Capsule {
+  const lib = core();
+  const at = scratch.at;
+  const id = pinned === undefined ? 0 : newPinId();
+  const realm = pinned === undefined ? 0 : realmAddress();
+  let address = 0;
   try {
-    if (pinId !== 0) recordPin(pinId, pinned);
+    const status = pinned === undefined
+      ? lib.dlpk_export(options, at)
+      : lib.dlpk_export_buffer(pinned, realm, id, byteLength, options, at);
+    if (status !== 0) throw exportError(status, scratch, pinned === undefined ? "a view" : `${byteLength} bytes`);
+    address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
+    // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
+    if (pinned !== undefined) recordPin(id, pinned);
     return new Capsule(address, versioned);
   } catch (error) {
-    const n = deferredCount[0];
-    deferredNumbers[n] = -(address * 2 + (versioned ? 1 : 0));
-    deferredCount[0] = n + 1;
-    try {
-      retryDeferred();
-    } catch {
-      // Deleted at the next call into the library.
+    if (address !== 0) {
+      deferredNumbers[deferredCount[0]++] = -(address * 2 + (versioned ? 1 : 0));
+      retryQuietly();
     }
     throw error;
   }
@@ -238,9 +251,7 @@ function build(
   s.setAddress(data);
   s.setOwner(owner);
   writeLayout(s, device, layout, flags);
-  const status = core().dlpk_export((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), s.at);
-  if (status !== 0) throw exportError(status, s, "a view");
-  return capsuleOf(s, versioned, 0, undefined);
+  return buildCapsule((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), undefined, 0, versioned);
 }
 
 /** The TypedArray facts every export needs, read through the intrinsics. */
@@ -312,12 +323,7 @@ function exportWholeArray(
 /** Pins `x` and builds its struct from the spec in the scratch (`byteLength` read through the
  * intrinsics: the native side trusts it as the extent of the memory). */
 function exportBuffer(x: AnyTypedArray, byteLength: number, versioned: boolean): Capsule {
-  const id = newPinId();
-  const realm = realmAddress();
-  const status = core().dlpk_export_buffer(x, realm, id, byteLength, versioned ? EXPORT_VERSIONED : 0, scratch.at);
-  if (status !== 0) throw exportError(status, scratch, `${byteLength} bytes`);
-  // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
-  return capsuleOf(scratch, versioned, id, x);
+  return buildCapsule(versioned ? EXPORT_VERSIONED : 0, x, byteLength, versioned);
 }
 
 function exportView(view: BufferView, opts: Options | undefined, versioned: boolean, flags: number): Capsule {
@@ -351,7 +357,8 @@ function exportView(view: BufferView, opts: Options | undefined, versioned: bool
   try {
     attachProducerStream(capsule, view);
   } catch (error) {
-    disposeCapsule(capsule);
+    deferredObjects[deferredCount[1]++] = capsule; // parked before any call: the stack may be exhausted
+    retryQuietly();
     throw error;
   }
   return capsule;
@@ -403,7 +410,15 @@ export function typedArrayView(x: AnyTypedArray, info: DTypeInfo, shape: readonl
   const tag = typedArrayTag(x);
   if (tag === undefined) throw new DLPackError("argument", `expected a TypedArray, got ${shown(x)}`);
   const opts: Options = { shape: shape as number[], strides: undefined, info, offset: undefined, readonly: false };
-  return importCapsule(exportTypedArray(x, tag, opts, true, 0), "dlpack-ts");
+  const capsule = exportTypedArray(x, tag, opts, true, 0);
+  try {
+    return importCapsule(capsule, "dlpack-ts");
+  } catch (error) {
+    // Disposed unless the import took it (the disposer checks).
+    deferredObjects[deferredCount[1]++] = capsule;
+    retryQuietly();
+    throw error;
+  }
 }
 
 /** `__dlpack__` keyword arguments in camelCase (the Python array API's names). */
@@ -463,7 +478,11 @@ export function viewDLPack(view: BufferView, options?: DLPackProtocolOptions): C
     try {
       return exportAny(copied, undefined, versioned, IS_COPIED);
     } finally {
-      disposeQuietly(copied);
+      try {
+        disposeView(copied);
+      } catch {
+        deferredObjects[deferredCount[1]++] = copied;
+      }
     }
   }
   return exportAny(view, undefined, versioned);

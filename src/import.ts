@@ -7,10 +7,10 @@ import { core } from "../ffi/mod.ts";
 import { refusalError, scratch, U32 } from "./description.ts";
 import { DLPackError, optionsObject, shown } from "./errors.ts";
 import { type AddressLike, toAddress } from "./address.ts";
-import { BufferView, buildFromScratch, disposeQuietly, isBufferView, keepAliveOf } from "./view.ts";
+import { BufferView, buildFromScratch, isBufferView, keepAliveOf } from "./view.ts";
 import type { Owner } from "./owner.ts";
-import { deferredCount, deferredNumbers, releaseDeferred, retryDeferred } from "./owner.ts";
-import { Capsule, capsuleOwned, capsuleVersioned, disposeCapsule, isCapsule, takeCapsule } from "./capsule.ts";
+import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
+import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "./capsule.ts";
 import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
 import { callWith, getPrototypeOf, ObjectPrototype } from "./intrinsics.ts";
 
@@ -86,14 +86,8 @@ function importTensor(
     if (owner !== 0) owed = owner;
     else if (!seen && ownStruct) owed = -(address * 2 + (versioned ? 1 : 0));
     if (owed !== 0) {
-      const n = deferredCount[0];
-      deferredNumbers[n] = owed;
-      deferredCount[0] = n + 1;
-      try {
-        retryDeferred();
-      } catch {
-        // Released at the next call into the library.
-      }
+      deferredNumbers[deferredCount[0]++] = owed;
+      retryQuietly();
     }
     throw error;
   }
@@ -156,8 +150,10 @@ function importProvided(
   try {
     return importCapsule(capsule, name, strict);
   } catch (error) {
-    // Not taken (the import could not even start): the capsule is ours to release.
-    if (capsuleOwned(capsule)) disposeCapsule(capsule);
+    // If the import could not even start, the capsule is still ours: parked for disposal (the
+    // disposer leaves a taken capsule alone), before any call since the stack may be exhausted.
+    deferredObjects[deferredCount[1]++] = capsule;
+    retryQuietly();
     throw error;
   }
 }
@@ -222,7 +218,8 @@ export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: Buf
   try {
     return { view, owner: keepAliveOf(view) };
   } catch (error) {
-    disposeQuietly(view);
+    deferredObjects[deferredCount[1]++] = view; // parked before any call: the stack may be exhausted
+    retryQuietly();
     throw error;
   }
 }

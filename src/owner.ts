@@ -163,14 +163,19 @@ function releaseDeferredLater(): void {
   releaseDeferred();
 }
 
-/** Called (inside a try) by the catch blocks after they deferred something: releases it now if the
- * stack allows, else at the next microtask checkpoint. */
-export function retryDeferred(): void {
-  if (!releaseScheduled) {
-    enqueueMicrotask(releaseDeferredLater);
-    releaseScheduled = true;
+/** Called by the catch blocks after they parked something (with no call before that, as the
+ * stack may be exhausted there): releases it now if the stack allows, else at the next microtask
+ * checkpoint or call into the library. Never throws once entered. */
+export function retryQuietly(): void {
+  try {
+    if (!releaseScheduled) {
+      enqueueMicrotask(releaseDeferredLater);
+      releaseScheduled = true;
+    }
+    releaseDeferred();
+  } catch {
+    // Released at the next call into the library.
   }
-  releaseDeferred();
 }
 
 /**
@@ -252,14 +257,8 @@ export class Owner {
     try {
       return new Owner(address, undefined);
     } catch (error) {
-      const n = deferredCount[0];
-      deferredNumbers[n] = address;
-      deferredCount[0] = n + 1;
-      try {
-        retryDeferred();
-      } catch {
-        // Released at the next call into the library.
-      }
+      deferredNumbers[deferredCount[0]++] = address;
+      retryQuietly();
       throw error;
     }
   }
@@ -323,14 +322,8 @@ export function pin(value: unknown, bytes: number, onRelease?: () => void): numb
   try {
     recordPin(id, value, onRelease);
   } catch (error) {
-    const n = deferredCount[0];
-    deferredNumbers[n] = owner;
-    deferredCount[0] = n + 1;
-    try {
-      retryDeferred();
-    } catch {
-      // Released at the next call into the library.
-    }
+    deferredNumbers[deferredCount[0]++] = owner;
+    retryQuietly();
     throw error;
   }
   return owner;

@@ -28,7 +28,7 @@ import {
   registerDisposer,
   type Releasable,
   releaseOwner,
-  retryDeferred,
+  retryQuietly,
 } from "./owner.ts";
 import { requirementRefusals, type Requirements } from "./requirements.ts";
 import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "./description.ts";
@@ -252,16 +252,6 @@ export function keepAliveOf(view: BufferView): Owner {
   return internals.keepAlive(view);
 }
 
-/** Disposes `view` on an error path: now if possible, else (stack exhausted) at the next call into
- * the library. Never throws. */
-export function disposeQuietly(view: BufferView): void {
-  try {
-    internals.dispose(view);
-  } catch {
-    deferObject(view);
-  }
-}
-
 /** Makes a view; only library modules call this. */
 export function makeView(init: ViewInit): BufferView {
   return construct(
@@ -305,14 +295,8 @@ export function viewFromScratch(
     return buildFromScratch(s, owner, access, producer, ownerName, keepAlive, verified);
   } catch (error) {
     // Deferred without a call first: the stack may be exhausted right here.
-    const n = deferredCount[0];
-    deferredNumbers[n] = owner;
-    deferredCount[0] = n + 1;
-    try {
-      retryDeferred();
-    } catch {
-      // Released at the next call into the library.
-    }
+    deferredNumbers[deferredCount[0]++] = owner;
+    retryQuietly();
     throw error;
   }
 }
@@ -1003,7 +987,11 @@ export class BufferView {
     try {
       copyInto(this, staged, opts);
     } finally {
-      disposeQuietly(staged);
+      try {
+        disposeView(staged);
+      } catch {
+        deferredObjects[deferredCount[1]++] = staged;
+      }
     }
   }
 
@@ -1143,19 +1131,6 @@ export class BufferView {
 /** Owner shares of views whose array() buffer was transferred away; never released. */
 const transferredShares = newSet<number>();
 
-/** Parks a library object whose disposal failed (an exhausted stack) for the next call into the
- * library. Never throws once entered. */
-function deferObject(x: object): void {
-  const n = deferredCount[1];
-  deferredObjects[n] = x;
-  deferredCount[1] = n + 1;
-  try {
-    retryDeferred();
-  } catch {
-    // Disposed at the next call into the library.
-  }
-}
-
 /** `a; b; c` (no `join`: it is replaceable). */
 function joined(parts: readonly string[]): string {
   let text = "";
@@ -1177,7 +1152,8 @@ function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[
       if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
     }
   } catch (error) {
-    disposeQuietly(out);
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
     throw error;
   }
   return out;
