@@ -889,27 +889,6 @@ export class BufferView {
     return out;
   }
 
-  /** Writes `codes` (one sub-byte code per element, C order) into this host view. */
-  #writeCodes(codes: Uint8Array): void {
-    const bytes = this.#makeArray() as Uint8Array;
-    const shape = this.#shape;
-    const strides = this.#strides;
-    const ndim = shape.length;
-    const index = slots(ndim);
-    let at = -this.#minOffset;
-    for (let k = 0; k < this.#size; k++) {
-      this.#writeBits(bytes, at, codes[k]);
-      for (let d = ndim - 1; d >= 0; d--) {
-        if (++index[d] < shape[d]) {
-          at += strides[d];
-          break;
-        }
-        at -= (shape[d] - 1) * strides[d];
-        index[d] = 0;
-      }
-    }
-  }
-
   /** A C-contiguous copy in library-owned native memory: host views through the native strided
    * copy, CUDA device views on the same device through the driver. */
   copy(): BufferView {
@@ -976,8 +955,10 @@ export class BufferView {
       );
     }
     if (this.#size === 0) return;
-    if (info.bits < 8 && (this.#device.type === "cpu" || isHostAccessible(this.#device.type))) {
-      this.#writeCodes(src as Uint8Array);
+    const host = this.#device.type === "cpu" || isHostAccessible(this.#device.type);
+    if (host && (info.bits < 8 || (this.#layout & LAYOUT_C) === 0)) {
+      // Sub-byte codes, or a strided destination the native copy does not scatter into.
+      this.#scatter(src);
       return;
     }
     // A view over the TypedArray's own memory (pinned while it lives), then the view-to-view copy.
@@ -991,6 +972,33 @@ export class BufferView {
         disposeView(staged);
       } catch {
         deferredObjects[deferredCount[1]++] = staged;
+      }
+    }
+  }
+
+  /** Writes `src` (this view's elements in C order, in the form of toArray()) into host memory. */
+  #scatter(src: AnyTypedArray): void {
+    const a = this.#makeArray();
+    const packed = this.#info.kind === "minifloat" && this.#slotBits() < 8;
+    const pairs = this.#info.slots === 2;
+    const shape = this.#shape;
+    const strides = this.#strides;
+    const ndim = shape.length;
+    const index = slots(ndim);
+    let at = -this.#minOffset;
+    for (let k = 0; k < this.#size; k++) {
+      if (packed) this.#writeBits(a as Uint8Array, at, (src as Uint8Array)[k]);
+      else if (pairs) {
+        a[2 * at] = src[2 * k];
+        a[2 * at + 1] = src[2 * k + 1];
+      } else a[at] = src[k];
+      for (let d = ndim - 1; d >= 0; d--) {
+        if (++index[d] < shape[d]) {
+          at += strides[d];
+          break;
+        }
+        at -= (shape[d] - 1) * strides[d];
+        index[d] = 0;
       }
     }
   }
@@ -1018,6 +1026,9 @@ export class BufferView {
    */
   as<D extends DType, N extends number>(dtype: D, ndim: N): TypedView<D, N> {
     this.#live();
+    if (dtype === undefined || ndim === undefined) {
+      throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
+    }
     const refusals = requirementRefusals(this, { dtype, ndim });
     if (refusals.length > 0) {
       throw new DLPackError(
