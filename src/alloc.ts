@@ -25,7 +25,7 @@ import {
 import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "./cuda.ts";
 import { isCudaFamily } from "./cuda_driver.ts";
 import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
-import { ceil } from "./intrinsics.ts";
+import { ceil, typedArrayLength } from "./intrinsics.ts";
 
 /** Options of {@link empty} and {@link zeros}. */
 export interface AllocOptions {
@@ -214,8 +214,9 @@ export function copyOf(view: BufferView): BufferView {
       // Sub-byte elements (packed or padded): one code per byte from toArray(), packed into the copy.
       const codes = toArrayOf(view) as Uint8Array;
       const bytes = arrayOf(out) as Uint8Array;
-      bytes.fill(0);
-      for (let k = 0; k < codes.length; k++) {
+      const n = typedArrayLength(codes);
+      for (let i = typedArrayLength(bytes) - 1; i >= 0; i--) bytes[i] = 0;
+      for (let k = 0; k < n; k++) {
         const bit = k * info.bits;
         const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
         bytes[bit >>> 3] |= word & 0xff;

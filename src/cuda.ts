@@ -512,9 +512,11 @@ function gather(
 function hostCopy(dst: number, src: number, bytes: number): void {
   if (dst === src) return;
   if (dst < src + bytes && src < dst + bytes) {
-    using tmp = empty([bytes], "uint8");
-    gather(tmp.addressNumber, src, [bytes], [1], 1);
-    gather(dst, tmp.addressNumber, [bytes], [1], 1);
+    withStaged(empty([bytes], "uint8"), (tmp) => {
+      const at = addressOf(tmp);
+      gather(at, src, [bytes], [1], 1);
+      gather(dst, at, [bytes], [1], 1);
+    });
     return;
   }
   gather(dst, src, [bytes], [1], 1);

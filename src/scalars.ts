@@ -21,7 +21,7 @@ export function bfloat16ToNumber(bits: number): number {
 export function numberToBfloat16(value: number): number {
   f32[0] = value;
   const bits = u32[0];
-  if (Number.isNaN(f32[0])) return ((bits >>> 16) | 0x0040) & 0xffff;
+  if (f32[0] !== f32[0]) return ((bits >>> 16) | 0x0040) & 0xffff;
   return ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
@@ -121,7 +121,7 @@ function codecOf(dtype: MiniFloatDType): Codec {
   for (let code = 0; code < count; code++) {
     const value = decodeWith(f, code);
     decode[code] = value;
-    if (Number.isNaN(value)) nanCode ??= code;
+    if (value !== value) nanCode ??= code;
     else if (value === Infinity) infCode = code;
     else if ((code & signBit) === 0) positives.push([value, code]);
   }
@@ -151,7 +151,7 @@ export function decodeMiniFloat(dtype: MiniFloatDType, code: number): number {
  * (formats with neither); values a format cannot hold (e8m0: zero, negatives) become NaN. */
 export function encodeMiniFloat(dtype: MiniFloatDType, value: number): number {
   const c = codecOf(dtype);
-  if (Number.isNaN(value)) {
+  if (value !== value) {
     if (c.nanCode === undefined) throw new DLPackError("dtype", `${dtype} cannot hold NaN`);
     return c.nanCode;
   }
@@ -190,7 +190,11 @@ export function encodeMiniFloat(dtype: MiniFloatDType, value: number): number {
   return code;
 }
 
+// Every codec is built while the module loads, with the built-ins as they were then (sort,
+// push, Float64Array.from): nothing replaced later can change how values are encoded.
+for (const name of Object.keys(FORMATS) as MiniFloatDType[]) codecOf(name);
+
 /** Whether a dtype name is one of the small float formats. */
 export function isMiniFloat(dtype: string): dtype is MiniFloatDType {
-  return dtype in FORMATS;
+  return typeof dtype === "string" && dtype in FORMATS;
 }

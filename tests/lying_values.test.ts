@@ -403,7 +403,7 @@ function restore() {
 }
 const notes = Object.create(null);
 let failure = null;
-let v, a, back, kept, w, exported, shapes, refusalsOk, refusalsBad, copied;
+let v, a, back, kept, w, exported, shapes, refusalsOk, refusalsBad, copied, shifted;
 pollute();
 try {
   // An import, its array, dispose: the array must be detached afterwards.
@@ -421,6 +421,14 @@ try {
   exported = dl.importDLPack(dl.exportDLPack(w));
   notes.viewGet = exported.get(3);
   copied = w.toArray();
+  // Overlapping host views of one allocation: the copy is staged through a temporary.
+  const lo = dl.fromArrayInterface({ data: [w.address, false], shape: [3], typestr: "<f8" });
+  const hi = dl.fromArrayInterface({ data: [w.address + 8n, false], shape: [3], typestr: "<f8" });
+  for (let i = 0; i < 4; i++) w.set(i, i);
+  lo.copyFrom(hi);
+  shifted = [w.get(0), w.get(1), w.get(2), w.get(3)];
+  lo.dispose();
+  hi.dispose();
   shapes = dl.empty([2, 3], "int32");
   refusalsOk = shapes.refusals({ shape: [2, null], dtype: ["int32"], contiguous: "C" });
   refusalsBad = shapes.refusals({ dtype: "float32", writable: false });
@@ -440,6 +448,7 @@ if (failure === null) {
   kept.dispose();
   out.viewExport = [exported.shape, notes.viewGet, exported.address === w.address, exported.nbytes];
   out.toArray = [copied.length, copied[3]];
+  out.shifted = shifted;
   out.empty = [shapes.shape, shapes.size, shapes.nbytes];
   out.refusals = [refusalsOk.length, refusalsBad.length];
   for (const x of [back, exported, shapes, w]) x.dispose();
@@ -456,6 +465,7 @@ out.deleted = deleted() - producerBefore;
   assert.deepEqual(out.consumer, [[6], 32, 2]);
   assert.deepEqual(out.viewExport, [[4], 7, true, 32]);
   assert.deepEqual(out.toArray, [4, 7]);
+  assert.deepEqual(out.shifted, [1, 2, 3, 3]);
   assert.deepEqual(out.empty, [[2, 3], 6, 24]);
   assert.deepEqual(out.refusals, [0, 2]);
   const s = out.stats as { imports: number; exports: number; allocations: number; pinned: number };
