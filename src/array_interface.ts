@@ -11,7 +11,7 @@ import { deviceCode, type DeviceType } from "./devices.ts";
 import { I32, refusalError, scratch, U32 } from "./description.ts";
 import { checkShape, checkStrides, cStrides } from "./layout.ts";
 import { type AddressLike, toAddress } from "./address.ts";
-import { deferredCount, deferredNumbers, pin, releaseDeferred, retryQuietly } from "./owner.ts";
+import { deferredCount, deferredNumbers, deferredObjects, pin, releaseDeferred, retryQuietly } from "./owner.ts";
 import { importCapsule } from "./import.ts";
 import { EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "./export.ts";
 import type { BufferView } from "./view.ts";
@@ -100,19 +100,12 @@ export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, 
     if (keepAlive !== undefined) releaseKeepAlive(keepAlive);
     throw error;
   }
-  // From here on the pin owns keepAlive: releasing the pin's owner releases it.
-  const capsule = buildStruct(fields, owner);
-  // The struct's deleter owns the pin: a refusal (or any failure) releases it through the struct.
-  return importCapsule(capsule, producer, false, keepAlive);
-}
-
-/** Builds the versioned struct (READ_ONLY carried) over the fields, adopting the pin's `owner`,
- * and its capsule, in one frame: whatever throws, `owner` is released exactly once (by the
- * struct's deleter once the struct exists, directly before). */
-function buildStruct(fields: Fields, owner: number): Capsule {
-  let address = 0;
-  /** Whether the struct took over `owner`. */
+  // From here on the pin owns keepAlive, and whatever throws releases the pin exactly once: the
+  // native export adopts it into a struct, the struct's deleter releases it, and the struct is
+  // held by a capsule until the import takes it. One frame, so the catch knows which holds it.
   let adopted = false;
+  let address = 0;
+  let capsule: Capsule | undefined;
   try {
     const s = scratch;
     s.setAddress(fields.address);
@@ -129,11 +122,15 @@ function buildStruct(fields: Fields, owner: number): Capsule {
     adopted = status === 0;
     if (status !== 0) throw refusalError(status, s, false);
     address = s.u32[U32.addressHi] * 0x1_0000_0000 + s.u32[U32.addressLo];
-    return new Capsule(address, true);
+    capsule = new Capsule(address, true);
+    // A refusal from here on releases the pin through the struct's deleter.
+    return importCapsule(capsule, producer, false, keepAlive);
   } catch (error) {
-    // Parked without a call first: the stack may be exhausted here.
-    if (adopted && address !== 0) deferredNumbers[deferredCount[0]++] = -(address * 2 + 1);
-    else if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    // Parked without a call first: the stack may be exhausted here. A capsule the import took is
+    // left alone by its disposer.
+    if (capsule !== undefined) deferredObjects[deferredCount[1]++] = capsule;
+    else if (adopted && address !== 0) deferredNumbers[deferredCount[0]++] = -(address * 2 + 1);
+    else if (!adopted && owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();
     throw error;
   }

@@ -146,14 +146,19 @@ function importProvided(
   const capsule = isBufferView(src) ? viewDLPack(src, { maxVersion: MAX_VERSION }) : callWith(dlpack, src, {
     maxVersion: MAX_VERSION,
   });
-  if (!isCapsule(capsule)) throw new DLPackError("null_data", "__dlpack__() must return a Capsule");
+  let ours = false;
   try {
+    if (!isCapsule(capsule)) throw new DLPackError("null_data", "__dlpack__() must return a Capsule");
+    ours = true;
     return importCapsule(capsule, name, strict);
   } catch (error) {
-    // If the import could not even start, the capsule is still ours: parked for disposal (the
-    // disposer leaves a taken capsule alone), before any call since the stack may be exhausted.
-    deferredObjects[deferredCount[1]++] = capsule;
-    retryQuietly();
+    // A capsule the provider handed over is ours: if the import could not even start it is parked
+    // for disposal (the disposer leaves a taken capsule alone), before any call since the stack
+    // may be exhausted here.
+    if (ours) {
+      deferredObjects[deferredCount[1]++] = capsule as Capsule;
+      retryQuietly();
+    }
     throw error;
   }
 }
