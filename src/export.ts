@@ -45,6 +45,7 @@ import {
   isCount,
   isDetached,
   RESIZABLE,
+  SHARED,
   typedArrayBuffer,
   typedArrayByteLength,
   typedArrayTag,
@@ -259,7 +260,8 @@ function typedArraySource(x: AnyTypedArray, tag: string): { info: DTypeInfo; byt
   // The buffer first: in Bun that also moves a small array's storage out of the GC heap, so the
   // pointer the runtime passes stays valid.
   const buffer = typedArrayBuffer(x);
-  if ((bufferState(buffer) & RESIZABLE) !== 0) {
+  const state = bufferState(buffer);
+  if ((state & RESIZABLE) !== 0) {
     throw new DLPackError(
       "null_data",
       "resizable ArrayBuffers can shrink or move under a consumer; export a fixed-length buffer instead",
@@ -268,7 +270,7 @@ function typedArraySource(x: AnyTypedArray, tag: string): { info: DTypeInfo; byt
   const info = infoOfTag(tag);
   if (info === undefined) throw new DLPackError("dtype", `a ${tag} has no dtype this library exports`);
   const byteLength = typedArrayByteLength(x);
-  if (byteLength === 0 && isDetached(buffer as ArrayBuffer)) {
+  if (byteLength === 0 && (state & SHARED) === 0 && isDetached(buffer as ArrayBuffer)) {
     throw new DLPackError("disposed", "the TypedArray's ArrayBuffer is detached");
   }
   return { info, byteLength };

@@ -126,6 +126,14 @@ test("export: a replaced prototype or a Proxy never changes the element type or 
   // An object posing as a TypedArray (the prototype and every getter of one).
   const forged = Object.create(Float64Array.prototype, { length: { value: 4 }, byteLength: { value: 32 } });
   refused(() => exportDLPack(any(forged)), "dtype", "forged TypedArray");
+  // Empty arrays over shared and detached memory: a NULL tensor, and a refusal.
+  using emptyShared = importDLPack(exportDLPack(new Float32Array(new SharedArrayBuffer(0))));
+  assert.deepEqual([emptyShared.shape, emptyShared.address], [[0], 0n]);
+  const detached = new Float32Array(4);
+  (detached.buffer as ArrayBuffer).transfer();
+  Object.defineProperty(detached, "buffer", { value: new ArrayBuffer(16) });
+  refused(() => exportDLPack(detached), "disposed", "detached behind an own buffer");
+  emptyShared.dispose();
   view.dispose();
   other.dispose();
   assert.deepEqual(live(), before);
