@@ -295,7 +295,9 @@ let freeCount = 0;
 /** Ids below this have been handed out (0 is never used). */
 let nextPinId = 1;
 let pinCount = 0;
-const drained = new Float64Array(256);
+// Over an ArrayBuffer of its own: its address is cached, and in Bun a small array built without one
+// keeps its storage in the GC heap until something touches its buffer, which then moves it.
+const drained = new Float64Array(new ArrayBuffer(256 * 8));
 let drainedAt = 0;
 let sweepTimer: unknown;
 // This realm's native pin queue. Every Worker evaluates this module again and so gets its own:

@@ -23,7 +23,8 @@ export interface Stats {
   readonly deletersCalled: number;
 }
 
-const counters = new Float64Array(8);
+// Over an ArrayBuffer of its own, as its address is cached (see `drained` in owner.ts).
+const counters = new Float64Array(new ArrayBuffer(8 * 8));
 let countersAt = 0;
 
 /** The live counters (sweeps released pins first). */
