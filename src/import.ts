@@ -93,7 +93,10 @@ function importTensor(
   }
 }
 
-/** @internal Imports one managed tensor at a raw address (see importTensor). */
+/**
+ * @internal Imports one managed tensor at a raw address the caller hands over (the hot path: no
+ * capsule to take, so nothing is owed until libdlpack has taken the tensor).
+ */
 export function importManaged(
   address: number,
   versioned: boolean,
@@ -101,7 +104,22 @@ export function importManaged(
   producer: string | null,
   keepAlive?: unknown,
 ): BufferView {
-  return importTensor(address, versioned, strict, producer, keepAlive);
+  const status = core().dlpk_import(
+    address,
+    (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
+    scratch.at,
+  );
+  if (status !== 0) throw refusalError(status, scratch, address !== 0);
+  // Read without a call: from here on the tensor is owed to its producer on any exception.
+  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  try {
+    const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
+    return buildFromScratch(scratch, owner, access, producer, "external", keepAlive);
+  } catch (error) {
+    deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
 }
 
 /** @internal Takes and imports a capsule; if that fails after taking it, its struct is deleted. */
@@ -173,10 +191,8 @@ function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | 
     const plain = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
     const dlpack = plain.__dlpack__;
     if (typeof dlpack === "function") return importProvided(src, dlpack as never, strict, producer);
-    if ("versioned" in plain) {
-      return importTensor(toAddress(plain.versioned, "versioned"), true, strict, producer, undefined);
-    }
-    if ("legacy" in plain) return importTensor(toAddress(plain.legacy, "legacy"), false, strict, producer, undefined);
+    if ("versioned" in plain) return importManaged(toAddress(plain.versioned, "versioned"), true, strict, producer);
+    if ("legacy" in plain) return importManaged(toAddress(plain.legacy, "legacy"), false, strict, producer);
     throw new DLPackError("argument", `${SOURCES}, got an object with none of them`);
   }
   if (isCapsule(src)) return importCapsule(src, producer, strict);
@@ -191,16 +207,10 @@ function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | 
   const dlpack = (src as { __dlpack__?: unknown }).__dlpack__;
   if (typeof dlpack === "function") return importProvided(src, dlpack as never, strict, producer);
   if ("versioned" in src) {
-    return importTensor(
-      toAddress((src as { versioned: unknown }).versioned, "versioned"),
-      true,
-      strict,
-      producer,
-      undefined,
-    );
+    return importManaged(toAddress((src as { versioned: unknown }).versioned, "versioned"), true, strict, producer);
   }
   if ("legacy" in src) {
-    return importTensor(toAddress((src as { legacy: unknown }).legacy, "legacy"), false, strict, producer, undefined);
+    return importManaged(toAddress((src as { legacy: unknown }).legacy, "legacy"), false, strict, producer);
   }
   throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
 }

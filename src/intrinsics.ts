@@ -14,8 +14,9 @@ const ObjectGetOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
 const ObjectDefineProperty = Object.defineProperty;
 const ArrayFrom = Array.from;
 const ArrayCtor = Array;
-/** Arguments list passed to `Reflect.apply`: own elements of a frozen literal, so no prototype is read. */
-const ZERO_ARGS: readonly [number] = Object.freeze([0] as [number]);
+/** An arguments list for `Reflect.apply`: an own element of a module-private literal, so no
+ * prototype is read (not frozen: JavaScriptCore takes a slow path for frozen argument lists). */
+const ZERO_ARGS: readonly [number] = [0];
 
 function getterOf(proto: object, key: PropertyKey): ((this: unknown) => unknown) | undefined {
   const d = ObjectGetOwnPropertyDescriptor(proto, key);
@@ -267,10 +268,13 @@ export function isDetached(buffer: ArrayBuffer): boolean {
 }
 
 /** Detaches an ArrayBuffer the library made: every TypedArray over it reads length 0 afterwards. */
-export function detach(buffer: ArrayBuffer): void {
-  if (abTransfer === undefined) throw new Error("this runtime lacks ArrayBuffer.prototype.transfer");
-  ReflectApply(abTransfer, buffer, ZERO_ARGS);
-}
+export const detach: (buffer: ArrayBuffer) => void = abTransfer !== undefined
+  ? (buffer) => {
+    ReflectApply(abTransfer, buffer, ZERO_ARGS);
+  }
+  : () => {
+    throw new Error("this runtime lacks ArrayBuffer.prototype.transfer");
+  };
 
 // ---------------------------------------------------------------------------------------------
 // The library's own collections: each instance carries the original methods as own properties,

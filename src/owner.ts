@@ -29,12 +29,13 @@ const BACKSTOP_BATCH = 1024;
  * exhausted stack) resumes where it stopped: a handle is registered at most once, and `remove`
  * unregisters every handle a flush may have reached.
  */
-export class LazyBackstop<T> {
+export class LazyBackstop<T extends number> {
   #registry: FinalizationRegistry<T>;
   #isLive: (holder: object) => boolean;
   // Own slots written by index: a setter a caller put on Array.prototype never sees them.
   #holders: (object | undefined)[] = objectSlots(BACKSTOP_BATCH);
-  #helds: (T | undefined)[] = objectSlots(BACKSTOP_BATCH);
+  // Held values are numbers (addresses): unboxed here, so waiting handles allocate nothing.
+  #helds: Float64Array = new Float64ArrayCtor(BACKSTOP_BATCH);
   #count = 0;
   /** Handles added in an epoch below this one may have been registered. */
   #epoch = 0;
@@ -90,7 +91,6 @@ export class LazyBackstop<T> {
       const holder = this.#holders[n - 1]!;
       if (this.#isLive(holder)) this.#registry.register(holder, this.#helds[n - 1] as T, holder);
       this.#holders[n - 1] = undefined;
-      this.#helds[n - 1] = undefined;
       this.#count = n - 1;
     }
   }

@@ -319,9 +319,18 @@ export function buildFromScratch(
   const i32 = s.i32;
   const u32 = s.u32;
   const ndim = i32[I32.ndim];
-  // Own elements from literals: a setter on Array.prototype never sees these values.
-  const shape = numbersFrom(f64, F64.shape, ndim);
-  const strides = numbersFrom(f64, F64.strides, ndim);
+  // Own elements from literals: a setter on Array.prototype never sees these values. Ranks 1 and
+  // 2 are spelled out here, where the JIT sees them on the import path.
+  const shape = ndim === 1
+    ? [f64[F64.shape]]
+    : ndim === 2
+    ? [f64[F64.shape], f64[F64.shape + 1]]
+    : numbersFrom(f64, F64.shape, ndim);
+  const strides = ndim === 1
+    ? [f64[F64.strides]]
+    : ndim === 2
+    ? [f64[F64.strides], f64[F64.strides + 1]]
+    : numbersFrom(f64, F64.strides, ndim);
   const info = infoOfTriple(u32[U32.code], u32[U32.bits]);
   if (info === undefined) throw new DLPackError("dtype", "native and TS dtype tables disagree");
   return construct(
