@@ -7,11 +7,25 @@ import { core } from "../ffi/mod.ts";
 import { checkDeviceId, DLPackError, optionsObject, shown } from "./errors.ts";
 import { type DType, type DTypeInfo, dtypeInfo } from "./dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
-import { refusalError, scratch } from "./description.ts";
+import { refusalError, scratch, Status, U32 } from "./description.ts";
 import { checkShape, cStrides, layoutOf, sizeOf } from "./layout.ts";
-import { type BufferView, LIBRARY_NAME, makeView } from "./view.ts";
-import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT } from "./cuda.ts";
+import {
+  addressOf,
+  arrayOf,
+  type BufferView,
+  deviceOfView,
+  infoOf,
+  LIBRARY_NAME,
+  makeView,
+  shapeOf,
+  sizeOf as sizeOfView,
+  stridesOf,
+  toArrayOf,
+} from "./view.ts";
+import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "./cuda.ts";
 import { isCudaFamily } from "./cuda_driver.ts";
+import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
+import { ceil, typedArrayLength } from "./intrinsics.ts";
 
 /** Options of {@link empty} and {@link zeros}. */
 export interface AllocOptions {
@@ -27,13 +41,36 @@ export const DEFAULT_ALIGNMENT = 64;
 
 function checkAlignment(align: unknown): number {
   if (align === undefined) return DEFAULT_ALIGNMENT;
-  if (
-    typeof align !== "number" || !Number.isInteger(align) || align <= 0 || (align & (align - 1)) !== 0 ||
-    align > 1 << 20
-  ) {
-    throw new DLPackError("requirements", `align must be a power of two up to 2^20, got ${String(align)}`);
+  if (typeof align !== "number") {
+    throw new DLPackError("argument", `align must be a number (a power of two up to 2^20), got ${shown(align)}`);
+  }
+  if (align % 1 !== 0 || align <= 0 || (align & (align - 1)) !== 0 || align > 1 << 20) {
+    throw new DLPackError("requirements", `align must be a power of two up to 2^20, got ${align}`);
   }
   return align;
+}
+
+/** Where an allocation goes, read once from the caller's options. */
+function readDevice(value: unknown): { type: Device["type"]; id: number } {
+  if (value === undefined) return { type: "cpu", id: 0 };
+  if (value === null || typeof value !== "object") {
+    throw new DLPackError("device", `device must be { type, id? }, got ${shown(value)}`);
+  }
+  const type: unknown = (value as { type?: unknown }).type;
+  const id: unknown = (value as { id?: unknown }).id;
+  deviceCode(type as Device["type"]); // throws "device" for an unknown type
+  return { type: type as Device["type"], id: id === undefined ? 0 : checkDeviceId(id) };
+}
+
+function sizeText(bytes: number): string {
+  const units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return unit === 0 ? `${bytes} bytes` : `${bytes} bytes (${value.toFixed(1)} ${units[unit]})`;
 }
 
 function allocate(
@@ -42,19 +79,19 @@ function allocate(
   options: AllocOptions | undefined,
   zero: boolean,
 ): BufferView {
+  releaseDeferred();
   const checked = checkShape(shape);
   const info = dtypeInfo(dtype);
   const opts = optionsObject(options, "allocation options");
-  const align = checkAlignment(opts.align);
-  const device = opts.device ?? { type: "cpu" as const, id: 0 };
-  if (device === null || typeof device !== "object") {
-    throw new DLPackError("device", `device must be { type, id? }, got ${shown(device)}`);
-  }
-  if (device.id !== undefined) checkDeviceId(device.id);
+  // Each option read once.
+  const alignOption: unknown = opts.align;
+  const deviceOption: unknown = opts.device;
+  const align = checkAlignment(alignOption);
+  const device = readDevice(deviceOption);
   const size = sizeOf(checked);
-  const nbytes = Math.ceil((size * info.bits) / 8);
+  const nbytes = ceil((size * info.bits) / 8);
+  let kind = -1;
   if (device.type !== "cpu") {
-    deviceCode(device.type);
     if (!isCudaFamily(device.type)) {
       throw new DLPackError(
         "device",
@@ -67,12 +104,49 @@ function allocate(
         `align ${align} is above the ${CUDA_ALIGNMENT} bytes CUDA allocations guarantee`,
       );
     }
-    const cuda = allocateCuda(device, nbytes, zero);
-    return contiguousView(cuda.address, cuda.owner, cuda.device, info, checked, size, nbytes);
+    kind = cudaAllocationKind(device);
+  } else if (device.id !== 0) {
+    throw new DLPackError("device", `cpu memory has device id 0, got ${device.id}`);
   }
-  const status = core().dlpk_alloc(nbytes, align, zero ? 1 : 0, scratch.at);
-  if (status !== 0) throw refusalError(status, scratch, false);
-  return contiguousView(scratch.address(), scratch.owner(), deviceOf(1, 0), info, checked, size, nbytes);
+  const where = kind < 0 ? deviceOf(1, 0) : deviceOf(kind === 0 ? 2 : kind === 1 ? 3 : 13, device.id);
+  return allocateView(kind, device.id, nbytes, align, zero, info, checked, size, where);
+}
+
+/** Allocates and wraps. Once the native allocation exists it is owned here: any exception before
+ * the view holds it (an exhausted stack included) frees it. */
+function allocateView(
+  kind: number,
+  id: number,
+  nbytes: number,
+  align: number,
+  zero: boolean,
+  info: DTypeInfo,
+  shape: number[],
+  size: number,
+  device: Device,
+): BufferView {
+  let owner = 0;
+  try {
+    const status = kind < 0
+      ? core().dlpk_alloc(nbytes, align, zero ? 1 : 0, scratch.at)
+      : allocateCuda(kind, id, nbytes, zero);
+    if (status !== 0) {
+      throw kind < 0
+        ? status === Status.outOfMemory
+          ? new DLPackError("library", `allocating ${sizeText(nbytes)} failed: out of memory`)
+          : refusalError(status, scratch, false)
+        : cudaAllocationError(status, kind, id, nbytes);
+    }
+    owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+    const address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
+    return contiguousView(address, owner, device, info, shape, size, nbytes);
+  } catch (error) {
+    if (owner !== 0) {
+      deferredNumbers[deferredCount[0]++] = owner;
+      retryQuietly();
+    }
+    throw error;
+  }
 }
 
 /** The view of a fresh C-contiguous allocation the library owns, wherever it lives. */
@@ -104,6 +178,7 @@ function contiguousView(
     producer: LIBRARY_NAME,
     ownerName: LIBRARY_NAME,
     verified: true,
+    keepAlive: undefined,
   });
 }
 
@@ -121,35 +196,42 @@ export function zeros(shape: readonly number[], dtype: DType, opts?: AllocOption
 /** A C-contiguous copy of a view in library memory (the native strided copy); CUDA device views
  * are copied on their device. */
 export function copyOf(view: BufferView): BufferView {
-  if (view.device.type === "cuda") return copyOnDevice(view);
-  if (!isHostAccessible(view.device.type)) {
+  const device = deviceOfView(view);
+  if (device.type === "cuda") return copyOnDevice(view);
+  if (!isHostAccessible(device.type)) {
     throw new DLPackError(
       "device",
-      `copy() of ${formatDevice(view.device)} memory needs a device copy; this view is not on the host`,
+      `copy() of ${formatDevice(device)} memory needs a device copy; this view is not on the host`,
     );
   }
-  const info = dtypeInfo(view.dtype);
-  const out = empty(view.rawShape, view.dtype);
-  if (view.size === 0) return out;
-  if (info.bits < 8) {
-    // Sub-byte elements (packed or padded): one code per byte from toArray(), packed into the copy.
-    const codes = view.toArray() as Uint8Array;
-    const bytes = out.array() as Uint8Array;
-    bytes.fill(0);
-    for (let k = 0; k < codes.length; k++) {
-      const bit = k * info.bits;
-      const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
-      bytes[bit >>> 3] |= word & 0xff;
-      if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
+  const info = infoOf(view);
+  const shape = shapeOf(view);
+  const out = empty(shape, info.name);
+  // The copy is ours until returned: any exception (an exhausted stack included) disposes it.
+  try {
+    if (sizeOfView(view) === 0) return out;
+    if (info.bits < 8) {
+      // Sub-byte elements (packed or padded): one code per byte from toArray(), packed into the copy.
+      const codes = toArrayOf(view) as Uint8Array;
+      const bytes = arrayOf(out) as Uint8Array;
+      const n = typedArrayLength(codes);
+      for (let i = typedArrayLength(bytes) - 1; i >= 0; i--) bytes[i] = 0;
+      for (let k = 0; k < n; k++) {
+        const bit = k * info.bits;
+        const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
+        bytes[bit >>> 3] |= word & 0xff;
+        if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
+      }
+      return out;
     }
+    scratch.setAddress(addressOf(view));
+    scratch.setLayout(shape, stridesOf(view));
+    const status = core().dlpk_copy(scratch.at, addressOf(out), info.bits / 8);
+    if (status !== 0) throw refusalError(status, scratch, false);
     return out;
+  } catch (error) {
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
   }
-  scratch.setAddress(view.addressNumber);
-  scratch.setLayout(view.rawShape, view.rawStrides);
-  const status = core().dlpk_copy(scratch.at, out.addressNumber, info.bits / 8);
-  if (status !== 0) {
-    out.dispose();
-    throw refusalError(status, scratch, false);
-  }
-  return out;
 }

@@ -9,12 +9,14 @@ import { checkDeviceId, DLPackError, shown } from "./errors.ts";
 import { type DType, type DTypeInfo, dtypeInfo } from "./dtypes.ts";
 import { deviceCode, type DeviceType } from "./devices.ts";
 import { I32, refusalError, scratch, U32 } from "./description.ts";
-import { checkShape, cStrides } from "./layout.ts";
+import { checkShape, checkStrides, cStrides } from "./layout.ts";
 import { type AddressLike, toAddress } from "./address.ts";
-import { pin } from "./owner.ts";
-import { importManaged } from "./import.ts";
+import { deferredCount, deferredNumbers, deferredObjects, pin, releaseDeferred, retryQuietly } from "./owner.ts";
+import { importCapsule } from "./import.ts";
 import { EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "./export.ts";
 import type { BufferView } from "./view.ts";
+import { Capsule } from "./capsule.ts";
+import { callWith, isArray } from "./intrinsics.ts";
 
 /** The fields of an array interface (version 3). */
 export interface ArrayInterface {
@@ -38,7 +40,9 @@ export interface ArrayInterface {
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
-const KINDS: Readonly<Record<string, DType>> = {
+// Prototype-less: only these keys are found.
+const KINDS: Readonly<Record<string, DType | undefined>> = {
+  __proto__: null,
   b1: "bool",
   i1: "int8",
   i2: "int16",
@@ -53,13 +57,15 @@ const KINDS: Readonly<Record<string, DType>> = {
   f8: "float64",
   c8: "complex64",
   c16: "complex128",
-};
+} as unknown as Record<string, DType | undefined>;
 
 /** The dtype of an array-interface typestr; refuses non-native byte order and unsupported kinds. */
 export function parseTypestr(typestr: unknown): DType {
   const m = typeof typestr === "string" ? /^([<>|=])([a-zA-Z])(\d+)$/.exec(typestr) : null;
-  if (m === null) throw new DLPackError("dtype", `typestr must look like "<f4", got ${JSON.stringify(typestr)}`);
-  const [, order, kind, size] = m;
+  if (m === null) throw new DLPackError("dtype", `typestr must look like "<f4", got ${shown(typestr)}`);
+  const order = m[1];
+  const kind = m[2];
+  const size = m[3];
   const dtype = KINDS[kind + size];
   if (dtype === undefined) {
     throw new DLPackError("dtype", `typestr ${typestr} (kind ${kind}, ${size} bytes) has no DLPack dtype`);
@@ -83,33 +89,51 @@ export function fromArrayInterface(iface: ArrayInterface, keepAlive?: unknown): 
 
 /** `fromArrayInterface` recording the producer's name (the Python bridge knows it). */
 export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, producer: string | null): BufferView {
+  releaseDeferred();
   let fields: Fields;
+  let owner = 0;
   try {
     fields = checkFields(iface);
+    owner = keepAlive === undefined ? 0 : pin(keepAlive, 0, () => releaseKeepAlive(keepAlive));
   } catch (error) {
+    // Nothing holds keepAlive yet (pin() gives back what it made when it throws).
     if (keepAlive !== undefined) releaseKeepAlive(keepAlive);
     throw error;
   }
-  const { address, readonly, info, shape, strides, deviceType, deviceId } = fields;
-  const s = scratch;
-  const release = keepAlive === undefined ? undefined : () => releaseKeepAlive(keepAlive);
-  const owner = keepAlive === undefined ? 0 : pin(keepAlive, 0, release);
-  s.setAddress(address);
-  s.setOwner(owner);
-  s.setLayout(shape, strides);
-  s.i32[I32.deviceType] = deviceType;
-  s.i32[I32.deviceId] = deviceId;
-  s.u32[U32.code] = info.dl.code;
-  s.u32[U32.bits] = info.dl.bits;
-  s.u32[U32.flags] = readonly ? 1 : 0;
-  // Versioned (to carry READ_ONLY), adopting the pin's reference.
-  const status = core().dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, s.at);
-  if (status !== 0) {
-    if (owner !== 0) core().dlpk_owner_release(owner);
-    throw refusalError(status, s, false);
+  // From here on the pin owns keepAlive, and whatever throws releases the pin exactly once: the
+  // native export adopts it into a struct, the struct's deleter releases it, and the struct is
+  // held by a capsule until the import takes it. One frame, so the catch knows which holds it.
+  let adopted = false;
+  let address = 0;
+  let capsule: Capsule | undefined;
+  try {
+    const s = scratch;
+    s.setAddress(fields.address);
+    s.setOwner(owner);
+    s.setLayout(fields.shape, fields.strides);
+    s.i32[I32.deviceType] = fields.deviceType;
+    s.i32[I32.deviceId] = fields.deviceId;
+    s.u32[U32.code] = fields.info.dl.code;
+    s.u32[U32.bits] = fields.info.dl.bits;
+    s.u32[U32.flags] = fields.readonly ? 1 : 0;
+    const lib = core();
+    const at = s.at;
+    const status = lib.dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, at);
+    adopted = status === 0;
+    if (status !== 0) throw refusalError(status, s, false);
+    address = s.u32[U32.addressHi] * 0x1_0000_0000 + s.u32[U32.addressLo];
+    capsule = new Capsule(address, true);
+    // A refusal from here on releases the pin through the struct's deleter.
+    return importCapsule(capsule, producer, false, keepAlive);
+  } catch (error) {
+    // Parked without a call first: the stack may be exhausted here. A capsule the import took is
+    // left alone by its disposer.
+    if (capsule !== undefined) deferredObjects[deferredCount[1]++] = capsule;
+    else if (adopted && address !== 0) deferredNumbers[deferredCount[0]++] = -(address * 2 + 1);
+    else if (!adopted && owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    retryQuietly();
+    throw error;
   }
-  // From here on the struct's deleter owns keepAlive: a refusal releases it through the pin.
-  return importManaged(s.address(), true, false, producer, keepAlive);
 }
 
 interface Fields {
@@ -122,54 +146,76 @@ interface Fields {
   deviceId: number;
 }
 
+/** Reads each field of the interface once, checks it, and copies it. */
 function checkFields(iface: ArrayInterface): Fields {
   if (iface === null || typeof iface !== "object") {
-    throw new DLPackError("null_data", "fromArrayInterface needs the interface's fields");
+    throw new DLPackError("null_data", `fromArrayInterface needs the interface's fields, got ${shown(iface)}`);
   }
-  if (iface.version !== undefined && iface.version !== 2 && iface.version !== 3) {
-    throw new DLPackError("version", `array interface version ${iface.version} is not supported (2 or 3)`);
+  const version: unknown = iface.version;
+  const mask: unknown = iface.mask;
+  const data: unknown = iface.data;
+  const typestr: unknown = iface.typestr;
+  const shapeField: unknown = iface.shape;
+  const stridesField: unknown = iface.strides;
+  const deviceField: unknown = iface.device;
+  if (version !== undefined && version !== 2 && version !== 3) {
+    const text = typeof version === "number" ? `${version}` : shown(version);
+    throw new DLPackError("version", `array interface version ${text} is not supported (2 or 3)`);
   }
-  if (iface.mask !== undefined && iface.mask !== null) {
+  if (mask !== undefined && mask !== null) {
     throw new DLPackError("null_data", "masked arrays (mask) are not supported");
   }
-  if (!Array.isArray(iface.data) || iface.data.length !== 2) {
-    throw new DLPackError("null_data", "data must be [address, readonly]");
-  }
-  const address = toAddress(iface.data[0], "data[0]");
-  if (typeof address === "bigint") throw new DLPackError("overflow", `data address ${address} is beyond 2^53`);
-  const readonly = Boolean(iface.data[1]);
-  const dtype = parseTypestr(iface.typestr);
+  if (!isArray(data)) throw new DLPackError("null_data", `data must be [address, readonly], got ${shown(data)}`);
+  const dataLength: unknown = data.length;
+  if (dataLength !== 2) throw new DLPackError("null_data", `data must be [address, readonly], got ${shown(data)}`);
+  const first: unknown = data[0];
+  const second: unknown = data[1];
+  const address = toAddress(first, "data[0]");
+  const readonly = !!second;
+  const dtype = parseTypestr(typestr);
   const info = dtypeInfo(dtype);
   const itemsize = info.bits / 8;
-  const shape = checkShape(iface.shape);
+  const shape = checkShape(shapeField);
   let strides: number[];
-  if (iface.strides === undefined || iface.strides === null) strides = cStrides(shape);
+  if (stridesField === undefined || stridesField === null) strides = cStrides(shape);
   else {
-    if (!Array.isArray(iface.strides) || iface.strides.length !== shape.length) {
-      throw new DLPackError("strides", `strides must list ${shape.length} byte strides`);
-    }
-    strides = iface.strides.map((bytes, d) => {
-      if (!Number.isSafeInteger(bytes) || bytes % itemsize !== 0) {
+    strides = checkStrides(stridesField, shape.length, "byte strides");
+    for (let d = 0; d < strides.length; d++) {
+      if (strides[d] % itemsize !== 0) {
         throw new DLPackError(
           "strides",
-          `byte stride ${bytes} of dimension ${d} is not a multiple of the ${itemsize}-byte item size`,
+          `byte stride ${strides[d]} of dimension ${d} is not a multiple of the ${itemsize}-byte item size`,
         );
       }
-      return bytes / itemsize;
-    });
+      strides[d] = strides[d] / itemsize;
+    }
   }
-  const device = iface.device ?? { type: "cpu" as const, id: 0 };
-  if (device === null || typeof device !== "object") {
-    throw new DLPackError("device", `device must be { type, id? }, got ${shown(device)}`);
+  let deviceType = 1;
+  let deviceId = 0;
+  if (deviceField !== undefined) {
+    if (deviceField === null || typeof deviceField !== "object") {
+      throw new DLPackError("device", `device must be { type, id? }, got ${shown(deviceField)}`);
+    }
+    const type: unknown = (deviceField as { type?: unknown }).type;
+    const id: unknown = (deviceField as { id?: unknown }).id;
+    deviceType = deviceCode(type as DeviceType);
+    deviceId = id === undefined ? 0 : checkDeviceId(id);
   }
-  const deviceType = deviceCode(device.type);
-  const deviceId = device.id === undefined ? 0 : checkDeviceId(device.id);
   return { address, readonly, info, shape, strides, deviceType, deviceId };
 }
 
+/** Calls keepAlive's `[Symbol.dispose]`, `dispose` or `release`, the first that is a function
+ * (each read once). */
 function releaseKeepAlive(value: unknown): void {
-  const v = value as { dispose?: () => void; release?: () => void; [Symbol.dispose]?: () => void };
-  if (typeof v?.[Symbol.dispose] === "function") v[Symbol.dispose]!();
-  else if (typeof v?.dispose === "function") v.dispose();
-  else if (typeof v?.release === "function") v.release();
+  if (value === null || (typeof value !== "object" && typeof value !== "function")) return;
+  const v = value as Record<PropertyKey, unknown>;
+  for (let i = 0; i < RELEASE_METHODS.length; i++) {
+    const method = v[RELEASE_METHODS[i]];
+    if (typeof method === "function") {
+      callWith(method as () => void, value, undefined);
+      return;
+    }
+  }
 }
+
+const RELEASE_METHODS: readonly PropertyKey[] = [Symbol.dispose, "dispose", "release"];

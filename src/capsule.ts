@@ -4,14 +4,14 @@
  * neither is released by the garbage-collection backstop.
  * @module
  */
-import { core } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
-import { LazyBackstop } from "./owner.ts";
+import { deleteManaged, LazyBackstop, registerDisposer } from "./owner.ts";
+import { floor, toBigInt } from "./intrinsics.ts";
 
 // Held value: address * 2 + versioned, so nothing is allocated per capsule.
 const backstop = new LazyBackstop<number>(
-  (held) => core().dlpk_managed_delete(Math.floor(held / 2), held % 2),
-  (holder) => (holder as Capsule).owned,
+  (held) => deleteManaged(floor(held / 2), held % 2 === 1),
+  (holder) => owned(holder),
 );
 
 const OWNED = 0;
@@ -19,11 +19,41 @@ const TAKEN = 1;
 const DISPOSED = 2;
 
 let branded: (x: object) => boolean;
+let owned: (x: object) => boolean;
+let take: (capsule: Capsule) => number;
+let dispose: (capsule: Capsule) => void;
+let addressOf: (capsule: Capsule) => number;
+let versionedOf: (capsule: Capsule) => boolean;
 
 /** Whether `x` really is a capsule this library made (not merely `instanceof`: a prototype
  * impostor would pass that and then fail on the first private field). */
 export function isCapsule(x: unknown): x is Capsule {
   return typeof x === "object" && x !== null && branded(x);
+}
+
+/** @internal Takes a capsule (what `takeAddress()` does, through nothing a caller can replace). */
+export function takeCapsule(capsule: Capsule): number {
+  return take(capsule);
+}
+
+/** @internal Disposes a capsule (idempotent), through nothing a caller can replace. */
+export function disposeCapsule(capsule: Capsule): void {
+  dispose(capsule);
+}
+
+/** @internal The struct's address, through nothing a caller can replace. */
+export function capsuleAddress(capsule: Capsule): number {
+  return addressOf(capsule);
+}
+
+/** @internal Whether the struct is versioned, through nothing a caller can replace. */
+export function capsuleVersioned(capsule: Capsule): boolean {
+  return versionedOf(capsule);
+}
+
+/** @internal Whether it is neither taken nor disposed. */
+export function capsuleOwned(capsule: Capsule): boolean {
+  return owned(capsule);
 }
 
 /** An exported DLPack tensor (versioned or legacy) until a consumer takes it. */
@@ -35,9 +65,20 @@ export class Capsule {
 
   static {
     branded = (x) => #state in x;
+    owned = (x) => #state in x && (x as Capsule).#state === OWNED;
+    take = (c) => c.#take();
+    dispose = (c) => c.#dispose();
+    addressOf = (c) => c.#address;
+    versionedOf = (c) => c.#versioned;
+    registerDisposer((x) => {
+      if (!(#state in x)) return false;
+      (x as Capsule).#dispose();
+      return true;
+    });
   }
 
-  /** @internal Made by the export functions. */
+  /** @internal Made by the export functions. The backstop is the last step: once it holds the
+   * capsule nothing here throws. */
   constructor(address: number, versioned: boolean) {
     this.#address = address;
     this.#versioned = versioned;
@@ -46,7 +87,7 @@ export class Capsule {
 
   /** The managed struct's address (`DLManagedTensorVersioned*` or `DLManagedTensor*`). */
   get address(): bigint {
-    return BigInt(this.#address);
+    return toBigInt(this.#address);
   }
 
   /** Whether the struct is a `DLManagedTensorVersioned` (else the legacy `DLManagedTensor`). */
@@ -72,32 +113,44 @@ export class Capsule {
   /** Hands the struct to a foreign consumer, which must call its deleter exactly once. A capsule
    * can be taken once. */
   take(): bigint {
-    return BigInt(this.takeAddress());
+    // Converted before taking: once taken, nothing may throw before the caller has the address.
+    const address = toBigInt(this.#address);
+    this.#take();
+    return address;
   }
 
   /** @internal `take()` as a number. */
   takeAddress(): number {
+    return this.#take();
+  }
+
+  #take(): number {
     if (this.#state !== OWNED) {
       throw new DLPackError(
         "consumed",
         this.#state === TAKEN ? "this capsule was already taken by a consumer" : "this capsule was disposed",
       );
     }
-    this.#state = TAKEN;
+    // Unregistered before the state changes: if that throws, the capsule is still whole and owned.
     backstop.remove(this, this.#epoch);
+    this.#state = TAKEN;
     return this.#address;
   }
 
   /** Releases the struct if nobody took it (runs its deleter). Idempotent. */
   dispose(): void {
+    this.#dispose();
+  }
+
+  #dispose(): void {
     if (this.#state !== OWNED) return;
-    this.#state = DISPOSED;
     backstop.remove(this, this.#epoch);
-    core().dlpk_managed_delete(this.#address, this.#versioned ? 1 : 0);
+    this.#state = DISPOSED;
+    deleteManaged(this.#address, this.#versioned);
   }
 
   /** Same as {@link Capsule.dispose}, for `using`. */
   [Symbol.dispose](): void {
-    this.dispose();
+    this.#dispose();
   }
 }

@@ -7,16 +7,39 @@
  * @module
  */
 import { core, runtime } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
+import { DLPackError, shown } from "./errors.ts";
 import { type AddressLike, toAddress } from "./address.ts";
-import type { BufferView } from "./view.ts";
-import type { Capsule } from "./capsule.ts";
-import { type Device, deviceOf, type DeviceType, formatDevice, isHostAccessible } from "./devices.ts";
-import { dtypeInfo } from "./dtypes.ts";
-import { scratch } from "./description.ts";
-import { reach } from "./layout.ts";
-import { empty } from "./alloc.ts";
-import { cudaCheck, driverAvailable, driverReason, ensureDriver, isCudaFamily, missingDriver } from "./cuda_driver.ts";
+import {
+  accessOf,
+  addressOf,
+  type BufferView,
+  deviceOfView,
+  disposeView,
+  infoOf,
+  isBufferView,
+  layoutBitsOf,
+  nbytesOf,
+  ownerOf,
+  shapeOf,
+  sizeOf,
+  stridesOf,
+} from "./view.ts";
+import { type Capsule, capsuleAddress, capsuleOwned, capsuleVersioned, disposeCapsule, isCapsule } from "./capsule.ts";
+import { type Device, type DeviceType, formatDevice, isHostAccessible } from "./devices.ts";
+import { LAYOUT_C, scratch } from "./description.ts";
+import { hasZero, listText, reach } from "./layout.ts";
+import { copyOf, empty } from "./alloc.ts";
+import { abs, isCount, newWeakMap, objectSlots, slots } from "./intrinsics.ts";
+import { deferredCount, deferredObjects, retryQuietly } from "./owner.ts";
+import {
+  cudaCheck,
+  cudaError,
+  driverAvailable,
+  driverReason,
+  ensureDriver,
+  isCudaFamily,
+  missingDriver,
+} from "./cuda_driver.ts";
 
 export { CudaDriverError, isCudaFamily } from "./cuda_driver.ts";
 
@@ -72,24 +95,24 @@ const decoder = new TextDecoder();
 export function devices(): CudaDevice[] {
   ensureDriver("cuda.devices()");
   const count = core().dlpk_cuda_device_count();
-  const out: CudaDevice[] = [];
+  const out = objectSlots<CudaDevice>(count);
   for (let id = 0; id < count; id++) {
     textOut.fill(0);
     cudaCheck(core().dlpk_cuda_device_info(id, infoOut, textOut, textOut.length - 1), "cuda.devices()", id);
     const end = textOut.indexOf(0);
-    const [name = "", pciBusId = ""] = decoder.decode(textOut.subarray(0, end < 0 ? textOut.length : end)).split(
-      "\n",
-    );
-    out.push({
+    const lines = decoder.decode(textOut.subarray(0, end < 0 ? textOut.length : end)).split("\n");
+    const name = lines[0] ?? "";
+    const pciBusId = lines[1] ?? "";
+    out[id] = {
       id,
       name,
       totalMemory: infoOut[0],
       computeCapability: [infoOut[1], infoOut[2]],
       multiprocessors: infoOut[3],
       pciBusId,
-    });
+    };
   }
-  return out;
+  return out as CudaDevice[];
 }
 
 /** What the driver knows about an address (`cuPointerGetAttributes`). */
@@ -178,17 +201,34 @@ const handleOut = new BigUint64Array(1);
 function handleOf(value: unknown, what: string): bigint {
   const v = typeof value === "object" && value !== null ? runtime().pointerValue(value) : value;
   if (typeof v === "bigint" && v >= 0n && v < 1n << 64n) return v;
-  if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return BigInt(v);
+  if (isCount(v)) return BigInt(v);
+  if (typeof v !== "bigint" && typeof v !== "number") {
+    throw new DLPackError(
+      "argument",
+      `${what} must be a stream or event handle (a non-negative integer or bigint), got ${shown(value)}`,
+    );
+  }
   throw new DLPackError(
     "cuda",
-    `${what} must be a stream or event handle (a non-negative integer), got ${String(value)}`,
+    `${what} must be a stream or event handle (a non-negative integer), got ${shown(value)}`,
   );
 }
 
-function deviceArg(device: number | undefined, what: string): number {
-  const d = device ?? 0;
-  if (!Number.isInteger(d) || d < 0) throw new DLPackError("device", `${what}: device must be an ordinal, got ${d}`);
-  return d;
+function deviceArg(device: unknown, what: string): number {
+  if (device === undefined) return 0;
+  if (typeof device !== "number") {
+    throw new DLPackError("argument", `${what}: device must be an ordinal (a number), got ${shown(device)}`);
+  }
+  if (device % 1 !== 0 || device < 0 || device > 0x7fff_ffff) {
+    throw new DLPackError("device", `${what}: device must be an ordinal, got ${device}`);
+  }
+  return device;
+}
+
+/** The view argument of a public function: a real view of this library, live. */
+function viewArg(value: unknown, what: string): BufferView {
+  if (!isBufferView(value)) throw new DLPackError("argument", `${what} takes a BufferView, got ${shown(value)}`);
+  return value;
 }
 
 /** Creates a non-blocking stream on `device`; destroy it with {@link destroyStream}. */
@@ -248,7 +288,7 @@ export function destroyEvent(event: StreamHandle, device?: number): void {
 // ---------------------------------------------------------------------------------------------
 // Producer streams and the protocol's stream fencing
 
-const producerStreams = new WeakMap<BufferView, bigint>();
+const producerStreams = newWeakMap<BufferView, bigint>();
 
 /** The device whose context fences and copies of this view use. */
 function ordinalOf(device: Device): number {
@@ -261,8 +301,9 @@ function ordinalOf(device: Device): number {
  * order themselves after that work. `null` forgets it (the legacy default stream is assumed).
  */
 export function setProducerStream(view: BufferView, stream: StreamHandle | null): void {
-  if (!isCudaFamily(view.device.type)) {
-    throw new DLPackError("device", `a producer stream only applies to CUDA data; this view is on ${view.device.type}`);
+  const device = deviceOfView(viewArg(view, "setProducerStream"));
+  if (!isCudaFamily(device.type)) {
+    throw new DLPackError("device", `a producer stream only applies to CUDA data; this view is on ${device.type}`);
   }
   if (stream === null) producerStreams.delete(view);
   else producerStreams.set(view, handleOf(stream, "stream"));
@@ -270,7 +311,7 @@ export function setProducerStream(view: BufferView, stream: StreamHandle | null)
 
 /** The stream recorded by {@link setProducerStream}, or null. */
 export function producerStream(view: BufferView): bigint | null {
-  return producerStreams.get(view) ?? null;
+  return producerStreams.get(viewArg(view, "producerStream")) ?? null;
 }
 
 function sameStream(a: bigint, b: bigint): boolean {
@@ -305,12 +346,12 @@ export function consumerStream(stream: unknown): bigint | null {
  * CPU). The Python bridge calls this before handing a capsule to a consumer that passed a stream.
  */
 export function fenceForConsumer(view: BufferView, stream: unknown): void {
-  const device = view.device;
+  const device = deviceOfView(viewArg(view, "fenceForConsumer"));
   if (!isCudaFamily(device.type)) {
     if (stream === undefined || stream === null) return;
-    throw new DLPackError("device", `stream must be None for ${device.type} data, got ${String(stream)}`);
+    throw new DLPackError("device", `stream must be None for ${device.type} data, got ${shown(stream)}`);
   }
-  view.nativeOwner; // throws "disposed"
+  ownerOf(view); // throws "disposed"
   const consumer = consumerStream(stream);
   if (consumer === null) return;
   const producer = producerStreams.get(view) ?? LEGACY_STREAM;
@@ -331,26 +372,35 @@ const NO_SYNC_WORD = (1n << 64n) - 1n;
  * `__dlpack__` via ctypes, with -1 as all ones).
  */
 export function fenceExport(capsule: Capsule, stream: unknown): void {
+  if (!isCapsule(capsule)) throw new DLPackError("argument", `fenceExport takes a Capsule, got ${shown(capsule)}`);
+  // A taken or disposed capsule's struct may be freed already.
+  if (!capsuleOwned(capsule)) throw new DLPackError("consumed", "this capsule was already taken or disposed");
   const consumer = consumerStream(stream);
   const word = consumer === null ? NO_SYNC_WORD : consumer;
   const what = "fencing an exported capsule";
   ensureDriver(what);
-  cudaCheck(core().dlpk_cuda_export_fence(capsule.address, capsule.versioned ? 1 : 0, word), what);
+  cudaCheck(
+    core().dlpk_cuda_export_fence(capsuleAddress(capsule), capsuleVersioned(capsule) ? 1 : 0, word),
+    what,
+  );
 }
 
 /** @internal Exports of a view with a producer stream carry it (and an event recorded on it). */
 export function attachProducerStream(capsule: Capsule, view: BufferView): void {
+  const where = deviceOfView(view);
+  // Only CUDA data has producer streams: host exports skip the lookup.
+  if (!isCudaFamily(where.type)) return;
   const stream = producerStreams.get(view);
   if (stream === undefined) return;
-  const device = ordinalOf(view.device);
+  const device = ordinalOf(where);
   const status = core().dlpk_cuda_export_attach_stream(
-    Number(capsule.address),
-    capsule.versioned ? 1 : 0,
+    capsuleAddress(capsule),
+    capsuleVersioned(capsule) ? 1 : 0,
     device,
     stream,
   );
   if (status !== 0) {
-    capsule.dispose();
+    disposeCapsule(capsule);
     cudaCheck(status, "attaching the producer stream to an export", device);
   }
 }
@@ -361,34 +411,36 @@ export function attachProducerStream(capsule: Capsule, view: BufferView): void {
 /** The largest alignment CUDA allocations guarantee (`cuMemAlloc` returns 256-byte aligned memory). */
 export const CUDA_ALIGNMENT = 256;
 
-const ALLOC_KIND: Partial<Record<DeviceType, number>> = { cuda: 0, cudaHost: 1, cudaManaged: 2 };
-
-/** @internal Allocates CUDA-family memory for `empty`/`zeros`: address, owner and device. */
-export function allocateCuda(
-  device: { readonly type: DeviceType; readonly id?: number },
-  nbytes: number,
-  zero: boolean,
-): { address: number; owner: number; device: Device } {
-  const kind = ALLOC_KIND[device.type];
-  if (kind === undefined) throw new DLPackError("device", `${device.type} is not a CUDA device type`);
-  const id = device.id ?? 0;
-  if (!Number.isInteger(id) || id < 0) {
-    throw new DLPackError("device", `device id must be a non-negative integer, got ${String(device.id)}`);
-  }
-  if (device.type !== "cuda" && id !== 0) {
+/** @internal The `dlpk_cuda_alloc` kind of a CUDA-family device (0 device, 1 page-locked host,
+ * 2 managed), after checking its id. */
+export function cudaAllocationKind(device: { readonly type: DeviceType; readonly id: number }): number {
+  const kind = device.type === "cuda" ? 0 : device.type === "cudaHost" ? 1 : device.type === "cudaManaged" ? 2 : -1;
+  if (kind < 0) throw new DLPackError("device", `${device.type} is not a CUDA device type`);
+  if (device.type !== "cuda" && device.id !== 0) {
     throw new DLPackError(
       "device",
-      `${device.type} memory belongs to no single device (DLPack gives it device id 0), got id ${id}`,
+      `${device.type} memory belongs to no single device (DLPack gives it device id 0), got id ${device.id}`,
     );
   }
-  const what = `allocating ${nbytes} bytes on ${formatDevice({ type: device.type, id })}`;
-  ensureDriver(what);
-  cudaCheck(core().dlpk_cuda_alloc(kind, id, nbytes, zero ? 1 : 0, scratch.at), what, id);
-  return {
-    address: scratch.address(),
-    owner: scratch.owner(),
-    device: deviceOf(kind === 0 ? 2 : kind === 1 ? 3 : 13, id),
-  };
+  return kind;
+}
+
+function allocationText(kind: number, id: number, nbytes: number): string {
+  const type = kind === 0 ? "cuda" : kind === 1 ? "cudaHost" : "cudaManaged";
+  return `allocating ${nbytes} bytes on ${formatDevice({ type, id })}`;
+}
+
+/** @internal Allocates CUDA-family memory for `empty`/`zeros` into the scratch (address, owner);
+ * returns the native status, and nothing after the native call can throw. */
+export function allocateCuda(kind: number, id: number, nbytes: number, zero: boolean): number {
+  ensureDriver(allocationText(kind, id, nbytes));
+  return core().dlpk_cuda_alloc(kind, id, nbytes, zero ? 1 : 0, scratch.at);
+}
+
+/** @internal The error of a failed {@link allocateCuda}. */
+export function cudaAllocationError(status: number, kind: number, id: number, nbytes: number): DLPackError {
+  return cudaError(status, allocationText(kind, id, nbytes), id) ??
+    new DLPackError("cuda", `${allocationText(kind, id, nbytes)} failed`);
 }
 
 /** Options of copies between host and device memory. */
@@ -460,9 +512,11 @@ function gather(
 function hostCopy(dst: number, src: number, bytes: number): void {
   if (dst === src) return;
   if (dst < src + bytes && src < dst + bytes) {
-    using tmp = empty([bytes], "uint8");
-    gather(tmp.addressNumber, src, [bytes], [1], 1);
-    gather(dst, tmp.addressNumber, [bytes], [1], 1);
+    withStaged(empty([bytes], "uint8"), (tmp) => {
+      const at = addressOf(tmp);
+      gather(at, src, [bytes], [1], 1);
+      gather(dst, at, [bytes], [1], 1);
+    });
     return;
   }
   gather(dst, src, [bytes], [1], 1);
@@ -470,29 +524,55 @@ function hostCopy(dst: number, src: number, bytes: number): void {
 
 /** Whether the layout covers its span exactly once (a permuted, possibly flipped C order). */
 function isDense(shape: readonly number[], strides: readonly number[]): boolean {
-  if (shape.includes(0)) return true;
-  const dims = shape.map((e, d) => [e, Math.abs(strides[d])] as const).filter(([e]) => e !== 1);
-  dims.sort((a, b) => a[1] - b[1]);
-  let expected = 1;
-  for (const [extent, stride] of dims) {
-    if (stride !== expected) return false;
-    expected *= extent;
-  }
-  return true;
-}
-
-function sameLayout(a: BufferView, b: BufferView): boolean {
-  const sa = a.rawStrides;
-  const sb = b.rawStrides;
-  const shape = a.rawShape;
+  if (hasZero(shape)) return true;
+  // Insertion sort of the non-unit dims by |stride| (at most 64), in arrays of own slots.
+  const extents = slots(shape.length);
+  const steps = slots(shape.length);
+  let n = 0;
   for (let d = 0; d < shape.length; d++) {
-    if (shape[d] !== 1 && sa[d] !== sb[d]) return false;
+    if (shape[d] === 1) continue;
+    const step = abs(strides[d]);
+    let i = n++;
+    while (i > 0 && steps[i - 1] > step) {
+      steps[i] = steps[i - 1];
+      extents[i] = extents[i - 1];
+      i--;
+    }
+    steps[i] = step;
+    extents[i] = shape[d];
+  }
+  let expected = 1;
+  for (let i = 0; i < n; i++) {
+    if (steps[i] !== expected) return false;
+    expected *= extents[i];
   }
   return true;
 }
 
-function shapeText(shape: readonly number[]): string {
-  return `[${shape.join(", ")}]`;
+function sameLayout(shape: readonly number[], a: readonly number[], b: readonly number[]): boolean {
+  for (let d = 0; d < shape.length; d++) {
+    if (shape[d] !== 1 && a[d] !== b[d]) return false;
+  }
+  return true;
+}
+
+function sameShape(a: readonly number[], b: readonly number[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let d = 0; d < a.length; d++) if (a[d] !== b[d]) return false;
+  return true;
+}
+
+/** Makes a library-owned host view, runs `body` with it, and disposes it whatever happens. */
+function withStaged<T>(staged: BufferView, body: (staged: BufferView) => T): T {
+  try {
+    return body(staged);
+  } finally {
+    try {
+      disposeView(staged);
+    } catch {
+      deferredObjects[deferredCount[1]++] = staged;
+    }
+  }
 }
 
 /**
@@ -503,85 +583,115 @@ function shapeText(shape: readonly number[]): string {
  * the host). Implements `view.copyFrom(src)`.
  */
 export function copyInto(dst: BufferView, src: BufferView, opts?: CopyOptions): void {
-  dst.nativeOwner;
-  src.nativeOwner; // both throw "disposed"
-  if (dst.dtype !== src.dtype) {
-    throw new DLPackError("dtype", `copyFrom: the source is ${src.dtype}, this view is ${dst.dtype}`);
+  viewArg(dst, "copyInto (destination)");
+  if (!isBufferView(src)) {
+    throw new DLPackError("argument", `copyFrom takes a BufferView or a TypedArray, got ${shown(src)}`);
   }
-  const shape = dst.rawShape;
-  if (shape.length !== src.rawShape.length || shape.some((e, d) => e !== src.rawShape[d])) {
+  ownerOf(dst);
+  ownerOf(src); // both throw "disposed"
+  // The options read once, before anything moves.
+  const streamOption: unknown = opts === undefined || opts === null ? undefined : optionsOf(opts).stream;
+  const dstInfo = infoOf(dst);
+  const srcInfo = infoOf(src);
+  if (dstInfo !== srcInfo) {
+    throw new DLPackError("dtype", `copyFrom: the source is ${srcInfo.name}, this view is ${dstInfo.name}`);
+  }
+  const shape = shapeOf(dst);
+  const srcShape = shapeOf(src);
+  if (!sameShape(shape, srcShape)) {
     throw new DLPackError(
       "shape",
-      `copyFrom: the source has shape ${shapeText(src.rawShape)}, this view ${shapeText(shape)}`,
+      `copyFrom: the source has shape ${listText(srcShape)}, this view ${listText(shape)}`,
     );
   }
-  if (!dst.writable) {
+  const access = accessOf(dst);
+  if (access !== "readwrite") {
     throw new DLPackError(
       "readonly",
-      dst.access === "readonly"
+      access === "readonly"
         ? "copyFrom writes this view, which is read-only"
         : "copyFrom writes this view, whose access is unknown (legacy DLPack); call assumeWritable() if it may be written",
     );
   }
-  const to = placeOf(dst.device, "destination");
-  const from = placeOf(src.device, "source");
-  if (dst.size === 0) return;
-  const stream = opts?.stream !== undefined ? handleOf(opts.stream, "stream") : producerStreams.get(src) ?? null;
-  const info = dtypeInfo(dst.dtype);
-  const bits = info.bits;
+  const dstDevice = deviceOfView(dst);
+  const srcDevice = deviceOfView(src);
+  const to = placeOf(dstDevice, "destination");
+  const from = placeOf(srcDevice, "source");
+  if (sizeOf(dst) === 0) return;
+  const stream = streamOption !== undefined ? handleOf(streamOption, "stream") : producerStreams.get(src) ?? null;
+  const bits = dstInfo.bits;
+  const dstStrides = stridesOf(dst);
+  const srcStrides = stridesOf(src);
+  const dstAddress = addressOf(dst);
+  const srcAddress = addressOf(src);
+  const nbytes = nbytesOf(dst);
+  const dstC = (layoutBitsOf(dst) & LAYOUT_C) !== 0;
+  const srcC = (layoutBitsOf(src) & LAYOUT_C) !== 0;
 
   // Same layout, no gaps: one copy of the whole span.
-  if (sameLayout(dst, src) && isDense(shape, dst.rawStrides)) {
-    if (bits >= 8 || (dst.cContiguous && src.cContiguous && reach(shape, dst.rawStrides)[0] === 0)) {
-      const lo = reach(shape, dst.rawStrides)[0] * (bits / 8);
-      transfer(dst.addressNumber + lo, dst.device, src.addressNumber + lo, src.device, dst.nbytes, stream);
+  if (sameLayout(shape, dstStrides, srcStrides) && isDense(shape, dstStrides)) {
+    const lo = reach(shape, dstStrides).lo;
+    if (bits >= 8 || (dstC && srcC && lo === 0)) {
+      const offset = lo * (bits / 8);
+      transfer(dstAddress + offset, dstDevice, srcAddress + offset, srcDevice, nbytes, stream);
       return;
     }
   }
-  if (!dst.cContiguous) {
+  if (!dstC) {
     throw new DLPackError(
       "strides",
       `copyFrom: this view must be C-contiguous, or laid out like the source with no gaps; it has strides ${
-        shapeText(dst.rawStrides)
-      }, the source ${shapeText(src.rawStrides)}`,
+        listText(dstStrides)
+      }, the source ${listText(srcStrides)}`,
     );
   }
   if (bits < 8) {
     throw new DLPackError(
       "dtype",
-      `copyFrom: packed ${dst.dtype} data is only copied between views of the same contiguous layout`,
+      `copyFrom: packed ${dstInfo.name} data is only copied between views of the same contiguous layout`,
     );
   }
   const itemsize = bits / 8;
   if (from === "host") {
     if (to === "host") {
       // A strided host source: gather straight into the destination (staged if they overlap).
-      const [lo, hi] = reach(src.rawShape, src.rawStrides);
-      const srcStart = src.addressNumber + lo * itemsize;
-      const srcEnd = src.addressNumber + (hi + 1) * itemsize;
-      if (dst.addressNumber < srcEnd && srcStart < dst.addressNumber + dst.nbytes) {
-        using staged = src.copy();
-        hostCopy(dst.addressNumber, staged.addressNumber, dst.nbytes);
-      } else gather(dst.addressNumber, src.addressNumber, shape, src.rawStrides, itemsize);
+      const r = reach(srcShape, srcStrides);
+      const srcStart = srcAddress + r.lo * itemsize;
+      const srcEnd = srcAddress + (r.hi + 1) * itemsize;
+      if (dstAddress < srcEnd && srcStart < dstAddress + nbytes) {
+        withStaged(copyOf(src), (staged) => hostCopy(dstAddress, addressOf(staged), nbytes));
+      } else gather(dstAddress, srcAddress, shape, srcStrides, itemsize);
       return;
     }
-    using staged = src.copy();
-    transfer(dst.addressNumber, dst.device, staged.addressNumber, staged.device, dst.nbytes, stream);
+    withStaged(copyOf(src), (staged) => {
+      transfer(dstAddress, dstDevice, addressOf(staged), deviceOfView(staged), nbytes, stream);
+    });
     return;
   }
   // A strided device source: bring its byte span to the host, gather there.
-  const [lo, hi] = reach(src.rawShape, src.rawStrides);
-  const spanBytes = (hi - lo + 1) * itemsize;
-  using span = empty([spanBytes], "uint8");
-  transfer(span.addressNumber, span.device, src.addressNumber + lo * itemsize, src.device, spanBytes, stream);
-  const zero = span.addressNumber - lo * itemsize;
-  if (to === "host") {
-    gather(dst.addressNumber, zero, shape, src.rawStrides, itemsize);
-    return;
+  const r = reach(srcShape, srcStrides);
+  const spanBytes = (r.hi - r.lo + 1) * itemsize;
+  withStaged(empty([spanBytes], "uint8"), (span) => {
+    const spanAddress = addressOf(span);
+    transfer(spanAddress, deviceOfView(span), srcAddress + r.lo * itemsize, srcDevice, spanBytes, stream);
+    const zero = spanAddress - r.lo * itemsize;
+    if (to === "host") {
+      gather(dstAddress, zero, shape, srcStrides, itemsize);
+      return;
+    }
+    withStaged(empty(shape, dstInfo.name), (ordered) => {
+      gather(addressOf(ordered), zero, shape, srcStrides, itemsize);
+      transfer(dstAddress, dstDevice, addressOf(ordered), deviceOfView(ordered), nbytes, null);
+    });
+  });
+}
+
+/** A copy-options argument as an object (or a DLPackError). */
+function optionsOf(opts: unknown): { stream?: unknown } {
+  if (typeof opts !== "object" || opts === null) {
+    throw new DLPackError("argument", `copy options must be an options object, got ${shown(opts)}`);
   }
-  using ordered = empty(shape, dst.dtype);
-  gather(ordered.addressNumber, zero, shape, src.rawStrides, itemsize);
-  transfer(dst.addressNumber, dst.device, ordered.addressNumber, ordered.device, dst.nbytes, null);
+  return opts as { stream?: unknown };
 }
 
 /**
@@ -590,13 +700,15 @@ export function copyInto(dst: BufferView, src: BufferView, opts?: CopyOptions): 
  * `opts.stream`), host-accessible memory directly. Implements `view.toHost()`.
  */
 export function toHost(view: BufferView, opts?: CopyOptions): BufferView {
-  view.nativeOwner;
-  placeOf(view.device, "view");
-  const out = empty(view.rawShape, view.dtype);
+  viewArg(view, "toHost");
+  ownerOf(view);
+  placeOf(deviceOfView(view), "view");
+  const out = empty(shapeOf(view), infoOf(view).name);
   try {
     copyInto(out, view, opts);
   } catch (error) {
-    out.dispose();
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
     throw error;
   }
   return out;
@@ -604,12 +716,14 @@ export function toHost(view: BufferView, opts?: CopyOptions): BufferView {
 
 /** @internal A C-contiguous copy of a CUDA device view on the same device (`view.copy()`). */
 export function copyOnDevice(view: BufferView): BufferView {
-  if (!driverAvailable()) throw missingDriver(`copy() of ${formatDevice(view.device)} data`);
-  const out = empty(view.rawShape, view.dtype, { device: view.device });
+  const device = deviceOfView(view);
+  if (!driverAvailable()) throw missingDriver(`copy() of ${formatDevice(device)} data`);
+  const out = empty(shapeOf(view), infoOf(view).name, { device });
   try {
     copyInto(out, view);
   } catch (error) {
-    out.dispose();
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
     throw error;
   }
   return out;

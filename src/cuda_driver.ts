@@ -74,7 +74,10 @@ export function ensureDriver(what: string): void {
 /** This thread's last driver failure, as the native side recorded it. */
 export function lastDriverError(): { result: number; call: string; errorName: string; description: string } {
   const result = core().dlpk_cuda_last_error(text, text.length);
-  const [call = "", errorName = "", description = ""] = readText(text.length).split("\n");
+  const lines = readText(text.length).split("\n");
+  const call = lines[0] ?? "";
+  const errorName = lines[1] ?? "";
+  const description = lines[2] ?? "";
   return { result, call, errorName: errorName === "" ? `CUresult ${result}` : errorName, description };
 }
 

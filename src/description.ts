@@ -69,14 +69,17 @@ export class Scratch {
 
   /** Writes an address (data for exports and copies) as native calls read it. */
   setAddress(value: number): void {
-    this.u32[U32.addressLo] = value % 0x1_0000_0000;
-    this.u32[U32.addressHi] = Math.floor(value / 0x1_0000_0000);
+    // Operators only (no Math.floor a caller could replace): exact for integers below 2^53.
+    const lo = value % 0x1_0000_0000;
+    this.u32[U32.addressLo] = lo;
+    this.u32[U32.addressHi] = (value - lo) / 0x1_0000_0000;
   }
 
   /** Writes an owner record address. */
   setOwner(value: number): void {
-    this.u32[U32.ownerLo] = value % 0x1_0000_0000;
-    this.u32[U32.ownerHi] = Math.floor(value / 0x1_0000_0000);
+    const lo = value % 0x1_0000_0000;
+    this.u32[U32.ownerLo] = lo;
+    this.u32[U32.ownerHi] = (value - lo) / 0x1_0000_0000;
   }
 
   /** Writes ndim, shape and strides. */

@@ -2,7 +2,8 @@
  * Device types: DLPack's `DLDeviceType` values <-> names, and which of them the CPU can read.
  * @module
  */
-import { DLPackError } from "./errors.ts";
+import { DLPackError, shown } from "./errors.ts";
+import { freeze, isInteger } from "./intrinsics.ts";
 
 /** The device kinds of DLPack 1.3. */
 export type DeviceType =
@@ -31,7 +32,10 @@ export interface Device {
   readonly id: number;
 }
 
-const CODES: Readonly<Record<DeviceType, number>> = {
+// Prototype-less: "constructor" or "__proto__" finds nothing, and nothing installed on
+// Object.prototype is ever found.
+const CODES: Readonly<Record<DeviceType, number>> = freeze({
+  __proto__: null,
   cpu: 1,
   cuda: 2,
   cudaHost: 3,
@@ -48,52 +52,59 @@ const CODES: Readonly<Record<DeviceType, number>> = {
   hexagon: 16,
   maia: 17,
   trn: 18,
-};
+}) as unknown as Record<DeviceType, number>;
 
-const NAMES = new Map<number, DeviceType>(Object.entries(CODES).map(([name, code]) => [code, name as DeviceType]));
-const HOST_ACCESSIBLE = new Set<DeviceType>(["cpu", "cudaHost", "cudaManaged", "rocmHost"]);
+const DEVICE_LIST = Object.keys(CODES).join(", ");
+/** Names by code: an array of own elements filled at load. */
+const NAMES: (DeviceType | undefined)[] = new Array(32).fill(undefined);
+for (const name of Object.keys(CODES) as DeviceType[]) NAMES[CODES[name]] = name;
 
 /** The `DLDeviceType` value of a device name. */
 export function deviceCode(type: DeviceType): number {
-  // Own keys only: "constructor" or "__proto__" must not resolve through Object.prototype.
-  const code = typeof type === "string" && Object.hasOwn(CODES, type) ? CODES[type] : undefined;
+  const code = typeof type === "string" ? CODES[type] : undefined;
   if (code === undefined) {
-    throw new DLPackError(
-      "device",
-      `unknown device type ${JSON.stringify(type)}; expected one of ${Object.keys(CODES).join(", ")}`,
-    );
+    throw new DLPackError("device", `unknown device type ${shown(type)}; expected one of ${DEVICE_LIST}`);
   }
   return code;
 }
 
 /** The device name of a `DLDeviceType` value, or undefined for values DLPack 1.3 does not define. */
 export function deviceName(code: number): DeviceType | undefined {
-  return NAMES.get(code);
+  return isInteger(code) && code >= 0 && code < 32 ? NAMES[code] : undefined;
 }
 
 /** Whether the CPU can dereference memory of this device (host, pinned and managed memory). */
 export function isHostAccessible(type: DeviceType): boolean {
-  return HOST_ACCESSIBLE.has(type);
+  return type === "cpu" || type === "cudaHost" || type === "cudaManaged" || type === "rocmHost";
 }
 
 /** `cpu:0`, `cuda:1`: the form requirement messages and errors use. */
 export function formatDevice(device: { type: DeviceType; id?: number }): string {
-  return device.id === undefined ? device.type : `${device.type}:${device.id}`;
+  if (device === null || typeof device !== "object") {
+    throw new DLPackError("argument", `formatDevice takes { type, id? }, got ${shown(device)}`);
+  }
+  const type: unknown = device.type;
+  const id: unknown = device.id;
+  const name = typeof type === "string" ? type : shown(type);
+  return id === undefined ? name : `${name}:${typeof id === "number" ? id : shown(id)}`;
 }
 
-const CPU: Device = Object.freeze({ type: "cpu", id: 0 });
-const cache = new Map<number, Device>([[1 * 65536, CPU]]);
+const CPU: Device = freeze({ type: "cpu", id: 0 });
+/** Device records by code * 64 + id, for ids below 64 (own slots filled at load). */
+const cache: (Device | undefined)[] = new Array(32 * 64).fill(undefined);
 
 /** A frozen, shared device record for (code, id). */
 export function deviceOf(code: number, id: number): Device {
   if (code === 1 && id === 0) return CPU;
-  const key = code * 65536 + id;
-  let found = cache.get(key);
+  // Only ids below 64 are cached: a larger id would alias another device's slot.
+  const cacheable = id >= 0 && id < 64 && code >= 0 && code < 32;
+  const key = code * 64 + id;
+  let found = cacheable ? cache[key] : undefined;
   if (found === undefined) {
     const type = deviceName(code);
     if (type === undefined) throw new DLPackError("device", `unknown DLPack device type ${code}`);
-    found = Object.freeze({ type, id });
-    if (id < 65536) cache.set(key, found);
+    found = freeze({ type, id });
+    if (cacheable) cache[key] = found;
   }
   return found;
 }

@@ -3,7 +3,8 @@
  * <-> names, plus the static types that make `as(dtype, ndim)` checkable by the compiler.
  * @module
  */
-import { DLPackError } from "./errors.ts";
+import { DLPackError, shown } from "./errors.ts";
+import { freeze, typedArrayTag } from "./intrinsics.ts";
 
 /** Every element type the library reads and writes. */
 export type DType =
@@ -102,6 +103,10 @@ export interface DTypeInfo {
   readonly array: TypedArrayConstructor;
   /** TypedArray slots per element: 2 for complex (interleaved), else 1. */
   readonly slots: number;
+  /** The brand of `array`'s instances ("Float32Array"), as {@link typedArrayTag} reads it. */
+  readonly tag: string;
+  /** `array.BYTES_PER_ELEMENT`. */
+  readonly slotBytes: number;
 }
 
 /** A TypedArray constructor as the dtype table uses it. */
@@ -120,14 +125,17 @@ function info(
   array: TypedArrayConstructor | undefined,
   slots = 1,
 ): DTypeInfo {
+  // Runtimes without Float16Array hand out the raw bits.
+  const ctor = array ?? Uint16Array;
   return Object.freeze({
     name,
     dl: Object.freeze({ code, bits, lanes: 1 }),
     bits,
     kind,
-    // Runtimes without Float16Array hand out the raw bits.
-    array: array ?? Uint16Array,
+    array: ctor,
     slots,
+    tag: typedArrayTag(new ctor(new ArrayBuffer(0)))!,
+    slotBytes: ctor.BYTES_PER_ELEMENT,
   });
 }
 
@@ -161,24 +169,28 @@ const TABLE: readonly DTypeInfo[] = [
   info("float4_e2m1fn", 17, 4, "minifloat", Uint8Array),
 ];
 
-const BY_NAME = new Map<string, DTypeInfo>(TABLE.map((t) => [t.name, t]));
+// Prototype-less lookup tables: a name such as "constructor" or "__proto__" finds nothing, and
+// nothing a caller installs on Object.prototype is ever found.
+const BY_NAME: Record<string, DTypeInfo | undefined> = { __proto__: null } as unknown as Record<string, DTypeInfo>;
+for (const t of TABLE) BY_NAME[t.name] = t;
 // Dense (code, bits) -> info table: the import hot path looks up every tensor's dtype.
 const BY_TRIPLE: Array<DTypeInfo | undefined> = new Array(32 * 256).fill(undefined);
 for (const t of TABLE) BY_TRIPLE[t.dl.code * 256 + t.dl.bits] = t;
 
 /** Every dtype name, in table order. */
 export const DTYPES: readonly DType[] = Object.freeze(TABLE.map((t) => t.name));
+const DTYPE_LIST = DTYPES.join(", ");
 
 /** Whether a string names a dtype. */
 export function isDType(name: unknown): name is DType {
-  return typeof name === "string" && BY_NAME.has(name);
+  return typeof name === "string" && BY_NAME[name] !== undefined;
 }
 
 /** The table entry of a dtype name; throws `DLPackError` ("dtype") for anything else. */
 export function dtypeInfo(name: DType | string): DTypeInfo {
-  const found = BY_NAME.get(name);
+  const found = typeof name === "string" ? BY_NAME[name] : undefined;
   if (found === undefined) {
-    throw new DLPackError("dtype", `unknown dtype ${JSON.stringify(name)}; expected one of ${DTYPES.join(", ")}`);
+    throw new DLPackError("dtype", `unknown dtype ${shown(name)}; expected one of ${DTYPE_LIST}`);
   }
   return found;
 }
@@ -190,9 +202,15 @@ export function toDLDataType(name: DType): DLDataType {
 
 /** The dtype of a DLPack triple, or undefined when the library does not support it. */
 export function fromDLDataType(dl: DLDataType): DType | undefined {
-  if (dl.lanes !== 1) return undefined;
-  return (dl.code >= 0 && dl.code < 32 && dl.bits >= 0 && dl.bits < 256)
-    ? BY_TRIPLE[dl.code * 256 + dl.bits]?.name
+  if (dl === null || typeof dl !== "object") {
+    throw new DLPackError("argument", `fromDLDataType takes { code, bits, lanes }, got ${shown(dl)}`);
+  }
+  const code: unknown = dl.code;
+  const bits: unknown = dl.bits;
+  const lanes: unknown = dl.lanes;
+  if (lanes !== 1 || typeof code !== "number" || typeof bits !== "number") return undefined;
+  return (code % 1 === 0 && code >= 0 && code < 32 && bits % 1 === 0 && bits >= 0 && bits < 256)
+    ? BY_TRIPLE[code * 256 + bits]?.name
     : undefined;
 }
 
@@ -201,26 +219,53 @@ export function infoOfTriple(code: number, bits: number): DTypeInfo | undefined 
   return code < 32 && bits < 256 ? BY_TRIPLE[code * 256 + bits] : undefined;
 }
 
-const BY_ARRAY = new Map<unknown, DType>([
-  [Int8Array, "int8"],
-  [Uint8Array, "uint8"],
-  [Uint8ClampedArray, "uint8"],
-  [Int16Array, "int16"],
-  [Uint16Array, "uint16"],
-  [Int32Array, "int32"],
-  [Uint32Array, "uint32"],
-  [Float32Array, "float32"],
-  [Float64Array, "float64"],
-  [BigInt64Array, "int64"],
-  [BigUint64Array, "uint64"],
-]);
-if (Float16 !== undefined) BY_ARRAY.set(Float16, "float16");
+/** The natural dtype of each TypedArray brand (prototype-less: see BY_NAME). */
+const BY_TAG: Record<string, DType | undefined> = freeze({
+  __proto__: null,
+  Int8Array: "int8",
+  Uint8Array: "uint8",
+  Uint8ClampedArray: "uint8",
+  Int16Array: "int16",
+  Uint16Array: "uint16",
+  Int32Array: "int32",
+  Uint32Array: "uint32",
+  Float32Array: "float32",
+  Float64Array: "float64",
+  BigInt64Array: "int64",
+  BigUint64Array: "uint64",
+  Float16Array: Float16 === undefined ? undefined : "float16",
+}) as unknown as Record<string, DType | undefined>;
 
-/** The natural dtype of a TypedArray (`Float32Array` -> "float32"). */
+const INFO_BY_TAG: Record<string, DTypeInfo | undefined> = { __proto__: null } as unknown as Record<string, DTypeInfo>;
+for (const tag of Object.keys(BY_TAG)) {
+  const dtype = BY_TAG[tag];
+  if (dtype !== undefined) INFO_BY_TAG[tag] = BY_NAME[dtype];
+}
+
+/** The table entry of a TypedArray brand's natural dtype (undefined for anything else). */
+export function infoOfTag(tag: string): DTypeInfo | undefined {
+  // Exports repeat the same kind of array: a one-entry cache beats the dictionary lookup.
+  if (tag === lastTag) return lastInfo;
+  const info = INFO_BY_TAG[tag];
+  lastTag = tag;
+  lastInfo = info;
+  return info;
+}
+
+let lastTag = "";
+let lastInfo: DTypeInfo | undefined;
+
+/** The dtype of a TypedArray brand from {@link typedArrayTag} (undefined for anything else). */
+export function dtypeOfTag(tag: string | undefined): DType | undefined {
+  return tag === undefined ? undefined : BY_TAG[tag];
+}
+
+/** The natural dtype of a TypedArray (`Float32Array` -> "float32"), from the engine's own record of
+ * its element type: an own `constructor` property or a replaced prototype cannot change it. */
 export function dtypeOfArray(array: ArrayBufferView): DType {
-  const found = BY_ARRAY.get(array.constructor);
+  const found = dtypeOfTag(typedArrayTag(array));
   if (found === undefined) {
-    throw new DLPackError("dtype", `${array.constructor.name} has no dtype; pass a TypedArray such as Float32Array`);
+    throw new DLPackError("dtype", `${shown(array)} has no dtype; pass a TypedArray such as Float32Array`);
   }
   return found;
 }

@@ -2,6 +2,7 @@
  * The one error type of the library.
  * @module
  */
+import { freeze, isArray, isInteger, quote, typedArrayTag } from "./intrinsics.ts";
 
 /** What went wrong, as a stable machine-readable code. */
 export type ErrorCode =
@@ -43,23 +44,33 @@ export class DLPackError extends Error {
   }
 }
 
-/** Describes a value for an error message (`number NaN`, `bigint 5n`, `string "x"`). */
+/** Describes a value for an error message (`number NaN`, `bigint 5n`, `string "x"`, `a Float32Array`).
+ * Reads nothing from objects: a getter, Proxy trap or `toString` of the caller's must not run while
+ * an error is being built. */
 export function shown(value: unknown): string {
   if (typeof value === "bigint") return `bigint ${value}n`;
-  if (typeof value === "string") return `string ${JSON.stringify(value)}`;
+  if (typeof value === "string") return `string ${quote(value)}`;
+  if (typeof value === "symbol") return "a symbol";
   if (value === null) return "null";
-  if (Array.isArray(value)) return `an array of length ${value.length}`;
-  if (typeof value === "object") return "an object";
+  if (isArray(value)) return "an array";
+  if (typeof value === "object") {
+    const tag = typedArrayTag(value);
+    return tag === undefined ? "an object" : `a ${tag}`;
+  }
   if (typeof value === "function") return "a function";
-  return `${typeof value} ${String(value)}`;
+  if (value === undefined) return "undefined";
+  return `${typeof value} ${value}`;
 }
+
+/** No options: prototype-less, so absent fields never resolve through `Object.prototype`. */
+const NO_OPTIONS: Record<string, never> = freeze({ __proto__: null }) as unknown as Record<string, never>;
 
 /** Checks an options argument: undefined or null (no options), or an object (arrays and
  * functions are mistakes too). Returns it typed, so callers read fields without guarding each. */
 export function optionsObject<T extends object>(value: T | undefined | null, what: string): Partial<T> {
-  if (value === undefined || value === null) return {};
-  if (typeof value !== "object" || Array.isArray(value)) {
-    throw new DLPackError("requirements", `${what} must be an options object, got ${shown(value)}`);
+  if (value === undefined || value === null) return NO_OPTIONS as Partial<T>;
+  if (typeof value !== "object" || isArray(value)) {
+    throw new DLPackError("argument", `${what} must be an options object, got ${shown(value)}`);
   }
   return value;
 }
@@ -67,12 +78,12 @@ export function optionsObject<T extends object>(value: T | undefined | null, wha
 /** Checks an optional boolean option. */
 export function optionalBoolean(value: unknown, what: string): boolean | undefined {
   if (value === undefined || typeof value === "boolean") return value;
-  throw new DLPackError("requirements", `${what} must be true or false, got ${shown(value)}`);
+  throw new DLPackError("argument", `${what} must be true or false, got ${shown(value)}`);
 }
 
 /** Checks a device id: a non-negative integer that fits the struct's int32. */
 export function checkDeviceId(id: unknown, what = "device id"): number {
-  if (typeof id !== "number" || !Number.isInteger(id) || id < 0 || id > 0x7fff_ffff) {
+  if (!isInteger(id) || id < 0 || id > 0x7fff_ffff) {
     throw new DLPackError("device", `${what} must be an integer in 0..2^31-1, got ${shown(id)}`);
   }
   return id;

@@ -6,15 +6,50 @@
  */
 import { core } from "../ffi/mod.ts";
 import { DLPackError, optionalBoolean, optionsObject, shown } from "./errors.ts";
-import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, dtypeOfArray } from "./dtypes.ts";
+import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, infoOfTag } from "./dtypes.ts";
 import { deviceCode, type DeviceType } from "./devices.ts";
-import { F64, I32, refusalError, scratch, U32 } from "./description.ts";
-import { checkShape, checkStrides, cStrides, reach } from "./layout.ts";
-import { newPinId, realmAddress, recordPin } from "./owner.ts";
+import { F64, I32, refusalError, type Scratch, scratch, Status, U32 } from "./description.ts";
+import { checkShape, checkStrides, cStrides, listText, reach } from "./layout.ts";
+import {
+  deferredCount,
+  deferredNumbers,
+  deferredObjects,
+  newPinId,
+  realmAddress,
+  recordPin,
+  releaseDeferred,
+  retryQuietly,
+} from "./owner.ts";
 import { Capsule } from "./capsule.ts";
-import { type BufferView, isBufferView } from "./view.ts";
+import {
+  accessOf,
+  addressOf,
+  type BufferView,
+  deviceOfView,
+  disposeView,
+  flagsOf,
+  infoOf,
+  isBufferView,
+  ownerOf,
+  shapeOf,
+  stridesOf,
+} from "./view.ts";
 import { copyOf } from "./alloc.ts";
 import { attachProducerStream, fenceForConsumer } from "./cuda.ts";
+import { importCapsule } from "./import.ts";
+import {
+  bufferState,
+  ceil,
+  floor,
+  isArray,
+  isCount,
+  isDetached,
+  RESIZABLE,
+  SHARED,
+  typedArrayBuffer,
+  typedArrayByteLength,
+  typedArrayTag,
+} from "./intrinsics.ts";
 
 /** Options of the export functions. */
 export interface ExportOptions {
@@ -42,12 +77,57 @@ export const EXPORT_VERSIONED = 1;
 /** The export takes over the caller's owner reference. */
 export const EXPORT_ADOPT_OWNER = 2;
 
-interface Layout {
+/** @internal An export's layout. */
+export interface Layout {
   info: DTypeInfo;
-  shape: number[];
-  strides: number[];
+  shape: readonly number[];
+  strides: readonly number[];
   /** Byte offset of element 0 from the source's first byte. */
   byteOffset: number;
+}
+
+/** Export options as read from the caller's object: each field exactly once, the shape already
+ * copied and checked (a getter or Proxy sees one read and cannot change what was validated). */
+interface Options {
+  shape: number[] | undefined;
+  /** Checked against the rank (and copied) when the layout is resolved. */
+  strides: unknown;
+  info: DTypeInfo | undefined;
+  /** Checked when the layout is resolved; null means the default. */
+  offset: unknown;
+  readonly: boolean;
+}
+
+const NO_OPTIONS: Options = {
+  shape: undefined,
+  strides: undefined,
+  info: undefined,
+  offset: undefined,
+  readonly: false,
+};
+
+function readOptions(options: ExportOptions | null | undefined): Options | undefined {
+  if (options === undefined || options === null) return undefined;
+  const o = optionsObject(options, "export options");
+  const shape: unknown = o.shape;
+  const strides: unknown = o.strides;
+  const dtype: unknown = o.dtype;
+  const offset: unknown = o.offset;
+  const readonly = optionalBoolean(o.readonly, "readonly") === true;
+  return {
+    shape: shape === undefined ? undefined : checkShape(shape),
+    strides,
+    info: dtype === undefined ? undefined : dtypeInfo(dtype as DType),
+    offset,
+    readonly,
+  };
+}
+
+/** Whether the options change the layout (else the source's own layout is exported). */
+function reshapes(opts: Options | undefined): opts is Options {
+  return opts !== undefined &&
+    (opts.shape !== undefined || opts.strides !== undefined || opts.info !== undefined ||
+      (opts.offset !== undefined && opts.offset !== null));
 }
 
 /** Resolves shape/strides/dtype/offset options against a source of `byteLength` bytes whose
@@ -56,13 +136,13 @@ function resolveLayout(
   natural: { info: DTypeInfo; shape: readonly number[]; strides: readonly number[] | undefined; zeroAt: number },
   byteLength: number,
   padded: boolean,
-  opts: ExportOptions | undefined,
+  opts: Options,
 ): Layout {
-  const info = opts?.dtype !== undefined ? dtypeInfo(opts.dtype) : natural.info;
+  const info = opts.info ?? natural.info;
   const bits = info.bits < 8 && padded ? 8 : info.bits;
-  let shape: number[];
-  if (opts?.shape !== undefined) shape = checkShape(opts.shape);
-  else if (opts?.dtype === undefined || info === natural.info) shape = natural.shape.slice();
+  let shape: readonly number[];
+  if (opts.shape !== undefined) shape = opts.shape;
+  else if (opts.info === undefined || info === natural.info) shape = natural.shape;
   else {
     // A new dtype without a shape: 1-D over all the bytes, which must divide evenly.
     if ((byteLength * 8) % bits !== 0) {
@@ -73,27 +153,30 @@ function resolveLayout(
     }
     shape = [(byteLength * 8) / bits];
   }
-  let strides: number[];
-  if (opts?.strides !== undefined) strides = checkStrides(opts.strides, shape.length);
-  else if (opts?.shape === undefined && opts?.dtype === undefined && natural.strides !== undefined) {
-    strides = natural.strides.slice();
+  let strides: readonly number[];
+  if (opts.strides !== undefined) strides = checkStrides(opts.strides, shape.length);
+  else if (opts.shape === undefined && opts.info === undefined && natural.strides !== undefined) {
+    strides = natural.strides;
   } else strides = cStrides(shape);
-  const offset = opts?.offset ?? (opts?.shape === undefined && opts?.dtype === undefined ? natural.zeroAt : 0);
-  if (!Number.isSafeInteger(offset) || offset < 0) {
+  const given = opts.offset;
+  const offset: unknown = given === undefined || given === null
+    ? (opts.shape === undefined && opts.info === undefined ? natural.zeroAt : 0)
+    : given;
+  if (!isCount(offset)) {
     throw new DLPackError(
       "byte_offset",
-      `offset must be a non-negative integer number of elements, got ${String(offset)}`,
+      `offset must be a non-negative integer number of elements, got ${shown(offset)}`,
     );
   }
-  const [lo, hi] = reach(shape, strides);
-  if (hi >= lo) {
-    const first = (offset + lo) * bits;
-    const end = (offset + hi + 1) * bits;
+  const r = reach(shape, strides);
+  if (r.hi >= r.lo) {
+    const first = (offset + r.lo) * bits;
+    const end = (offset + r.hi + 1) * bits;
     if (first < 0 || end > byteLength * 8) {
       throw new DLPackError(
         "shape",
-        `shape [${shape.join(", ")}] with strides [${strides.join(", ")}] and offset ${offset} reaches ` +
-          `${first < 0 ? `${-first / 8} bytes before` : `byte ${Math.ceil(end / 8)} of`} a ${byteLength}-byte source`,
+        `shape ${listText(shape)} with strides ${listText(strides)} and offset ${offset} reaches ` +
+          `${first < 0 ? `${-first / 8} bytes before` : `byte ${ceil(end / 8)} of`} a ${byteLength}-byte source`,
       );
     }
   }
@@ -101,26 +184,58 @@ function resolveLayout(
   return { info, shape, strides, byteOffset: (offset * bits) / 8 };
 }
 
-function checkTypedArray(x: AnyTypedArray): ArrayBufferLike {
-  const buffer = x.buffer as ArrayBufferLike & { detached?: boolean; resizable?: boolean; growable?: boolean };
-  if (buffer.detached === true) throw new DLPackError("disposed", "the TypedArray's ArrayBuffer is detached");
-  if (buffer.resizable === true || buffer.growable === true) {
-    throw new DLPackError(
-      "null_data",
-      "resizable ArrayBuffers can shrink or move under a consumer; export a fixed-length buffer instead",
-    );
-  }
-  return buffer;
-}
-
 /** Writes layout, device, dtype and flags of an export spec into the scratch. */
-function writeLayout(s: typeof scratch, device: { type: DeviceType; id: number }, layout: Layout, flags: number): void {
+export function writeLayout(s: Scratch, device: { type: DeviceType; id: number }, layout: Layout, flags: number): void {
   s.setLayout(layout.shape, layout.strides);
   s.i32[I32.deviceType] = deviceCode(device.type);
   s.i32[I32.deviceId] = device.id;
   s.u32[U32.code] = layout.info.dl.code;
   s.u32[U32.bits] = layout.info.dl.bits;
   s.u32[U32.flags] = flags;
+}
+
+/** The error of a failed native export (nothing was built, nothing is owed). */
+function exportError(status: number, s: Scratch, what: string): DLPackError {
+  if (status === Status.outOfMemory) {
+    return new DLPackError("library", `out of memory while building the export of ${what}`);
+  }
+  return refusalError(status, s, false);
+}
+
+/**
+ * Builds the struct the scratch describes (pinning `pinned` when given: a TypedArray whose memory
+ * it points into) and returns its capsule. The native call and the capsule happen in this one
+ * frame: once the struct exists it is owned here, and any exception before the capsule holds it
+ * (an exhausted stack included) deletes it (deferred when even that cannot run now), which also
+ * releases what it pinned or retained.
+ */
+function buildCapsule(
+  options: number,
+  pinned: AnyTypedArray | undefined,
+  byteLength: number,
+  versioned: boolean,
+): Capsule {
+  const lib = core();
+  const at = scratch.at;
+  const id = pinned === undefined ? 0 : newPinId();
+  const realm = pinned === undefined ? 0 : realmAddress();
+  let address = 0;
+  try {
+    const status = pinned === undefined
+      ? lib.dlpk_export(options, at)
+      : lib.dlpk_export_buffer(pinned, realm, id, byteLength, options, at);
+    if (status !== 0) throw exportError(status, scratch, pinned === undefined ? "a view" : `${byteLength} bytes`);
+    address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
+    // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
+    if (pinned !== undefined) recordPin(id, pinned);
+    return new Capsule(address, versioned);
+  } catch (error) {
+    if (address !== 0) {
+      deferredNumbers[deferredCount[0]++] = -(address * 2 + (versioned ? 1 : 0));
+      retryQuietly();
+    }
+    throw error;
+  }
 }
 
 /** Writes the export spec into the scratch and builds the struct; returns its capsule. */
@@ -137,27 +252,45 @@ function build(
   s.setAddress(data);
   s.setOwner(owner);
   writeLayout(s, device, layout, flags);
-  const status = core().dlpk_export((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), s.at);
-  if (status !== 0) throw refusalError(status, s, false);
-  return new Capsule(s.address(), versioned);
+  return buildCapsule((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), undefined, 0, versioned);
+}
+
+/** The TypedArray facts every export needs, read through the intrinsics. */
+function typedArraySource(x: AnyTypedArray, tag: string): { info: DTypeInfo; byteLength: number } {
+  // The buffer first: in Bun that also moves a small array's storage out of the GC heap, so the
+  // pointer the runtime passes stays valid.
+  const buffer = typedArrayBuffer(x);
+  const state = bufferState(buffer);
+  if ((state & RESIZABLE) !== 0) {
+    throw new DLPackError(
+      "null_data",
+      "resizable ArrayBuffers can shrink or move under a consumer; export a fixed-length buffer instead",
+    );
+  }
+  const info = infoOfTag(tag);
+  if (info === undefined) throw new DLPackError("dtype", `a ${tag} has no dtype this library exports`);
+  const byteLength = typedArrayByteLength(x);
+  if (byteLength === 0 && (state & SHARED) === 0 && isDetached(buffer as ArrayBuffer)) {
+    throw new DLPackError("disposed", "the TypedArray's ArrayBuffer is detached");
+  }
+  return { info, byteLength };
 }
 
 function exportTypedArray(
   x: AnyTypedArray,
-  opts: ExportOptions | undefined,
+  tag: string,
+  opts: Options | undefined,
   versioned: boolean,
   flags: number,
 ): Capsule {
-  // Touching .buffer first also matters in Bun: a small TypedArray's storage moves out of the GC heap
-  // the first time its buffer is materialized, and the exported pointer must not go stale.
-  checkTypedArray(x);
-  const info = dtypeInfo(dtypeOfArray(x));
-  if (opts === undefined && x.byteLength > 0) return exportWholeArray(x, info, versioned, flags);
-  const layout = resolveLayout({ info, shape: [x.length], strides: undefined, zeroAt: 0 }, x.byteLength, false, opts);
-  const readonly = opts?.readonly === true;
+  const { info, byteLength } = typedArraySource(x, tag);
+  if (opts === undefined && byteLength > 0) return exportWholeArray(x, info, byteLength, versioned, flags);
+  const natural = { info, shape: [byteLength / info.slotBytes], strides: undefined, zeroAt: 0 };
+  const layout = resolveLayout(natural, byteLength, false, opts ?? NO_OPTIONS);
+  const readonly = opts !== undefined && opts.readonly;
   if (readonly && !versioned) throw legacyReadOnly();
   const exportFlags = flags | (readonly ? READ_ONLY : 0);
-  if (x.byteLength === 0) {
+  if (byteLength === 0) {
     // Nothing to point at (and nothing to pin): a NULL data pointer, as DLPack asks for size 0.
     return build(0, 0, false, { type: "cpu", id: 0 }, layout, exportFlags, versioned);
   }
@@ -165,65 +298,71 @@ function exportTypedArray(
   const s = scratch;
   s.setAddress(layout.byteOffset);
   writeLayout(s, { type: "cpu", id: 0 }, layout, exportFlags);
-  const id = newPinId();
-  const status = core().dlpk_export_buffer(x, realmAddress(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
-  if (status !== 0) throw refusalError(status, s, false);
-  // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
-  recordPin(id, x);
-  return new Capsule(s.address(), versioned);
+  return exportBuffer(x, byteLength, versioned);
 }
 
 /** The common export: a whole TypedArray, 1-D, no options. Writes the spec straight away. */
-function exportWholeArray(x: AnyTypedArray, info: DTypeInfo, versioned: boolean, flags: number): Capsule {
+function exportWholeArray(
+  x: AnyTypedArray,
+  info: DTypeInfo,
+  byteLength: number,
+  versioned: boolean,
+  flags: number,
+): Capsule {
   const s = scratch;
   s.setAddress(0);
   s.i32[I32.ndim] = 1;
-  s.f64[F64.shape] = x.length;
+  s.f64[F64.shape] = byteLength / info.slotBytes;
   s.f64[F64.strides] = 1;
   s.i32[I32.deviceType] = 1;
   s.i32[I32.deviceId] = 0;
   s.u32[U32.code] = info.dl.code;
   s.u32[U32.bits] = info.dl.bits;
   s.u32[U32.flags] = flags;
-  const id = newPinId();
-  const status = core().dlpk_export_buffer(x, realmAddress(), id, x.byteLength, versioned ? EXPORT_VERSIONED : 0, s.at);
-  if (status !== 0) throw refusalError(status, s, false);
-  recordPin(id, x);
-  return new Capsule(s.address(), versioned);
+  return exportBuffer(x, byteLength, versioned);
 }
 
-function exportView(view: BufferView, opts: ExportOptions | undefined, versioned: boolean, flags: number): Capsule {
-  const owner = view.nativeOwner; // throws "disposed" for a disposed view
-  const padded = (view.flagBits & SUBBYTE_PADDED) !== 0;
-  if (!versioned && (opts?.readonly === true || view.access === "readonly")) throw legacyReadOnly();
-  const readonly = opts?.readonly === true || view.access !== "readwrite";
-  let data = view.addressNumber;
+/** Pins `x` and builds its struct from the spec in the scratch (`byteLength` read through the
+ * intrinsics: the native side trusts it as the extent of the memory). */
+function exportBuffer(x: AnyTypedArray, byteLength: number, versioned: boolean): Capsule {
+  return buildCapsule(versioned ? EXPORT_VERSIONED : 0, x, byteLength, versioned);
+}
+
+function exportView(view: BufferView, opts: Options | undefined, versioned: boolean, flags: number): Capsule {
+  const owner = ownerOf(view); // throws "disposed" for a disposed view
+  const flagBits = flagsOf(view);
+  const access = accessOf(view);
+  const info = infoOf(view);
+  const shape = shapeOf(view);
+  const strides = stridesOf(view);
+  const device = deviceOfView(view);
+  const padded = (flagBits & SUBBYTE_PADDED) !== 0;
+  const optReadonly = opts !== undefined && opts.readonly;
+  if (!versioned && (optReadonly || access === "readonly")) throw legacyReadOnly();
+  const readonly = optReadonly || access !== "readwrite";
+  let data = addressOf(view);
   let layout: Layout;
-  if (
-    opts?.shape === undefined && opts?.strides === undefined && opts?.dtype === undefined && opts?.offset === undefined
-  ) {
-    layout = {
-      info: dtypeInfo(view.dtype),
-      shape: view.rawShape.slice(),
-      strides: view.rawStrides.slice(),
-      byteOffset: 0,
-    };
-  } else {
+  if (!reshapes(opts)) layout = { info, shape, strides, byteOffset: 0 };
+  else {
     // Reinterpretation: the new layout must stay inside the bytes the view can reach.
-    const bits = view.dl.bits;
-    const slotBits = bits < 8 && padded ? 8 : bits;
-    const [lo, hi] = reach(view.rawShape, view.rawStrides);
-    const spanStart = hi < lo ? 0 : Math.floor((lo * slotBits) / 8);
-    const spanBytes = hi < lo ? 0 : Math.ceil(((hi + 1) * slotBits) / 8) - spanStart;
+    const slotBits = info.bits < 8 && padded ? 8 : info.bits;
+    const r = reach(shape, strides);
+    const spanStart = r.hi < r.lo ? 0 : floor((r.lo * slotBits) / 8);
+    const spanBytes = r.hi < r.lo ? 0 : ceil(((r.hi + 1) * slotBits) / 8) - spanStart;
     const zeroAt = (-spanStart * 8) / slotBits;
-    const natural = { info: dtypeInfo(view.dtype), shape: view.rawShape, strides: view.rawStrides, zeroAt };
-    layout = resolveLayout(natural, spanBytes, padded, opts);
-    data = view.addressNumber + spanStart + layout.byteOffset;
+    layout = resolveLayout({ info, shape, strides, zeroAt }, spanBytes, padded, opts);
+    data = data + spanStart + layout.byteOffset;
   }
   const exportFlags = flags | (readonly ? READ_ONLY : 0) | (padded && layout.info.bits < 8 ? SUBBYTE_PADDED : 0);
-  const capsule = build(data, owner, false, view.device, layout, exportFlags, versioned);
+  const capsule = build(data, owner, false, device, layout, exportFlags, versioned);
   // CUDA data with a recorded producer stream: the export carries it and an event recorded on it.
-  attachProducerStream(capsule, view);
+  try {
+    attachProducerStream(capsule, view);
+  } catch (error) {
+    deferredObjects[deferredCount[1]++] = capsule; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
   return capsule;
 }
 
@@ -235,12 +374,14 @@ function legacyReadOnly(): DLPackError {
 }
 
 function exportAny(x: Exportable, options: ExportOptions | undefined, versioned: boolean, flags = 0): Capsule {
+  releaseDeferred();
   // No options (the common case) stays undefined: the whole-array export takes a fast path then.
-  const opts = options === undefined ? undefined : optionsObject(options, "export options");
-  optionalBoolean(opts?.readonly, "readonly");
+  const opts = readOptions(options);
+  // The engine's brand, not instanceof or .constructor: own properties and prototypes can lie.
+  const tag = typedArrayTag(x);
+  if (tag !== undefined) return exportTypedArray(x as AnyTypedArray, tag, opts, versioned, flags);
   if (isBufferView(x)) return exportView(x, opts, versioned, flags);
-  if (ArrayBuffer.isView(x) && !(x instanceof DataView)) return exportTypedArray(x, opts, versioned, flags);
-  throw new DLPackError("dtype", "export takes a BufferView or a TypedArray");
+  throw new DLPackError("dtype", `export takes a BufferView or a TypedArray, got ${shown(x)}`);
 }
 
 /**
@@ -265,6 +406,23 @@ export function share(x: Exportable, opts?: ExportOptions): Capsule {
   return exportAny(x, opts, true);
 }
 
+/** @internal A view over a TypedArray's own memory (pinned while the view lives), as `info` with
+ * `shape` in C order; the caller checked the TypedArray's type and length. */
+export function typedArrayView(x: AnyTypedArray, info: DTypeInfo, shape: readonly number[]): BufferView {
+  const tag = typedArrayTag(x);
+  if (tag === undefined) throw new DLPackError("argument", `expected a TypedArray, got ${shown(x)}`);
+  const opts: Options = { shape: shape as number[], strides: undefined, info, offset: undefined, readonly: false };
+  const capsule = exportTypedArray(x, tag, opts, true, 0);
+  try {
+    return importCapsule(capsule, "dlpack-ts");
+  } catch (error) {
+    // Disposed unless the import took it (the disposer checks).
+    deferredObjects[deferredCount[1]++] = capsule;
+    retryQuietly();
+    throw error;
+  }
+}
+
 /** `__dlpack__` keyword arguments in camelCase (the Python array API's names). */
 export interface DLPackProtocolOptions {
   /** The highest version the consumer reads; absent or below (1, 0) asks for the legacy struct. */
@@ -282,37 +440,62 @@ export interface DLPackProtocolOptions {
 /** `view.__dlpack__(opts)`: the producer side of the protocol with the Python keyword semantics. */
 export function viewDLPack(view: BufferView, options?: DLPackProtocolOptions): Capsule {
   const opts = optionsObject(options, "__dlpack__ options");
-  const max = opts.maxVersion;
-  if (max !== undefined && max !== null && !isIntPair(max)) {
-    throw new DLPackError("version", `maxVersion must be [major, minor] (non-negative integers), got ${shown(max)}`);
-  }
-  const versioned = max !== undefined && max !== null && max[0] >= 1;
-  if (opts.copy !== null) optionalBoolean(opts.copy, "copy");
-  if (opts.dlDevice !== undefined && opts.dlDevice !== null) {
-    if (!isIntPair(opts.dlDevice)) {
-      throw new DLPackError("device", `dlDevice must be [device type, id] (integers), got ${shown(opts.dlDevice)}`);
+  // Each option read exactly once.
+  const maxVersion: unknown = opts.maxVersion;
+  const copyOption: unknown = opts.copy;
+  const dlDevice: unknown = opts.dlDevice;
+  const stream: unknown = opts.stream;
+  let versioned = false;
+  if (maxVersion !== undefined && maxVersion !== null) {
+    const max = intPair(maxVersion);
+    if (max === undefined) {
+      throw new DLPackError(
+        "version",
+        `maxVersion must be [major, minor] (non-negative integers), got ${shown(maxVersion)}`,
+      );
     }
-    const [type, id] = opts.dlDevice;
-    const mine = deviceCode(view.device.type);
-    if (type !== mine || id !== view.device.id) {
+    versioned = max[0] >= 1;
+  }
+  const copy = copyOption === null ? undefined : optionalBoolean(copyOption, "copy");
+  const device = deviceOfView(view);
+  if (dlDevice !== undefined && dlDevice !== null) {
+    const wanted = intPair(dlDevice);
+    if (wanted === undefined) {
+      throw new DLPackError("device", `dlDevice must be [device type, id] (integers), got ${shown(dlDevice)}`);
+    }
+    const mine = deviceCode(device.type);
+    if (wanted[0] !== mine || wanted[1] !== device.id) {
       throw new DLPackError(
         "device",
-        `cannot export ${view.device.type}:${view.device.id} data to device (${type}, ${id})${
-          opts.copy === false ? " without a copy" : ""
+        `cannot export ${device.type}:${device.id} data to device (${wanted[0]}, ${wanted[1]})${
+          copy === false ? " without a copy" : ""
         }`,
       );
     }
   }
   // CUDA data: the consumer's stream waits for the view's producer stream (host data: None only).
-  fenceForConsumer(view, opts.stream);
-  if (opts.copy === true) {
-    using copy = copyOf(view);
-    return exportAny(copy, undefined, versioned, IS_COPIED);
+  fenceForConsumer(view, stream);
+  if (copy === true) {
+    const copied = copyOf(view);
+    try {
+      return exportAny(copied, undefined, versioned, IS_COPIED);
+    } finally {
+      try {
+        disposeView(copied);
+      } catch {
+        deferredObjects[deferredCount[1]++] = copied;
+      }
+    }
   }
   return exportAny(view, undefined, versioned);
 }
 
-function isIntPair(value: unknown): value is readonly [number, number] {
-  return Array.isArray(value) && value.length === 2 &&
-    value.every((v) => typeof v === "number" && Number.isSafeInteger(v) && v >= 0);
+/** A caller's `[a, b]` of non-negative integers, read once into a fresh pair; else undefined. */
+function intPair(value: unknown): [number, number] | undefined {
+  if (!isArray(value)) return undefined;
+  const length: unknown = value.length;
+  if (length !== 2) return undefined;
+  const a: unknown = value[0];
+  const b: unknown = value[1];
+  return isCount(a) && isCount(b) ? [a, b] : undefined;
 }

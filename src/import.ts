@@ -7,10 +7,12 @@ import { core } from "../ffi/mod.ts";
 import { refusalError, scratch, U32 } from "./description.ts";
 import { DLPackError, optionsObject, shown } from "./errors.ts";
 import { type AddressLike, toAddress } from "./address.ts";
-import { BufferView, isBufferView, viewFromScratch } from "./view.ts";
+import { BufferView, buildFromScratch, isBufferView, keepAliveOf } from "./view.ts";
 import type { Owner } from "./owner.ts";
-import { Capsule, isCapsule } from "./capsule.ts";
-import type { DLPackProtocolOptions } from "./export.ts";
+import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
+import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "./capsule.ts";
+import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
+import { callWith, getPrototypeOf, ObjectPrototype } from "./intrinsics.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
@@ -39,7 +41,62 @@ const IMPORT_VERSIONED = 1;
 const IMPORT_STRICT_OFFSET = 2;
 const READ_ONLY = 1;
 
-/** Imports one managed tensor; refusals release the producer (deleter called once) and throw. */
+/**
+ * Imports one managed tensor: a raw address the caller hands over, or a capsule (taken here).
+ * Refusals release the producer (deleter called once) and throw. Every exception after libdlpack
+ * has taken the tensor (an exhausted stack included) releases it: the catch only writes what is
+ * owed into the deferred buffers, which cannot throw, and retries.
+ */
+function importTensor(
+  source: number | Capsule,
+  versionedAddress: boolean,
+  strict: boolean,
+  producer: string | null,
+  keepAlive: unknown,
+): BufferView {
+  let address = 0;
+  let versioned = versionedAddress;
+  /** The library owns the struct itself (a taken capsule): deleted if libdlpack never saw it. */
+  let ownStruct = false;
+  /** libdlpack saw the address: it owns the tensor now, or already released it on a refusal. */
+  let seen = false;
+  let owner = 0;
+  try {
+    if (typeof source === "number") address = source;
+    else {
+      versioned = capsuleVersioned(source);
+      address = takeCapsule(source);
+      ownStruct = true;
+    }
+    const lib = core();
+    const at = scratch.at;
+    const status = lib.dlpk_import(
+      address,
+      (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
+      at,
+    );
+    seen = true;
+    if (status !== 0) throw refusalError(status, scratch, address !== 0);
+    owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+    const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
+    return buildFromScratch(scratch, owner, access, producer, "external", keepAlive);
+  } catch (error) {
+    // No call before the deferred buffers hold what is owed: the stack may be exhausted here.
+    let owed = 0;
+    if (owner !== 0) owed = owner;
+    else if (!seen && ownStruct) owed = -(address * 2 + (versioned ? 1 : 0));
+    if (owed !== 0) {
+      deferredNumbers[deferredCount[0]++] = owed;
+      retryQuietly();
+    }
+    throw error;
+  }
+}
+
+/**
+ * @internal Imports one managed tensor at a raw address the caller hands over (the hot path: no
+ * capsule to take, so nothing is owed until libdlpack has taken the tensor).
+ */
 export function importManaged(
   address: number,
   versioned: boolean,
@@ -47,57 +104,115 @@ export function importManaged(
   producer: string | null,
   keepAlive?: unknown,
 ): BufferView {
-  const options = (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0);
-  const status = core().dlpk_import(address, options, scratch.at);
+  const status = core().dlpk_import(
+    address,
+    (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
+    scratch.at,
+  );
   if (status !== 0) throw refusalError(status, scratch, address !== 0);
-  const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
-  return viewFromScratch(scratch, access, producer, "external", keepAlive);
+  // Read without a call: from here on the tensor is owed to its producer on any exception.
+  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  try {
+    const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
+    return buildFromScratch(scratch, owner, access, producer, "external", keepAlive);
+  } catch (error) {
+    deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
+}
+
+/** @internal Takes and imports a capsule; if that fails after taking it, its struct is deleted. */
+export function importCapsule(
+  capsule: Capsule,
+  producer: string | null,
+  strict = false,
+  keepAlive?: unknown,
+): BufferView {
+  return importTensor(capsule, true, strict, producer, keepAlive);
 }
 
 function producerOf(opts: ImportOptions | undefined): string | null {
   if (opts === undefined) return null;
-  const producer = optionsObject(opts, "import options").producer ?? null;
+  const producer: unknown = optionsObject(opts, "import options").producer ?? null;
   if (producer !== null && typeof producer !== "string") {
-    throw new DLPackError("requirements", `producer must be a string, got ${shown(producer)}`);
+    throw new DLPackError("argument", `producer must be a string, got ${shown(producer)}`);
   }
   return producer;
 }
 
+const SOURCES =
+  "importDLPack takes { versioned: address }, { legacy: address }, a Capsule, or an object with __dlpack__()";
+
+/** The class name of a provider, for `view.producer` (only a string counts). */
+function nameOf(src: object): string | null {
+  const ctor: unknown = (src as { constructor?: unknown }).constructor;
+  if ((typeof ctor !== "function" && typeof ctor !== "object") || ctor === null) return null;
+  const name: unknown = (ctor as { name?: unknown }).name;
+  return typeof name === "string" ? name : null;
+}
+
+/** Calls a provider's `__dlpack__` (read once by the caller) and imports the capsule it returns. */
+function importProvided(
+  src: object,
+  dlpack: (opts: DLPackProtocolOptions) => unknown,
+  strict: boolean,
+  producer: string | null,
+): BufferView {
+  // Everything that reads the caller's object happens before a capsule exists.
+  const name = producer ?? nameOf(src);
+  const capsule = isBufferView(src) ? viewDLPack(src, { maxVersion: MAX_VERSION }) : callWith(dlpack, src, {
+    maxVersion: MAX_VERSION,
+  });
+  let ours = false;
+  try {
+    if (!isCapsule(capsule)) throw new DLPackError("null_data", "__dlpack__() must return a Capsule");
+    ours = true;
+    return importCapsule(capsule, name, strict);
+  } catch (error) {
+    // A capsule the provider handed over is ours: if the import could not even start it is parked
+    // for disposal (the disposer leaves a taken capsule alone), before any call since the stack
+    // may be exhausted here.
+    if (ours) {
+      deferredObjects[deferredCount[1]++] = capsule as Capsule;
+      retryQuietly();
+    }
+    throw error;
+  }
+}
+
 function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
+  releaseDeferred();
   // Options are checked before anything is taken: on a mistake here the caller still owns src.
   const producer = producerOf(opts);
+  if (src === null || typeof src !== "object") throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
   // The common case first: an object literal { versioned: address } / { legacy: address }.
-  if (src !== null && typeof src === "object" && Object.getPrototypeOf(src) === Object.prototype) {
+  if (getPrototypeOf(src) === ObjectPrototype) {
     const plain = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
-    if (typeof plain.__dlpack__ !== "function") {
-      if ("versioned" in plain) return importManaged(toAddress(plain.versioned, "versioned"), true, strict, producer);
-      if ("legacy" in plain) return importManaged(toAddress(plain.legacy, "legacy"), false, strict, producer);
-    }
+    const dlpack = plain.__dlpack__;
+    if (typeof dlpack === "function") return importProvided(src, dlpack as never, strict, producer);
+    if ("versioned" in plain) return importManaged(toAddress(plain.versioned, "versioned"), true, strict, producer);
+    if ("legacy" in plain) return importManaged(toAddress(plain.legacy, "legacy"), false, strict, producer);
+    throw new DLPackError("argument", `${SOURCES}, got an object with none of them`);
   }
-  if (isCapsule(src)) {
-    const versioned = src.versioned;
-    return importManaged(src.takeAddress(), versioned, strict, producer);
-  }
-  if (src instanceof Capsule || (src instanceof BufferView && !isBufferView(src))) {
+  if (isCapsule(src)) return importCapsule(src, producer, strict);
+  if (isBufferView(src)) return importProvided(src, viewDLPack as never, strict, producer);
+  const proto = getPrototypeOf(src);
+  if (
+    proto === Capsule.prototype || proto === BufferView.prototype || src instanceof Capsule || src instanceof BufferView
+  ) {
     // Object.create(Capsule.prototype) and the like: the prototype's getters would throw.
-    throw new DLPackError("null_data", "this object only pretends to be a Capsule or BufferView");
+    throw new DLPackError("argument", "this object only pretends to be a Capsule or BufferView");
   }
-  if (src !== null && typeof src === "object") {
-    if (typeof (src as DLPackProvider).__dlpack__ === "function") {
-      const capsule = (src as DLPackProvider).__dlpack__({ maxVersion: MAX_VERSION });
-      if (!isCapsule(capsule)) {
-        throw new DLPackError("null_data", "__dlpack__() must return a Capsule");
-      }
-      const name = producer ?? (src as { constructor?: { name?: string } }).constructor?.name ?? null;
-      return importManaged(capsule.takeAddress(), capsule.versioned, strict, name);
-    }
-    if ("versioned" in src) return importManaged(toAddress(src.versioned, "versioned"), true, strict, producer);
-    if ("legacy" in src) return importManaged(toAddress(src.legacy, "legacy"), false, strict, producer);
+  const dlpack = (src as { __dlpack__?: unknown }).__dlpack__;
+  if (typeof dlpack === "function") return importProvided(src, dlpack as never, strict, producer);
+  if ("versioned" in src) {
+    return importManaged(toAddress((src as { versioned: unknown }).versioned, "versioned"), true, strict, producer);
   }
-  throw new DLPackError(
-    "null_data",
-    "importDLPack takes { versioned: address }, { legacy: address }, a Capsule, or an object with __dlpack__()",
-  );
+  if ("legacy" in src) {
+    return importManaged(toAddress((src as { legacy: unknown }).legacy, "legacy"), false, strict, producer);
+  }
+  throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
 }
 
 /**
@@ -115,5 +230,11 @@ export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferVie
  */
 export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: BufferView; owner: Owner } {
   const view = importSource(src, true, opts);
-  return { view, owner: view.keepAlive };
+  try {
+    return { view, owner: keepAliveOf(view) };
+  } catch (error) {
+    deferredObjects[deferredCount[1]++] = view; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
 }

@@ -1,50 +1,65 @@
 /**
  * Layout arithmetic on the TS side (the native validator does the same for imports): C strides,
- * element counts, reachable offsets and contiguity, with every input checked.
+ * element counts, reachable offsets and contiguity, with every input checked. Caller arrays are
+ * read once per element into fresh arrays, so a Proxy, a getter or a Symbol.species constructor
+ * cannot change a value after it was checked.
  * @module
  */
-import { DLPackError } from "./errors.ts";
+import { DLPackError, shown } from "./errors.ts";
 import { MAX_RANK } from "./description.ts";
+import { isArray, isCount, isSafeInt, slots } from "./intrinsics.ts";
 
 /** Largest element count or byte span a view may have (JS numbers index exactly up to here). */
 export const MAX_EXACT = 2 ** 53;
 
-/** Checks a shape argument: an array of at most 64 non-negative safe integers. */
-export function checkShape(shape: unknown, what = "shape"): number[] {
-  if (!Array.isArray(shape)) {
-    throw new DLPackError("shape", `${what} must be an array of integers, got ${describe(shape)}`);
+/** Reads the length of a caller's array once and checks it is a rank; returns it. */
+function rankOf(value: unknown[], what: string): number {
+  const n: unknown = value.length;
+  if (!isCount(n)) throw new DLPackError("shape", `${what} has an invalid length (${shown(n)})`);
+  if (n > MAX_RANK) {
+    throw new DLPackError("rank", `${what} has ${n} dimensions; at most ${MAX_RANK} are supported`);
   }
-  if (shape.length > MAX_RANK) {
-    throw new DLPackError("rank", `${what} has ${shape.length} dimensions; at most ${MAX_RANK} are supported`);
-  }
-  for (let d = 0; d < shape.length; d++) {
-    const e = shape[d];
-    if (typeof e !== "number" || !Number.isSafeInteger(e) || e < 0) {
-      throw new DLPackError("shape", `${what}[${d}] must be a non-negative integer, got ${describe(e)}`);
-    }
-  }
-  return shape.slice();
+  return n;
 }
 
-/** Checks a strides argument against the rank. */
-export function checkStrides(strides: unknown, ndim: number): number[] {
-  if (!Array.isArray(strides) || strides.length !== ndim) {
-    throw new DLPackError("strides", `strides must be an array of ${ndim} integers, got ${describe(strides)}`);
+/** Checks a shape argument and copies it: an array of at most 64 non-negative safe integers. */
+export function checkShape(shape: unknown, what = "shape"): number[] {
+  if (!isArray(shape)) {
+    throw new DLPackError("shape", `${what} must be an array of integers, got ${shown(shape)}`);
   }
+  const n = rankOf(shape, what);
+  const out = slots(n);
+  for (let d = 0; d < n; d++) {
+    const e: unknown = shape[d];
+    if (!isCount(e)) throw new DLPackError("shape", `${what}[${d}] must be a non-negative integer, got ${shown(e)}`);
+    out[d] = e;
+  }
+  return out;
+}
+
+/** Checks a strides argument against the rank and copies it. */
+export function checkStrides(strides: unknown, ndim: number, unit = "integers"): number[] {
+  const what = "strides";
+  if (!isArray(strides)) {
+    throw new DLPackError("strides", `${what} must be an array of ${ndim} ${unit}, got ${shown(strides)}`);
+  }
+  const n: unknown = strides.length;
+  if (n !== ndim) throw new DLPackError("strides", `${what} must list ${ndim} ${unit}, got ${shown(n)}`);
+  const out = slots(ndim);
   for (let d = 0; d < ndim; d++) {
-    const s = strides[d];
-    if (typeof s !== "number" || !Number.isSafeInteger(s)) {
-      throw new DLPackError("strides", `strides[${d}] must be an integer, got ${describe(s)}`);
-    }
+    const s: unknown = strides[d];
+    if (!isSafeInt(s)) throw new DLPackError("strides", `${what}[${d}] must be an integer, got ${shown(s)}`);
+    out[d] = s;
   }
-  return strides.slice();
+  return out;
 }
 
 /** C-order strides (in elements) of a shape. */
 export function cStrides(shape: readonly number[]): number[] {
-  const strides = new Array<number>(shape.length);
+  const n = shape.length;
+  const strides = slots(n);
   let step = 1;
-  for (let d = shape.length - 1; d >= 0; d--) {
+  for (let d = n - 1; d >= 0; d--) {
     strides[d] = step;
     step *= shape[d];
   }
@@ -54,28 +69,42 @@ export function cStrides(shape: readonly number[]): number[] {
 /** Element count, refusing counts beyond 2^53. */
 export function sizeOf(shape: readonly number[]): number {
   let size = 1;
-  for (const e of shape) size *= e;
+  for (let d = 0; d < shape.length; d++) size *= shape[d];
   if (size > MAX_EXACT) throw new DLPackError("overflow", `element count ${size} exceeds 2^53`);
   return size;
 }
 
-/** Lowest and highest element offsets from element 0 ([0, -1] when empty). */
-export function reach(shape: readonly number[], strides: readonly number[]): [number, number] {
+/** Lowest and highest element offsets from element 0 (`hi < lo` when empty). */
+export interface Reach {
+  readonly lo: number;
+  readonly hi: number;
+}
+
+const EMPTY_REACH: Reach = { lo: 0, hi: -1 };
+
+/** Lowest and highest element offsets from element 0 ({ lo: 0, hi: -1 } when empty). */
+export function reach(shape: readonly number[], strides: readonly number[]): Reach {
   let lo = 0;
   let hi = 0;
   for (let d = 0; d < shape.length; d++) {
-    if (shape[d] === 0) return [0, -1];
+    if (shape[d] === 0) return EMPTY_REACH;
     const r = (shape[d] - 1) * strides[d];
     if (r < 0) lo += r;
     else hi += r;
   }
   if (-lo > MAX_EXACT || hi > MAX_EXACT) throw new DLPackError("overflow", "the strides reach beyond 2^53 elements");
-  return [lo, hi];
+  return { lo, hi };
+}
+
+/** Whether any extent is 0. */
+export function hasZero(shape: readonly number[]): boolean {
+  for (let d = 0; d < shape.length; d++) if (shape[d] === 0) return true;
+  return false;
 }
 
 /** Bit 1: C-contiguous, bit 2: F-contiguous (numpy's rules: extent-1 dims are free, empty is both). */
 export function layoutOf(shape: readonly number[], strides: readonly number[]): number {
-  if (shape.includes(0)) return 3;
+  if (hasZero(shape)) return 3;
   let layout = 0;
   let expected = 1;
   let ok = true;
@@ -96,8 +125,9 @@ export function layoutOf(shape: readonly number[], strides: readonly number[]): 
   return layout;
 }
 
-function describe(value: unknown): string {
-  if (typeof value === "bigint") return `bigint ${value}n`;
-  if (Array.isArray(value)) return `array of length ${value.length}`;
-  return `${typeof value} ${String(value)}`;
+/** `[2, 3]`, for messages (no `join`: it is replaceable). */
+export function listText(values: readonly (number | null)[]): string {
+  let text = "[";
+  for (let d = 0; d < values.length; d++) text += (d === 0 ? "" : ", ") + (values[d] === null ? "*" : `${values[d]}`);
+  return text + "]";
 }

@@ -5,41 +5,76 @@
  */
 import { core, loadedCore, runtime } from "../ffi/mod.ts";
 import { DLPackError } from "./errors.ts";
-import { scratch } from "./description.ts";
+import { scratch, U32 } from "./description.ts";
+import {
+  enqueueMicrotask,
+  Float64ArrayCtor,
+  floor,
+  newRegistry,
+  objectSlots,
+  slots,
+  startInterval,
+  stopInterval,
+} from "./intrinsics.ts";
+
+/** Waiting handles a backstop holds before it flushes them all at once. */
+const BACKSTOP_BATCH = 1024;
 
 /**
  * A FinalizationRegistry that registers lazily. Most handles are made and disposed within one tick
  * (import, read, dispose): registering each would cost more than the import itself, so new handles
  * wait in a list and are registered at the next microtask checkpoint (or once 1024 are waiting),
  * and only if they are still live then. A handle disposed before that never touches the registry.
+ *
+ * `add` never throws once it has stored a handle, and a flush interrupted by an exception (an
+ * exhausted stack) resumes where it stopped: a handle is registered at most once, and `remove`
+ * unregisters every handle a flush may have reached.
  */
-export class LazyBackstop<T> {
+export class LazyBackstop<T extends number> {
   #registry: FinalizationRegistry<T>;
   #isLive: (holder: object) => boolean;
-  #holders: object[] = [];
-  #helds: T[] = [];
-  /** Handles added in an epoch below this one have been through a flush. */
+  // Own slots written by index: a setter a caller put on Array.prototype never sees them.
+  #holders: (object | undefined)[] = objectSlots(BACKSTOP_BATCH);
+  // Held values are numbers (addresses): unboxed here, so waiting handles allocate nothing.
+  #helds: Float64Array = new Float64ArrayCtor(BACKSTOP_BATCH);
+  #count = 0;
+  /** Handles added in an epoch below this one may have been registered. */
   #epoch = 0;
   #scheduled = false;
+  #flushLater: () => void;
 
   /** `cleanup` runs for a collected live handle; `isLive` says whether a handle still needs it. */
   constructor(cleanup: (held: T) => void, isLive: (holder: object) => boolean) {
-    this.#registry = new FinalizationRegistry(cleanup);
+    this.#registry = newRegistry(cleanup);
     this.#isLive = isLive;
+    this.#flushLater = () => {
+      this.#scheduled = false;
+      this.flush();
+    };
   }
 
   /** Starts guarding `holder`; returns the epoch to hand back to {@link LazyBackstop.remove}. */
   add(holder: object, held: T): number {
-    // The epoch is taken before a flush this call may trigger: that flush covers this holder too.
+    // A full batch is flushed first; if that throws, nothing was stored and the caller still owns
+    // what `held` stands for.
+    if (this.#count >= BACKSTOP_BATCH) this.flush();
+    const n = this.#count;
     const epoch = this.#epoch;
-    this.#holders.push(holder);
-    this.#helds.push(held);
-    if (this.#holders.length >= 1024) this.flush();
-    else if (!this.#scheduled) {
-      this.#scheduled = true;
-      queueMicrotask(() => this.flush());
-    }
+    this.#holders[n] = holder;
+    this.#helds[n] = held;
+    this.#count = n + 1;
+    if (!this.#scheduled) this.#schedule();
     return epoch;
+  }
+
+  /** Never throws (kept apart so that `add` has no try/catch and stays inlinable). */
+  #schedule(): void {
+    try {
+      enqueueMicrotask(this.#flushLater);
+      this.#scheduled = true;
+    } catch {
+      // Flushed by a later add (or when the batch is full).
+    }
   }
 
   /** The holder released its share itself (call once, after it stopped being live). */
@@ -49,29 +84,138 @@ export class LazyBackstop<T> {
 
   /** Registers every waiting handle that is still live. */
   flush(): void {
-    this.#scheduled = false;
-    const holders = this.#holders;
-    const helds = this.#helds;
-    for (let i = 0; i < holders.length; i++) {
-      if (this.#isLive(holders[i])) this.#registry.register(holders[i], helds[i], holders[i]);
-    }
-    holders.length = 0;
-    helds.length = 0;
+    // The epoch moves first: every handle waiting now is one this flush may register, so its
+    // remove() must unregister it even if the flush is interrupted before reaching it.
     this.#epoch++;
+    releaseDeferred();
+    for (let n = this.#count; n > 0; n = this.#count) {
+      const holder = this.#holders[n - 1]!;
+      if (this.#isLive(holder)) this.#registry.register(holder, this.#helds[n - 1] as T, holder);
+      this.#holders[n - 1] = undefined;
+      this.#count = n - 1;
+    }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deferred releases. A release that must happen right after an exception (the stack ran out
+// between taking native ownership and handing it to a view) may itself fail the same way, so the
+// catch blocks only write what is owed into these buffers (no call, nothing that can throw) and
+// try to release; whatever is left is released at the next import, export, allocation, stats()
+// or microtask checkpoint.
+
+/** Capacity of each deferred buffer. */
+export const DEFERRED_CAPACITY = 4096;
+/** [0]: entries in {@link deferredNumbers}; [1]: entries in {@link deferredObjects}. */
+export const deferredCount: Int32Array = new Int32Array(2);
+/** Owner records (> 0) and managed structs (`-(address * 2 + versioned)`) still to release. */
+export const deferredNumbers: Float64Array = new Float64Array(DEFERRED_CAPACITY);
+/** Views and capsules still to dispose (own slots: index writes reach no setter). */
+export const deferredObjects: (object | undefined)[] = objectSlots(DEFERRED_CAPACITY);
+
+/** How the library disposes its own objects (views, capsules), registered by their modules. */
+const disposers: ((x: object) => boolean)[] = objectSlots(4) as ((x: object) => boolean)[];
+let disposerCount = 0;
+
+/** Registers the disposer of one kind of library object (returns false for other objects). */
+export function registerDisposer(dispose: (x: object) => boolean): void {
+  disposers[disposerCount++] = dispose;
+}
+
+function disposeObject(x: object): void {
+  for (let i = 0; i < disposerCount; i++) if (disposers[i](x)) return;
+}
+
+let releaseScheduled = false;
+
+/** Releases everything deferred (small enough to inline where nothing is). */
+export function releaseDeferred(): void {
+  if ((deferredCount[0] | deferredCount[1]) !== 0) releaseAllDeferred();
+}
+
+/** Each entry is removed only after its release ran. */
+function releaseAllDeferred(): void {
+  const lib = core();
+  for (let n = deferredCount[0]; n > 0; n = deferredCount[0]) {
+    // Entries past the capacity were never stored (a leak, after 4096 failures in a row).
+    if (n > DEFERRED_CAPACITY) {
+      deferredCount[0] = DEFERRED_CAPACITY;
+      continue;
+    }
+    const v = deferredNumbers[n - 1];
+    if (v > 0) lib.dlpk_owner_release(v);
+    else lib.dlpk_managed_delete(floor(-v / 2), -v % 2);
+    deferredCount[0] = n - 1;
+  }
+  for (let n = deferredCount[1]; n > 0; n = deferredCount[1]) {
+    if (n > DEFERRED_CAPACITY) {
+      deferredCount[1] = DEFERRED_CAPACITY;
+      continue;
+    }
+    // Disposal is idempotent: disposing again after an interruption is harmless.
+    disposeObject(deferredObjects[n - 1]!);
+    deferredObjects[n - 1] = undefined;
+    deferredCount[1] = n - 1;
+  }
+}
+
+function releaseDeferredLater(): void {
+  releaseScheduled = false;
+  releaseDeferred();
+}
+
+/** Called by the catch blocks after they parked something (with no call before that, as the
+ * stack may be exhausted there): releases it now if the stack allows, else at the next microtask
+ * checkpoint or call into the library. Never throws once entered. */
+export function retryQuietly(): void {
+  try {
+    if (!releaseScheduled) {
+      enqueueMicrotask(releaseDeferredLater);
+      releaseScheduled = true;
+    }
+    releaseDeferred();
+  } catch {
+    // Released at the next call into the library.
+  }
+}
+
+/**
+ * Releases a native owner share. The release is journaled in the deferred buffer around the
+ * native call (no try/catch: this is the dispose hot path, and JavaScriptCore does not inline
+ * functions that have one), so if the call cannot even start (an exhausted stack) the share is
+ * released later instead of lost; the exception still reaches the caller.
+ */
+export function releaseOwner(owner: number): void {
+  const n = deferredCount[0];
+  deferredNumbers[n] = owner;
+  deferredCount[0] = n + 1;
+  core().dlpk_owner_release(owner);
+  deferredCount[0] = n;
+}
+
+/** Deletes a managed struct (calls its deleter), journaled like {@link releaseOwner}. */
+export function deleteManaged(address: number, versioned: boolean): void {
+  const n = deferredCount[0];
+  deferredNumbers[n] = -(address * 2 + (versioned ? 1 : 0));
+  deferredCount[0] = n + 1;
+  core().dlpk_managed_delete(address, versioned ? 1 : 0);
+  deferredCount[0] = n;
 }
 
 /** Releases native owner shares whose holders were collected without `dispose()`. */
 const shares = new LazyBackstop<number>(
   (owner) => core().dlpk_owner_release(owner),
-  (holder) => !(holder as { released: boolean }).released,
+  (holder) => ownerLive(holder),
 );
 
-/** Something that releases one share when asked (a view, or an extra share). */
+/** Something that releases one share when asked (a view, or an extra share): the library's own
+ * functions, so nothing a caller replaces on a prototype is called. */
 export interface Releasable {
   dispose(): void;
   readonly disposed: boolean;
 }
+
+let ownerLive: (x: object) => boolean;
 
 /**
  * One reference-counted share of the memory behind a view. The producer's deleter (or the free of
@@ -81,6 +225,10 @@ export class Owner {
   #address: number;
   #holder: Releasable | undefined;
   #epoch = 0;
+
+  static {
+    ownerLive = (x) => #address in x && (x as Owner).#holder === undefined && (x as Owner).#address !== 0;
+  }
 
   /** @internal Use `view.keepAlive` or `owner.retain()`. */
   constructor(address: number, holder: Releasable | undefined) {
@@ -101,9 +249,19 @@ export class Owner {
 
   /** A new, independent share: the memory stays alive until it is released too. */
   retain(): Owner {
-    if (this.released) throw new DLPackError("disposed", "cannot retain a released owner share");
+    if (this.#holder !== undefined ? this.#holder.disposed : this.#address === 0) {
+      throw new DLPackError("disposed", "cannot retain a released owner share");
+    }
     core().dlpk_owner_retain(this.#address);
-    return new Owner(this.#address, undefined);
+    // The new share owns a reference from here on: if making its handle fails, give it back.
+    const address = this.#address;
+    try {
+      return new Owner(address, undefined);
+    } catch (error) {
+      deferredNumbers[deferredCount[0]++] = address;
+      retryQuietly();
+      throw error;
+    }
   }
 
   /** Releases this share (for a view's own share: disposes the view). Idempotent. */
@@ -112,11 +270,12 @@ export class Owner {
       this.#holder.dispose();
       return;
     }
-    if (this.#address === 0) return;
     const address = this.#address;
-    this.#address = 0;
+    if (address === 0) return;
+    // Unregistered before anything changes: if that throws, this share is still live and whole.
     shares.remove(this, this.#epoch);
-    core().dlpk_owner_release(address);
+    this.#address = 0;
+    releaseOwner(address);
   }
 
   /** Same as {@link Owner.release}, for `using`. */
@@ -129,9 +288,17 @@ export class Owner {
 // Pins: JS objects kept reachable for native owners. Native code never calls JS; it queues the
 // ids of released pins, and JS sweeps the queue.
 
-const pinned = new Map<number, unknown>();
+// Pinned values by pin id, in own slots (index writes reach no setter, and no Map method a caller
+// can replace is involved). Ids of released pins are reused.
+let pinned: unknown[] = objectSlots(256);
+let freeIds = new Int32Array(256);
+let freeCount = 0;
+/** Ids below this have been handed out (0 is never used). */
 let nextPinId = 1;
-const drained = new Float64Array(256);
+let pinCount = 0;
+// Over an ArrayBuffer of its own: its address is cached, and in Bun a small array built without one
+// keeps its storage in the GC heap until something touches its buffer, which then moves it.
+const drained = new Float64Array(new ArrayBuffer(256 * 8));
 let drainedAt = 0;
 let sweepTimer: unknown;
 // This realm's native pin queue. Every Worker evaluates this module again and so gets its own:
@@ -153,13 +320,34 @@ export function pin(value: unknown, bytes: number, onRelease?: () => void): numb
   const id = newPinId();
   const status = core().dlpk_pin_new(realmAddress(), id, bytes, scratch.at);
   if (status !== 0) throw new DLPackError("library", `could not pin memory (status ${status})`);
-  recordPin(id, value, onRelease);
-  return scratch.owner();
+  // Read without a call: from here on the pin owner is ours to release on any exception.
+  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  try {
+    recordPin(id, value, onRelease);
+  } catch (error) {
+    deferredNumbers[deferredCount[0]++] = owner;
+    retryQuietly();
+    throw error;
+  }
+  return owner;
 }
 
-/** The id for a pin about to be made natively (`dlpk_export_buffer` makes its own). */
+/** The id for a pin about to be made natively (`dlpk_export_buffer` makes its own). An id is
+ * only reused after the native side reported its release, so no live pin ever shares it. */
 export function newPinId(): number {
+  if (freeCount > 0) return freeIds[--freeCount];
+  if (nextPinId === pinned.length) growPins();
   return nextPinId++;
+}
+
+function growPins(): void {
+  const n = pinned.length;
+  const bigger = objectSlots<unknown>(2 * n);
+  for (let i = 0; i < n; i++) bigger[i] = pinned[i];
+  const ids = new Int32Array(2 * n);
+  for (let i = 0; i < freeCount; i++) ids[i] = freeIds[i];
+  pinned = bigger;
+  freeIds = ids;
 }
 
 let sinceSweep = 0;
@@ -169,15 +357,22 @@ let strayQueued = false;
 /** Keeps `value` reachable under `id`, whose native pin owner now exists (its address is the
  * scratch's owner field: every caller records the pin right after the native call made it). */
 export function recordPin(id: number, value: unknown, onRelease?: () => void): void {
-  pinned.set(id, onRelease === undefined ? value : new PinnedWithRelease(value, onRelease));
-  if (!onMainThread) shareBeyondRealm(value, scratch.owner());
-  // Sweep every so often on the export path too, so a busy loop releases memory promptly
-  // without paying a native call per export.
-  if (++sinceSweep >= 64) {
-    sinceSweep = 0;
-    sweepPins();
+  pinned[id] = onRelease === undefined ? value : new PinnedWithRelease(value, onRelease);
+  pinCount++;
+  // Nothing below may throw: the pin is recorded, and a caller's catch must not undo it.
+  try {
+    if (!onMainThread) shareBeyondRealm(value, scratch.owner());
+    // Sweep every so often on the export path too, so a busy loop releases memory promptly
+    // without paying a native call per export.
+    if (++sinceSweep >= 64) {
+      sinceSweep = 0;
+      sweepPins();
+    }
+    scheduleSweep();
+  } catch {
+    // Swept by the next call, the timer, or stats(); an offer not made leaves the export as
+    // long-lived as this Worker, as for memory that is not shared.
   }
-  scheduleSweep();
 }
 
 class PinnedWithRelease {
@@ -188,24 +383,33 @@ class PinnedWithRelease {
  * A release callback may reenter (export, import, stats() all sweep): each batch is copied out of
  * the shared buffer first, and a callback that throws cannot stop the rest of the batch. */
 export function sweepPins(): number {
-  if (pinned.size === 0 && !strayQueued) return 0;
+  if (pinCount === 0 && !strayQueued) return 0;
   strayQueued = false;
   const lib = core();
   const queue = realmAddress();
   let total = 0;
   for (;;) {
     const n = lib.dlpk_pins_drain(queue, drainedAt ||= runtime().addressOf(drained), drained.length);
-    // A copy: a release callback may pin or sweep again, which reuses `drained`.
-    const ids = n === 0 ? drained.subarray(0, 0) : drained.slice(0, n);
-    const callbacks: (() => void)[] = [];
+    // A copy by hand (no slice: its species is replaceable): a release callback may pin or
+    // sweep again, which reuses `drained`.
+    const ids = new Float64ArrayCtor(n);
+    for (let i = 0; i < n; i++) ids[i] = drained[i];
+    const callbacks = objectSlots<() => void>(n);
+    let count = 0;
     for (let i = 0; i < n; i++) {
-      const entry = pinned.get(ids[i]);
-      pinned.delete(ids[i]);
-      if (entry instanceof PinnedWithRelease) callbacks.push(entry.onRelease);
+      const id = ids[i];
+      // Only ids this realm handed out come back; anything else is ignored.
+      if (!(id > 0 && id < nextPinId)) continue;
+      const entry = pinned[id];
+      pinned[id] = undefined;
+      // A pin whose recording failed (the export then deleted its struct) was never counted.
+      if (entry !== undefined) pinCount--;
+      freeIds[freeCount++] = id;
+      if (entry instanceof PinnedWithRelease) callbacks[count++] = entry.onRelease;
     }
-    for (const release of callbacks) {
+    for (let i = 0; i < count; i++) {
       try {
-        release();
+        callbacks[i]!();
       } catch {
         // A keepAlive's release is a notification: the memory is already given back, nothing
         // can be retried, and throwing here would surface in an unrelated call (or the timer).
@@ -219,22 +423,23 @@ export function sweepPins(): number {
 /** How many JS objects are pinned right now (after a sweep). */
 export function pinnedCount(): number {
   sweepPins();
-  return pinned.size;
+  return pinCount;
 }
 
 // While pins exist, sweep now and then even if the program makes no further calls, so memory a
 // consumer released is not held until the next export. The timer never keeps the process alive.
 function scheduleSweep(): void {
   if (sweepTimer !== undefined) return;
-  sweepTimer = setInterval(() => {
+  const timer = startInterval(() => {
     sweepPins();
-    if (unanswered.size !== 0) repeatOffers();
-    if (pinned.size === 0) {
-      clearInterval(sweepTimer as number);
+    if (offerCount !== 0) repeatOffers();
+    if (pinCount === 0) {
+      stopInterval(sweepTimer);
       sweepTimer = undefined;
     }
   }, 250);
-  runtime().unrefTimer(sweepTimer);
+  sweepTimer = timer;
+  runtime().unrefTimer(timer);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -265,8 +470,11 @@ function sharedBufferOf(value: unknown): SharedArrayBuffer | undefined {
 }
 
 let offers: BroadcastChannel | undefined;
-/** Offers not yet taken: the main thread may not have been listening when they were posted. */
-const unanswered = new Map<number, SharedArrayBuffer>();
+/** Offers not yet taken (the main thread may not have been listening when they were posted), in
+ * two plain slot arrays: no Map or iterator a caller could replace is involved. */
+let offerTokens = slots(0);
+let offerBuffers = objectSlots<SharedArrayBuffer>(0);
+let offerCount = 0;
 
 function shareBeyondRealm(value: unknown, pinOwner: number): void {
   const buffer = sharedBufferOf(value);
@@ -275,17 +483,34 @@ function shareBeyondRealm(value: unknown, pinOwner: number): void {
   if (token === 0) return; // out of memory: the export lives as long as this Worker, as before
   offers ??= new BroadcastChannel(KEEPER_CHANNEL);
   offers.postMessage({ token, buffer });
-  unanswered.set(token, buffer);
+  if (offerCount === offerTokens.length) {
+    const tokens = slots(2 * offerCount + 4);
+    const buffers = objectSlots<SharedArrayBuffer>(2 * offerCount + 4);
+    for (let i = 0; i < offerCount; i++) {
+      tokens[i] = offerTokens[i];
+      buffers[i] = offerBuffers[i];
+    }
+    offerTokens = tokens;
+    offerBuffers = buffers;
+  }
+  offerTokens[offerCount] = token;
+  offerBuffers[offerCount++] = buffer;
 }
 
 /** Posts again every offer the main thread has not taken yet; forgets taken and released ones. */
 function repeatOffers(): void {
   const lib = core();
-  for (const [token, buffer] of unanswered) {
-    const state = lib.dlpk_pin_kept(token);
-    if (state === 0) offers!.postMessage({ token, buffer });
-    else unanswered.delete(token);
+  let kept = 0;
+  for (let i = 0; i < offerCount; i++) {
+    const token = offerTokens[i];
+    const buffer = offerBuffers[i];
+    offerBuffers[i] = undefined;
+    if (lib.dlpk_pin_kept(token) !== 0) continue;
+    offers!.postMessage({ token, buffer });
+    offerTokens[kept] = token;
+    offerBuffers[kept++] = buffer;
   }
+  offerCount = kept;
 }
 
 /** The main thread's side: pins each offered SharedArrayBuffer for as long as the Worker's pin. */
@@ -329,7 +554,7 @@ if (onMainThread) {
   if (!keeperUnrefed) {
     keeper!.close();
     keeper = undefined;
-    const timer = setInterval(keeperTick, 50);
+    const timer = startInterval(keeperTick, 50);
     runtime().unrefTimer(timer);
   }
 }

@@ -6,7 +6,10 @@
 import { DLPackError, shown } from "./errors.ts";
 import { type DType, isDType } from "./dtypes.ts";
 import { deviceCode, type DeviceType, formatDevice } from "./devices.ts";
-import type { BufferView } from "./view.ts";
+import { accessOf, addressOf, type BufferView, deviceOfView, infoOf, layoutBitsOf, shapeOf, sizeOf } from "./view.ts";
+import { LAYOUT_C, LAYOUT_F } from "./description.ts";
+import { listText } from "./layout.ts";
+import { isArray, isCount, isInteger, objectSlots } from "./intrinsics.ts";
 
 /** What a caller needs of a view. Every field is optional. */
 export interface Requirements {
@@ -28,113 +31,166 @@ export interface Requirements {
   readonly writable?: boolean;
 }
 
-function shapeText(shape: readonly (number | null)[]): string {
-  return `[${shape.map((e) => (e === null ? "*" : String(e))).join(", ")}]`;
+/** Requirements as read from the caller's object: each field once, arrays copied. */
+interface Checked {
+  dtypes: DType[] | undefined;
+  shape: (number | null)[] | undefined;
+  ndim: number | undefined;
+  size: number | undefined;
+  contiguous: "C" | "F" | "any" | undefined;
+  alignment: number | undefined;
+  device: { type: DeviceType; id: number | undefined } | undefined;
+  writable: boolean | undefined;
 }
 
-function layoutText(view: BufferView): string {
-  if (view.cContiguous && view.fContiguous) return "C and F";
-  if (view.cContiguous) return "C";
-  if (view.fContiguous) return "F";
+function layoutText(layout: number): string {
+  if ((layout & 3) === 3) return "C and F";
+  if ((layout & LAYOUT_C) !== 0) return "C";
+  if ((layout & LAYOUT_F) !== 0) return "F";
   return "non-contiguous";
 }
 
 /** The largest power of two dividing the address (capped at 2^20; NULL counts as aligned). */
-function alignmentOf(address: bigint): number {
-  if (address === 0n) return 1 << 20;
+function alignmentOf(address: number): number {
   let alignment = 1;
-  while (alignment < 1 << 20 && (address & BigInt(alignment * 2 - 1)) === 0n) alignment *= 2;
+  while (alignment < 1 << 20 && address % (alignment * 2) === 0) alignment *= 2;
   return alignment;
 }
 
-function checkRequirements(req: Requirements): void {
-  const bad = (what: string) => {
-    throw new DLPackError("requirements", `invalid requirement: ${what}`);
-  };
-  if (req === null || typeof req !== "object" || Array.isArray(req)) {
+function bad(what: string): never {
+  throw new DLPackError("requirements", `invalid requirement: ${what}`);
+}
+
+/** Reads a caller's array once: its length, then each element once. */
+function readArray(value: unknown[], what: string): unknown[] {
+  const n: unknown = value.length;
+  if (!isCount(n) || n > 4096) bad(`${what} has an invalid length (${shown(n)})`);
+  const out = objectSlots<unknown>(n);
+  for (let i = 0; i < n; i++) out[i] = value[i];
+  return out;
+}
+
+function readRequirements(req: Requirements): Checked {
+  if (req === null || typeof req !== "object" || isArray(req)) {
     bad(`requirements must be an object such as { dtype: "float32" }, got ${shown(req)}`);
   }
-  if (req.alignment !== undefined) {
-    const a = req.alignment;
-    if (typeof a !== "number" || !Number.isInteger(a) || a <= 0 || (a & (a - 1)) !== 0 || a > 1 << 20) {
-      bad(`alignment must be a power of two up to 2^20, got ${shown(a)}`);
+  const alignment: unknown = req.alignment;
+  const dtype: unknown = req.dtype;
+  const shape: unknown = req.shape;
+  const ndim: unknown = req.ndim;
+  const size: unknown = req.size;
+  const contiguous: unknown = req.contiguous;
+  const device: unknown = req.device;
+  const writable: unknown = req.writable;
+  if (alignment !== undefined) {
+    if (!isInteger(alignment) || alignment <= 0 || (alignment & (alignment - 1)) !== 0 || alignment > 1 << 20) {
+      bad(`alignment must be a power of two up to 2^20, got ${shown(alignment)}`);
     }
   }
-  if (req.dtype !== undefined) {
-    if (typeof req.dtype !== "string" && !Array.isArray(req.dtype)) {
-      bad(`dtype must be a dtype name or an array of them, got ${shown(req.dtype)}`);
+  let dtypes: DType[] | undefined;
+  if (dtype !== undefined) {
+    if (typeof dtype !== "string" && !isArray(dtype)) {
+      bad(`dtype must be a dtype name or an array of them, got ${shown(dtype)}`);
     }
-    for (const d of typeof req.dtype === "string" ? [req.dtype] : req.dtype) {
-      if (!isDType(d)) bad(`unknown dtype ${typeof d === "string" ? JSON.stringify(d) : shown(d)}`);
+    const names = typeof dtype === "string" ? [dtype] : readArray(dtype as unknown[], "dtype");
+    for (let i = 0; i < names.length; i++) {
+      const d = names[i];
+      if (!isDType(d)) bad(`unknown dtype ${shown(d)}`);
     }
+    dtypes = names as DType[];
   }
-  if (req.shape !== undefined) {
-    if (!Array.isArray(req.shape)) bad(`shape must be an array of extents or null, got ${shown(req.shape)}`);
-    for (const e of req.shape) {
-      if (e !== null && (typeof e !== "number" || !Number.isSafeInteger(e) || e < 0)) {
-        bad(`shape extents must be non-negative integers or null, got ${shown(e)}`);
-      }
+  let extents: (number | null)[] | undefined;
+  if (shape !== undefined) {
+    if (!isArray(shape)) bad(`shape must be an array of extents or null, got ${shown(shape)}`);
+    const read = readArray(shape, "shape");
+    for (let d = 0; d < read.length; d++) {
+      const e = read[d];
+      if (e !== null && !isCount(e)) bad(`shape extents must be non-negative integers or null, got ${shown(e)}`);
     }
+    extents = read as (number | null)[];
   }
-  for (const field of ["ndim", "size"] as const) {
-    const v = req[field];
-    if (v !== undefined && (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0)) {
-      bad(`${field} must be a non-negative integer, got ${shown(v)}`);
+  if (ndim !== undefined && !isCount(ndim)) bad(`ndim must be a non-negative integer, got ${shown(ndim)}`);
+  if (size !== undefined && !isCount(size)) bad(`size must be a non-negative integer, got ${shown(size)}`);
+  if (contiguous !== undefined && contiguous !== "C" && contiguous !== "F" && contiguous !== "any") {
+    bad(`contiguous must be "C", "F" or "any", got ${shown(contiguous)}`);
+  }
+  let where: Checked["device"];
+  if (device !== undefined) {
+    if (device === null || typeof device !== "object") bad(`device must be { type, id? }, got ${shown(device)}`);
+    const type: unknown = (device as { type?: unknown }).type;
+    const id: unknown = (device as { id?: unknown }).id;
+    deviceCode(type as DeviceType); // throws "device" for an unknown type
+    if (id !== undefined && (!isInteger(id) || id < 0)) {
+      bad(`device id must be a non-negative integer, got ${shown(id)}`);
     }
+    where = { type: type as DeviceType, id: id as number | undefined };
   }
-  if (req.contiguous !== undefined && !["C", "F", "any"].includes(req.contiguous)) {
-    bad(`contiguous must be "C", "F" or "any", got ${shown(req.contiguous)}`);
+  if (writable !== undefined && typeof writable !== "boolean") {
+    bad(`writable must be true or false, got ${shown(writable)}`);
   }
-  if (req.device !== undefined) {
-    const d = req.device;
-    if (d === null || typeof d !== "object") bad(`device must be { type, id? }, got ${shown(d)}`);
-    deviceCode(d.type); // throws "device" for an unknown type
-    if (d.id !== undefined && (typeof d.id !== "number" || !Number.isInteger(d.id) || d.id < 0)) {
-      bad(`device id must be a non-negative integer, got ${shown(d.id)}`);
-    }
-  }
-  if (req.writable !== undefined && typeof req.writable !== "boolean") {
-    bad(`writable must be true or false, got ${shown(req.writable)}`);
-  }
+  return {
+    dtypes,
+    shape: extents,
+    ndim: ndim as number | undefined,
+    size: size as number | undefined,
+    contiguous: contiguous as Checked["contiguous"],
+    alignment: alignment as number | undefined,
+    device: where,
+    writable: writable as boolean | undefined,
+  };
+}
+
+function orList(names: readonly string[]): string {
+  let text = "";
+  for (let i = 0; i < names.length; i++) text += (i === 0 ? "" : " or ") + names[i];
+  return text;
 }
 
 /** The refusal messages for `view` against `req` (empty when everything holds). */
 export function requirementRefusals(view: BufferView, req: Requirements): string[] {
-  checkRequirements(req);
-  const out: string[] = [];
-  if (req.dtype !== undefined) {
-    const allowed = typeof req.dtype === "string" ? [req.dtype] : req.dtype;
-    if (!allowed.includes(view.dtype)) out.push(`dtype: required ${allowed.join(" or ")}, got ${view.dtype}`);
+  const r = readRequirements(req);
+  const found = objectSlots<string>(8);
+  let count = 0;
+  const name = infoOf(view).name;
+  const shape = shapeOf(view);
+  if (r.dtypes !== undefined) {
+    let ok = false;
+    for (let i = 0; i < r.dtypes.length; i++) if (r.dtypes[i] === name) ok = true;
+    if (!ok) found[count++] = `dtype: required ${orList(r.dtypes)}, got ${name}`;
   }
-  const ndim = req.ndim ?? req.shape?.length;
-  if (ndim !== undefined && view.ndim !== ndim) out.push(`ndim: required ${ndim}, got ${view.ndim}`);
-  if (req.shape !== undefined) {
-    const shape = view.shape;
-    const fits = shape.length === req.shape.length && req.shape.every((e, d) => e === null || e === shape[d]);
-    if (!fits) out.push(`shape: required ${shapeText(req.shape)}, got ${shapeText(shape)}`);
+  const ndim = r.ndim ?? r.shape?.length;
+  if (ndim !== undefined && shape.length !== ndim) found[count++] = `ndim: required ${ndim}, got ${shape.length}`;
+  if (r.shape !== undefined) {
+    let fits = shape.length === r.shape.length;
+    for (let d = 0; fits && d < shape.length; d++) fits = r.shape[d] === null || r.shape[d] === shape[d];
+    if (!fits) found[count++] = `shape: required ${listText(r.shape)}, got ${listText(shape)}`;
   }
-  if (req.size !== undefined && view.size !== req.size) out.push(`size: required ${req.size}, got ${view.size}`);
-  if (req.contiguous !== undefined) {
-    const ok = req.contiguous === "C"
-      ? view.cContiguous
-      : req.contiguous === "F"
-      ? view.fContiguous
-      : view.cContiguous || view.fContiguous;
-    const wanted = req.contiguous === "any" ? "C or F" : req.contiguous;
-    if (!ok) out.push(`contiguous: required ${wanted}, got ${layoutText(view)}`);
+  const size = sizeOf(view);
+  if (r.size !== undefined && size !== r.size) found[count++] = `size: required ${r.size}, got ${size}`;
+  if (r.contiguous !== undefined) {
+    const layout = layoutBitsOf(view);
+    const c = (layout & LAYOUT_C) !== 0;
+    const f = (layout & LAYOUT_F) !== 0;
+    const ok = r.contiguous === "C" ? c : r.contiguous === "F" ? f : c || f;
+    const wanted = r.contiguous === "any" ? "C or F" : r.contiguous;
+    if (!ok) found[count++] = `contiguous: required ${wanted}, got ${layoutText(layout)}`;
   }
-  if (req.alignment !== undefined) {
-    const alignment = alignmentOf(view.address);
-    if (alignment < req.alignment) out.push(`alignment: required ${req.alignment}, got ${alignment}`);
+  if (r.alignment !== undefined) {
+    const address = addressOf(view);
+    const alignment = address === 0 ? 1 << 20 : alignmentOf(address);
+    if (alignment < r.alignment) found[count++] = `alignment: required ${r.alignment}, got ${alignment}`;
   }
-  if (req.device !== undefined) {
-    const d = view.device;
-    if (d.type !== req.device.type || (req.device.id !== undefined && d.id !== req.device.id)) {
-      out.push(`device: required ${formatDevice(req.device)}, got ${formatDevice(d)}`);
+  if (r.device !== undefined) {
+    const d = deviceOfView(view);
+    if (d.type !== r.device.type || (r.device.id !== undefined && d.id !== r.device.id)) {
+      found[count++] = `device: required ${formatDevice(r.device)}, got ${formatDevice(d)}`;
     }
   }
-  if (req.writable !== undefined && view.writable !== req.writable) {
-    out.push(`writable: required ${req.writable}, got ${view.writable}`);
+  if (r.writable !== undefined) {
+    const writable = accessOf(view) === "readwrite";
+    if (writable !== r.writable) found[count++] = `writable: required ${r.writable}, got ${writable}`;
   }
-  return out;
+  const out = objectSlots<string>(count);
+  for (let i = 0; i < count; i++) out[i] = found[i];
+  return out as string[];
 }

@@ -5,6 +5,7 @@
  * @module
  */
 import { DLPackError } from "./errors.ts";
+import { abs } from "./intrinsics.ts";
 import type { MiniFloatDType } from "./dtypes.ts";
 
 const f32 = new Float32Array(1);
@@ -20,7 +21,7 @@ export function bfloat16ToNumber(bits: number): number {
 export function numberToBfloat16(value: number): number {
   f32[0] = value;
   const bits = u32[0];
-  if (Number.isNaN(f32[0])) return ((bits >>> 16) | 0x0040) & 0xffff;
+  if (f32[0] !== f32[0]) return ((bits >>> 16) | 0x0040) & 0xffff;
   return ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
@@ -39,6 +40,7 @@ interface Format {
 }
 
 const FORMATS: Readonly<Record<MiniFloatDType, Format>> = {
+  __proto__: null,
   float8_e3m4: fmt(3, 4, 3, { ieee: true }),
   float8_e4m3: fmt(4, 3, 7, { ieee: true }),
   float8_e4m3b11fnuz: fmt(4, 3, 11, { nanIsNegativeZero: true }),
@@ -50,7 +52,7 @@ const FORMATS: Readonly<Record<MiniFloatDType, Format>> = {
   float6_e2m3fn: fmt(2, 3, 1, {}),
   float6_e3m2fn: fmt(3, 2, 3, {}),
   float4_e2m1fn: fmt(2, 1, 1, {}),
-};
+} as unknown as Record<MiniFloatDType, Format>;
 
 function fmt(
   exponentBits: number,
@@ -102,10 +104,11 @@ interface Codec {
   readonly tiesUp: boolean;
 }
 
-const codecs = new Map<MiniFloatDType, Codec>();
+// Prototype-less: only codecs made here are found.
+const codecs: Record<string, Codec | undefined> = { __proto__: null } as unknown as Record<string, Codec>;
 
 function codecOf(dtype: MiniFloatDType): Codec {
-  let codec = codecs.get(dtype);
+  let codec = codecs[dtype];
   if (codec !== undefined) return codec;
   const f = FORMATS[dtype];
   const width = f.exponentBits + f.mantissaBits + (f.signed ? 1 : 0);
@@ -118,7 +121,7 @@ function codecOf(dtype: MiniFloatDType): Codec {
   for (let code = 0; code < count; code++) {
     const value = decodeWith(f, code);
     decode[code] = value;
-    if (Number.isNaN(value)) nanCode ??= code;
+    if (value !== value) nanCode ??= code;
     else if (value === Infinity) infCode = code;
     else if ((code & signBit) === 0) positives.push([value, code]);
   }
@@ -134,7 +137,7 @@ function codecOf(dtype: MiniFloatDType): Codec {
     negativeZero: f.signed && !f.nanIsNegativeZero,
     tiesUp: f.mantissaBits === 0,
   };
-  codecs.set(dtype, codec);
+  codecs[dtype] = codec;
   return codec;
 }
 
@@ -148,15 +151,15 @@ export function decodeMiniFloat(dtype: MiniFloatDType, code: number): number {
  * (formats with neither); values a format cannot hold (e8m0: zero, negatives) become NaN. */
 export function encodeMiniFloat(dtype: MiniFloatDType, value: number): number {
   const c = codecOf(dtype);
-  if (Number.isNaN(value)) {
+  if (value !== value) {
     if (c.nanCode === undefined) throw new DLPackError("dtype", `${dtype} cannot hold NaN`);
     return c.nanCode;
   }
-  const negative = value < 0 || Object.is(value, -0);
+  const negative = value < 0 || (value === 0 && 1 / value < 0);
   const mags = c.magnitudes;
   // Unsigned formats without a zero (e8m0) hold neither negatives nor zero: like ml_dtypes, NaN.
   if (!c.signed && (negative || (value === 0 && mags[0] !== 0))) return c.nanCode!;
-  const magnitude = Math.abs(value);
+  const magnitude = abs(value);
   const last = mags.length - 1;
   let code: number;
   if (magnitude >= mags[last]) {
@@ -187,7 +190,11 @@ export function encodeMiniFloat(dtype: MiniFloatDType, value: number): number {
   return code;
 }
 
+// Every codec is built while the module loads, with the built-ins as they were then (sort,
+// push, Float64Array.from): nothing replaced later can change how values are encoded.
+for (const name of Object.keys(FORMATS) as MiniFloatDType[]) codecOf(name);
+
 /** Whether a dtype name is one of the small float formats. */
 export function isMiniFloat(dtype: string): dtype is MiniFloatDType {
-  return dtype in FORMATS;
+  return typeof dtype === "string" && dtype in FORMATS;
 }

@@ -3,7 +3,7 @@
  * @module
  */
 import { core, runtime } from "../ffi/mod.ts";
-import { sweepPins } from "./owner.ts";
+import { releaseDeferred, sweepPins } from "./owner.ts";
 
 /** What is alive right now. Every count returns to zero once everything is released. */
 export interface Stats {
@@ -23,11 +23,13 @@ export interface Stats {
   readonly deletersCalled: number;
 }
 
-const counters = new Float64Array(8);
+// Over an ArrayBuffer of its own, as its address is cached (see `drained` in owner.ts).
+const counters = new Float64Array(new ArrayBuffer(8 * 8));
 let countersAt = 0;
 
 /** The live counters (sweeps released pins first). */
 export function stats(): Stats {
+  releaseDeferred();
   sweepPins();
   core().dlpk_stats(countersAt ||= runtime().addressOf(counters));
   return {

@@ -4,8 +4,8 @@
  * requirements, and releases its share of the memory exactly once.
  * @module
  */
-import { core, runtime } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
+import { runtime } from "../ffi/mod.ts";
+import { DLPackError, shown } from "./errors.ts";
 import type {
   AnyTypedArray,
   ArrayOf,
@@ -19,14 +19,41 @@ import type {
 } from "./dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "./scalars.ts";
-import { LazyBackstop, Owner } from "./owner.ts";
+import {
+  deferredCount,
+  deferredNumbers,
+  deferredObjects,
+  LazyBackstop,
+  Owner,
+  registerDisposer,
+  type Releasable,
+  releaseOwner,
+  retryQuietly,
+} from "./owner.ts";
 import { requirementRefusals, type Requirements } from "./requirements.ts";
 import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "./description.ts";
 import { infoOfTriple } from "./dtypes.ts";
-import { copyOf } from "./alloc.ts";
-import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
+import { copyOf, empty } from "./alloc.ts";
+import { type DLPackProtocolOptions, typedArrayView, viewDLPack } from "./export.ts";
 import type { Capsule } from "./capsule.ts";
 import { copyInto, type CopyOptions, toHost } from "./cuda.ts";
+import {
+  ArrayBufferCtor,
+  ceil,
+  copyNumbers,
+  detach,
+  floor,
+  freeze,
+  isArray,
+  isDetached,
+  newSet,
+  numbersFrom,
+  slots,
+  toBigInt,
+  typedArrayLength,
+  typedArrayTag,
+} from "./intrinsics.ts";
+import { listText } from "./layout.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
 export type Access = "readwrite" | "readonly" | "unknown";
@@ -82,16 +109,37 @@ const READ_ONLY = 1;
 const IS_COPIED = 2;
 const SUBBYTE_PADDED = 4;
 
-/** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does. */
-const VIEW_OF_BUFFER = Symbol("dlpack.view");
+/** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does.
+ * A private field stamped onto the buffer (the constructor returns the buffer itself): unlike a
+ * property, no setter or Proxy a caller puts on ArrayBuffer.prototype's chain can intercept it. */
+class Stamp {
+  constructor(target: object) {
+    return target;
+  }
+}
+class BufferLink extends Stamp {
+  #view: BufferView;
+  constructor(buffer: ArrayBuffer, view: BufferView) {
+    super(buffer);
+    this.#view = view;
+  }
+  static viewOf(buffer: object): BufferView | undefined {
+    return #view in buffer ? (buffer as BufferLink).#view : undefined;
+  }
+}
+
+/** The view an `array()` buffer belongs to (tests use it to check the link). */
+export function viewOfBuffer(buffer: object): BufferView | undefined {
+  return BufferLink.viewOf(buffer);
+}
 
 /** The library's name, recorded as `owner` on memory it allocated. */
 export const LIBRARY_NAME = "dlpack-ts";
 
 /** Releases the share of views collected without `dispose()` (only a backstop). */
 const views = new LazyBackstop<number>(
-  (owner) => core().dlpk_owner_release(owner),
-  (holder) => !(holder as BufferView).disposed,
+  (owner) => releaseOwner(owner),
+  (holder) => liveView(holder),
 );
 
 type Construct = (
@@ -118,6 +166,91 @@ type Construct = (
 
 let construct: Construct;
 let branded: (x: object) => boolean;
+let liveView: (x: object) => boolean;
+let internals: Internals;
+
+/** What library modules read of a view: its own fields, through nothing a caller can replace
+ * (the public getters live on a prototype anyone can redefine). */
+interface Internals {
+  /** The native owner record; throws "disposed" for a disposed view. */
+  owner(view: BufferView): number;
+  address(view: BufferView): number;
+  info(view: BufferView): DTypeInfo;
+  shape(view: BufferView): readonly number[];
+  strides(view: BufferView): readonly number[];
+  size(view: BufferView): number;
+  nbytes(view: BufferView): number;
+  layout(view: BufferView): number;
+  device(view: BufferView): Device;
+  access(view: BufferView): Access;
+  flags(view: BufferView): number;
+  dispose(view: BufferView): void;
+  array(view: BufferView): AnyTypedArray;
+  toArray(view: BufferView): AnyTypedArray;
+  keepAlive(view: BufferView): Owner;
+}
+
+/** @internal The native owner record of a live view (throws "disposed"). */
+export function ownerOf(view: BufferView): number {
+  return internals.owner(view);
+}
+/** @internal Element 0's address. */
+export function addressOf(view: BufferView): number {
+  return internals.address(view);
+}
+/** @internal The dtype table entry. */
+export function infoOf(view: BufferView): DTypeInfo {
+  return internals.info(view);
+}
+/** @internal The view's own shape array (never handed out). */
+export function shapeOf(view: BufferView): readonly number[] {
+  return internals.shape(view);
+}
+/** @internal The view's own strides array (never handed out). */
+export function stridesOf(view: BufferView): readonly number[] {
+  return internals.strides(view);
+}
+/** @internal Element count. */
+export function sizeOf(view: BufferView): number {
+  return internals.size(view);
+}
+/** @internal Bytes of the elements. */
+export function nbytesOf(view: BufferView): number {
+  return internals.nbytes(view);
+}
+/** @internal Layout bits (LAYOUT_C, LAYOUT_F). */
+export function layoutBitsOf(view: BufferView): number {
+  return internals.layout(view);
+}
+/** @internal The device. */
+export function deviceOfView(view: BufferView): Device {
+  return internals.device(view);
+}
+/** @internal The access. */
+export function accessOf(view: BufferView): Access {
+  return internals.access(view);
+}
+/** @internal The raw flag bits. */
+export function flagsOf(view: BufferView): number {
+  return internals.flags(view);
+}
+/** @internal Disposes a view (idempotent). */
+export function disposeView(view: BufferView): void {
+  internals.dispose(view);
+}
+/** @internal `view.array()`. */
+export function arrayOf(view: BufferView): AnyTypedArray {
+  return internals.array(view);
+}
+/** @internal `view.toArray()`. */
+export function toArrayOf(view: BufferView): AnyTypedArray {
+  return internals.toArray(view);
+}
+
+/** @internal `view.keepAlive`. */
+export function keepAliveOf(view: BufferView): Owner {
+  return internals.keepAlive(view);
+}
 
 /** Makes a view; only library modules call this. */
 export function makeView(init: ViewInit): BufferView {
@@ -156,46 +289,72 @@ export function viewFromScratch(
   keepAlive?: unknown,
   verified?: boolean,
 ): BufferView {
-  const owner = s.owner();
+  // Read without a call, so nothing can throw between the native call and the try.
+  const owner = s.u32[U32.ownerHi] * 0x1_0000_0000 + s.u32[U32.ownerLo];
   try {
-    const f64 = s.f64;
-    const i32 = s.i32;
-    const u32 = s.u32;
-    const ndim = i32[I32.ndim];
-    const shape = new Array<number>(ndim);
-    const strides = new Array<number>(ndim);
-    for (let d = 0; d < ndim; d++) {
-      shape[d] = f64[F64.shape + d];
-      strides[d] = f64[F64.strides + d];
-    }
-    const info = infoOfTriple(u32[U32.code], u32[U32.bits]);
-    if (info === undefined) throw new DLPackError("dtype", "native and TS dtype tables disagree");
-    return construct(
-      s.address(),
-      owner,
-      info,
-      shape,
-      strides,
-      f64[F64.size],
-      f64[F64.nbytes],
-      f64[F64.minOffset],
-      f64[F64.maxOffset],
-      u32[U32.layout],
-      deviceOf(i32[I32.deviceType], i32[I32.deviceId]),
-      access,
-      i32[I32.major],
-      i32[I32.minor],
-      u32[U32.flags],
-      producer,
-      ownerName,
-      // Unless the caller knows, the native check says (CPU memory, or a claim the CUDA driver confirmed).
-      verified ?? (u32[U32.layout] & DEVICE_VERIFIED) !== 0,
-      keepAlive,
-    );
+    return buildFromScratch(s, owner, access, producer, ownerName, keepAlive, verified);
   } catch (error) {
-    core().dlpk_owner_release(owner);
+    // Deferred without a call first: the stack may be exhausted right here.
+    deferredNumbers[deferredCount[0]++] = owner;
+    retryQuietly();
     throw error;
   }
+}
+
+/**
+ * The view of the description a native call just wrote, holding `owner`. Throws only before the
+ * view holds the owner (the caller then still owns it): the view's constructor registers with the
+ * GC backstop as its very last step, and that step cannot throw once it has stored the view.
+ */
+export function buildFromScratch(
+  s: Scratch,
+  owner: number,
+  access: Access,
+  producer: string | null,
+  ownerName: string,
+  keepAlive?: unknown,
+  verified?: boolean,
+): BufferView {
+  const f64 = s.f64;
+  const i32 = s.i32;
+  const u32 = s.u32;
+  const ndim = i32[I32.ndim];
+  // Own elements from literals: a setter on Array.prototype never sees these values. Ranks 1 and
+  // 2 are spelled out here, where the JIT sees them on the import path.
+  const shape = ndim === 1
+    ? [f64[F64.shape]]
+    : ndim === 2
+    ? [f64[F64.shape], f64[F64.shape + 1]]
+    : numbersFrom(f64, F64.shape, ndim);
+  const strides = ndim === 1
+    ? [f64[F64.strides]]
+    : ndim === 2
+    ? [f64[F64.strides], f64[F64.strides + 1]]
+    : numbersFrom(f64, F64.strides, ndim);
+  const info = infoOfTriple(u32[U32.code], u32[U32.bits]);
+  if (info === undefined) throw new DLPackError("dtype", "native and TS dtype tables disagree");
+  return construct(
+    s.address(),
+    owner,
+    info,
+    shape,
+    strides,
+    f64[F64.size],
+    f64[F64.nbytes],
+    f64[F64.minOffset],
+    f64[F64.maxOffset],
+    u32[U32.layout],
+    deviceOf(i32[I32.deviceType], i32[I32.deviceId]),
+    access,
+    i32[I32.major],
+    i32[I32.minor],
+    u32[U32.flags],
+    producer,
+    ownerName,
+    // Unless the caller knows, the native check says (CPU memory, or a claim the CUDA driver confirmed).
+    verified ?? (u32[U32.layout] & DEVICE_VERIFIED) !== 0,
+    keepAlive,
+  );
 }
 
 /** Whether `x` really is a view this library made. `instanceof` is not enough: an object made with
@@ -251,6 +410,32 @@ export class BufferView {
         keepAlive,
       );
     branded = (x) => #owner in x;
+    liveView = (x) => #owner in x && (x as BufferView).#owner !== 0;
+    internals = {
+      owner: (v) => {
+        v.#live();
+        return v.#owner;
+      },
+      address: (v) => v.#address,
+      info: (v) => v.#info,
+      shape: (v) => v.#shape,
+      strides: (v) => v.#strides,
+      size: (v) => v.#size,
+      nbytes: (v) => v.#nbytes,
+      layout: (v) => v.#layout,
+      device: (v) => v.#device,
+      access: (v) => v.#access,
+      flags: (v) => v.#flags,
+      dispose: (v) => v.#dispose(),
+      array: (v) => v.#makeArray(),
+      toArray: (v) => v.#toArray(),
+      keepAlive: (v) => v.#keepAlive(),
+    };
+    registerDisposer((x) => {
+      if (!(#owner in x)) return false;
+      (x as BufferView).#dispose();
+      return true;
+    });
   }
 
   #address: number;
@@ -319,12 +504,13 @@ export class BufferView {
     this.#ownerName = ownerName;
     this.#verified = verified;
     this.#keepAliveValue = keepAlive;
+    // Last: once the backstop holds this view, nothing here throws.
     this.#epoch = views.add(this, owner);
   }
 
   /** Address of element 0 (the producer's `byte_offset` already folded in). */
   get address(): bigint {
-    return BigInt(this.#address);
+    return toBigInt(this.#address);
   }
 
   /** The dtype name ("float32", "bfloat16", "float8_e4m3fn", "complex64", "bool", ...). */
@@ -339,12 +525,12 @@ export class BufferView {
 
   /** Extents per dimension. */
   get shape(): readonly number[] {
-    return this.#publicShape ??= Object.freeze(this.#shape.slice());
+    return this.#publicShape ??= freeze(copyNumbers(this.#shape));
   }
 
   /** Strides in elements (computed in C order when the producer sent NULL). */
   get strides(): readonly number[] {
-    return this.#publicStrides ??= Object.freeze(this.#strides.slice());
+    return this.#publicStrides ??= freeze(copyNumbers(this.#strides));
   }
 
   /** Number of dimensions. */
@@ -420,7 +606,24 @@ export class BufferView {
   /** This view's own share of the memory. `keepAlive.retain()` gives an independent share that
    * keeps the memory alive after the view is disposed; releasing this one disposes the view. */
   get keepAlive(): Owner {
-    return this.#share ??= new Owner(this.#owner, this);
+    return this.#keepAlive();
+  }
+
+  #keepAlive(): Owner {
+    return this.#share ??= new Owner(this.#owner, this.#releasable());
+  }
+
+  /** This view as its Owner share sees it: the private methods, not the replaceable public ones. */
+  #releasable(): Releasable {
+    const dispose = () => this.#dispose();
+    const isDisposed = () => this.#owner === 0;
+    return freeze({
+      __proto__: null,
+      dispose,
+      get disposed(): boolean {
+        return isDisposed();
+      },
+    }) as unknown as Releasable;
   }
 
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
@@ -471,6 +674,10 @@ export class BufferView {
    * The array is detached (length 0) when the view is disposed, so it can never read freed memory.
    */
   array(): AnyTypedArray {
+    return this.#makeArray();
+  }
+
+  #makeArray(): AnyTypedArray {
     this.#live();
     if (this.#array !== undefined) return this.#array;
     if (this.#device.type !== "cpu" && !isHostAccessible(this.#device.type)) {
@@ -482,7 +689,7 @@ export class BufferView {
       );
     }
     const Ctor = this.#info.array;
-    if (this.#size === 0) return this.#array = new Ctor(new ArrayBuffer(0));
+    if (this.#size === 0) return this.#array = new Ctor(new ArrayBufferCtor(0));
     let start: number;
     let byteLength: number;
     const bits = this.#info.bits;
@@ -490,22 +697,17 @@ export class BufferView {
       const bytes = bits >> 3;
       start = this.#address + this.#minOffset * bytes;
       byteLength = (this.#maxOffset - this.#minOffset + 1) * bytes;
-    } else [start, byteLength] = this.#byteSpan();
+    } else {
+      const slot = this.#slotBits();
+      const lo = floor((this.#minOffset * slot) / 8);
+      start = this.#address + lo;
+      byteLength = ceil(((this.#maxOffset + 1) * slot) / 8) - lo;
+    }
     const buffer = runtime().arrayBuffer(start, byteLength);
-    // A plain symbol property (defineProperty is several times slower on ArrayBuffers).
-    (buffer as ArrayBuffer & { [VIEW_OF_BUFFER]?: BufferView })[VIEW_OF_BUFFER] = this;
+    new BufferLink(buffer, this);
+    const array = new Ctor(buffer, 0, floor(byteLength / this.#info.slotBytes));
     this.#buffer = buffer;
-    return this.#array = new Ctor(buffer, 0, Math.floor(byteLength / Ctor.BYTES_PER_ELEMENT));
-  }
-
-  /** Start address and length in bytes of the memory the view can reach. */
-  #byteSpan(): [number, number] {
-    const bits = this.#slotBits();
-    const loBits = this.#minOffset * bits;
-    const hiBits = (this.#maxOffset + 1) * bits;
-    const lo = Math.floor(loBits / 8);
-    const hi = Math.ceil(hiBits / 8);
-    return [this.#address + lo, hi - lo];
+    return this.#array = array;
   }
 
   /** Bits each element occupies in memory (padded sub-byte types take a whole byte). */
@@ -517,16 +719,20 @@ export class BufferView {
   /** Reads one element. Indices must be integers within the shape. */
   get(...index: number[]): Scalar {
     const at = this.#position(index, "get");
-    const a = this.#array ?? this.array();
+    const a = this.#array ?? this.#makeArray();
+    // An array detached under the view (its buffer transferred by other code) has length 0 and
+    // reads undefined without touching memory: that is checked after the read, not before.
+    const first = a[at];
+    if (first === undefined) this.#live();
     switch (this.#info.kind) {
       case "int":
       case "float":
       case "bigint":
-        return a[at];
+        return first;
       case "bool":
-        return a[at] !== 0;
+        return first !== 0;
       case "bfloat16":
-        return bfloat16ToNumber(a[at] as number);
+        return bfloat16ToNumber(first as number);
       case "complex":
         return [a[at * 2] as number, a[at * 2 + 1] as number] as Complex;
       case "minifloat":
@@ -546,7 +752,10 @@ export class BufferView {
       );
     }
     const at = this.#position(index, "set");
-    const a = this.#array ?? this.array();
+    const a = this.#array ?? this.#makeArray();
+    // Writes into an array detached under the view are dropped without touching memory; refuse
+    // them as get() does (a read of a live array never gives undefined).
+    if (a[at] === undefined) this.#live();
     const info = this.#info;
     switch (info.kind) {
       case "int":
@@ -566,13 +775,16 @@ export class BufferView {
         a[at] = numberToBfloat16(expectNumber(value, info.name));
         return;
       case "complex": {
-        if (
-          !Array.isArray(value) || value.length !== 2 || typeof value[0] !== "number" || typeof value[1] !== "number"
-        ) {
+        // Each part read once: a getter returning a number first and an object later gains nothing.
+        if (!isArray(value)) throw typeError(info.name, "[real, imaginary]", value);
+        const length: unknown = value.length;
+        const re: unknown = value[0];
+        const im: unknown = value[1];
+        if (length !== 2 || typeof re !== "number" || typeof im !== "number") {
           throw typeError(info.name, "[real, imaginary]", value);
         }
-        a[at * 2] = value[0];
-        a[at * 2 + 1] = value[1];
+        a[at * 2] = re;
+        a[at * 2 + 1] = im;
         return;
       }
       case "minifloat":
@@ -585,9 +797,10 @@ export class BufferView {
     }
   }
 
-  /** The element position in `array()` units for an index, after every check. */
+  /** The element position in `array()` units for an index, after every check but detachment
+   * (which get and set check on the array itself). */
   #position(index: readonly number[], what: string): number {
-    this.#live();
+    if (this.#owner === 0) throw new DLPackError("disposed", "this view was disposed");
     const shape = this.#shape;
     if (index.length !== shape.length) {
       throw new DLPackError(
@@ -598,9 +811,15 @@ export class BufferView {
     const strides = this.#strides;
     let at = -this.#minOffset;
     for (let d = 0; d < shape.length; d++) {
-      const i = index[d];
-      if (!Number.isInteger(i) || i < 0 || i >= shape[d]) {
-        throw new DLPackError("shape", `index ${String(i)} is out of range for dimension ${d} of extent ${shape[d]}`);
+      const i: unknown = index[d];
+      if (typeof i !== "number") {
+        throw new DLPackError("argument", `${what}(): index ${d} must be a number, got ${shown(i)}`);
+      }
+      if (i % 1 !== 0) {
+        throw new DLPackError("shape", `index ${i} of dimension ${d} is not an integer`);
+      }
+      if (i < 0 || i >= shape[d]) {
+        throw new DLPackError("shape", `index ${i} is out of range for dimension ${d} of extent ${shape[d]}`);
       }
       at += i * strides[d];
     }
@@ -610,7 +829,8 @@ export class BufferView {
   #readBits(bytes: Uint8Array, at: number): number {
     const bits = this.#slotBits();
     if (bits === 8) return bytes[at];
-    const [bit, mask] = this.#bitOf(at, bits);
+    const bit = this.#bitOf(at, bits);
+    const mask = (1 << bits) - 1;
     const word = bytes[bit >>> 3] | ((bytes[(bit >>> 3) + 1] ?? 0) << 8);
     return (word >>> (bit & 7)) & mask;
   }
@@ -621,7 +841,8 @@ export class BufferView {
       bytes[at] = code;
       return;
     }
-    const [bit, mask] = this.#bitOf(at, bits);
+    const bit = this.#bitOf(at, bits);
+    const mask = (1 << bits) - 1;
     const byte = bit >>> 3;
     const shift = bit & 7;
     const word = (bytes[byte] | ((bytes[byte + 1] ?? 0) << 8)) & ~(mask << shift) | ((code & mask) << shift);
@@ -630,10 +851,10 @@ export class BufferView {
   }
 
   /** Bit position from the start of `array()` of the element at `at`, for packed sub-byte data. */
-  #bitOf(at: number, bits: number): [number, number] {
+  #bitOf(at: number, bits: number): number {
     const loBits = this.#minOffset * bits;
-    const startBit = Math.floor(loBits / 8) * 8;
-    return [(at + this.#minOffset) * bits - startBit, (1 << bits) - 1];
+    const startBit = floor(loBits / 8) * 8;
+    return (at + this.#minOffset) * bits - startBit;
   }
 
   /**
@@ -641,22 +862,26 @@ export class BufferView {
    * one code per byte).
    */
   toArray(): AnyTypedArray {
+    return this.#toArray();
+  }
+
+  #toArray(): AnyTypedArray {
     this.#live();
-    const src = this.array();
+    const src = this.#makeArray();
     const info = this.#info;
     const packed = info.kind === "minifloat" && this.#slotBits() < 8;
     const Ctor = info.array;
-    const slots = info.slots;
-    const out = new Ctor(new ArrayBuffer(this.#size * slots * Ctor.BYTES_PER_ELEMENT));
+    const slotCount = info.slots;
+    const out = new Ctor(new ArrayBufferCtor(this.#size * slotCount * info.slotBytes));
     if (this.#size === 0) return out;
     const shape = this.#shape;
     const strides = this.#strides;
     const ndim = shape.length;
-    const index = new Array<number>(ndim).fill(0);
+    const index = slots(ndim);
     let at = -this.#minOffset;
     for (let k = 0; k < this.#size; k++) {
       if (packed) out[k] = this.#readBits(src as Uint8Array, at);
-      else if (slots === 2) {
+      else if (slotCount === 2) {
         out[2 * k] = src[2 * at];
         out[2 * k + 1] = src[2 * at + 1];
       } else out[k] = src[at];
@@ -695,11 +920,96 @@ export class BufferView {
    * Copies `src`'s values into this view: host memory (cpu, cudaHost, cudaManaged) and CUDA device
    * memory in any direction, device to device included. Dtype and shape must match and this view
    * must be writable, and C-contiguous or laid out exactly like `src`. Complete on return.
+   *
+   * `src` may also be a TypedArray in the form `toArray()` returns: the TypedArray type of
+   * `array()` for this dtype, holding every element in C order (complex interleaved, sub-byte
+   * floats one code per element), `size` elements long (twice that for complex).
    */
-  copyFrom(src: BufferView, opts?: CopyOptions): this {
+  copyFrom(src: BufferView | AnyTypedArray, opts?: CopyOptions): this {
     this.#live();
-    copyInto(this, src, opts);
+    if (isBufferView(src)) {
+      copyInto(this, src, opts);
+      return this;
+    }
+    const tag = typedArrayTag(src);
+    if (tag === undefined) {
+      throw new DLPackError("argument", `copyFrom takes a BufferView or a TypedArray, got ${shown(src)}`);
+    }
+    this.#copyFromTypedArray(src as AnyTypedArray, tag, opts);
     return this;
+  }
+
+  #copyFromTypedArray(src: AnyTypedArray, tag: string, opts: CopyOptions | undefined): void {
+    const info = this.#info;
+    if (tag !== info.tag && !(tag === "Uint8ClampedArray" && info.tag === "Uint8Array")) {
+      throw new DLPackError(
+        "dtype",
+        `copyFrom: a ${info.name} view takes a ${info.tag} (the form of toArray()), got a ${tag}`,
+      );
+    }
+    const length = typedArrayLength(src);
+    const needed = this.#size * info.slots;
+    if (length !== needed) {
+      throw new DLPackError(
+        "shape",
+        `copyFrom: the ${tag} has ${length} elements; this view of shape ${listText(this.#shape)} needs ${needed}`,
+      );
+    }
+    if (this.#access !== "readwrite") {
+      throw new DLPackError(
+        "readonly",
+        this.#access === "readonly"
+          ? "copyFrom writes this view, which is read-only"
+          : "copyFrom writes this view, whose access is unknown (legacy DLPack); call assumeWritable() if it may be written",
+      );
+    }
+    if (this.#size === 0) return;
+    const host = this.#device.type === "cpu" || isHostAccessible(this.#device.type);
+    if (host && (info.bits < 8 || (this.#layout & LAYOUT_C) === 0)) {
+      // Sub-byte codes, or a strided destination the native copy does not scatter into.
+      this.#scatter(src);
+      return;
+    }
+    // A view over the TypedArray's own memory (pinned while it lives), then the view-to-view copy.
+    const staged = info.bits < 8
+      ? packedCodes(src as Uint8Array, info, this.#shape)
+      : typedArrayView(src, info, this.#shape);
+    try {
+      copyInto(this, staged, opts);
+    } finally {
+      try {
+        disposeView(staged);
+      } catch {
+        deferredObjects[deferredCount[1]++] = staged;
+      }
+    }
+  }
+
+  /** Writes `src` (this view's elements in C order, in the form of toArray()) into host memory. */
+  #scatter(src: AnyTypedArray): void {
+    const a = this.#makeArray();
+    const packed = this.#info.kind === "minifloat" && this.#slotBits() < 8;
+    const pairs = this.#info.slots === 2;
+    const shape = this.#shape;
+    const strides = this.#strides;
+    const ndim = shape.length;
+    const index = slots(ndim);
+    let at = -this.#minOffset;
+    for (let k = 0; k < this.#size; k++) {
+      if (packed) this.#writeBits(a as Uint8Array, at, (src as Uint8Array)[k]);
+      else if (pairs) {
+        a[2 * at] = src[2 * k];
+        a[2 * at + 1] = src[2 * k + 1];
+      } else a[at] = src[k];
+      for (let d = ndim - 1; d >= 0; d--) {
+        if (++index[d] < shape[d]) {
+          at += strides[d];
+          break;
+        }
+        at -= (shape[d] - 1) * strides[d];
+        index[d] = 0;
+      }
+    }
   }
 
   /**
@@ -724,9 +1034,17 @@ export class BufferView {
    * ("requirements") when the dtype or rank differ.
    */
   as<D extends DType, N extends number>(dtype: D, ndim: N): TypedView<D, N> {
-    const refusals = this.refusals({ dtype, ndim });
+    this.#live();
+    if (dtype === undefined || ndim === undefined) {
+      throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
+    }
+    const refusals = requirementRefusals(this, { dtype, ndim });
     if (refusals.length > 0) {
-      throw new DLPackError("requirements", `as(${dtype}, ${ndim}) refused: ${refusals.join("; ")}`, refusals);
+      throw new DLPackError(
+        "requirements",
+        `as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused: ${joined(refusals)}`,
+        refusals,
+      );
     }
     return this as unknown as TypedView<D, N>;
   }
@@ -755,9 +1073,10 @@ export class BufferView {
 
   /** Returns this view if it meets every requirement, else throws `DLPackError` listing them all. */
   require(req: Requirements): this {
-    const refusals = this.refusals(req);
+    this.#live();
+    const refusals = requirementRefusals(this, req);
     if (refusals.length > 0) {
-      throw new DLPackError("requirements", `requirements not met: ${refusals.join("; ")}`, refusals);
+      throw new DLPackError("requirements", `requirements not met: ${joined(refusals)}`, refusals);
     }
     return this;
   }
@@ -767,27 +1086,42 @@ export class BufferView {
    * view or export needs it. Arrays from `array()` are detached first. Idempotent.
    */
   dispose(): void {
+    this.#dispose();
+  }
+
+  // Every step that can throw runs before the view changes state, so an exception (an exhausted
+  // stack) leaves it live and whole, to be disposed again; once it is marked disposed, the release
+  // itself cannot be lost (releaseOwner journals it in the deferred buffer around the native call).
+  #dispose(): void {
     const owner = this.#owner;
     if (owner === 0) return;
-    this.#owner = 0;
     const buffer = this.#buffer;
-    this.#buffer = undefined;
-    this.#array = undefined;
-    this.#keepAliveValue = undefined;
-    views.remove(this, this.#epoch);
     if (buffer !== undefined) {
       if (isDetached(buffer)) {
         // Someone transferred it (ArrayBuffer.prototype.transfer, postMessage): the runtimes move
         // native memory into the new buffer without copying, and nothing can revoke that one.
         // Keeping this share for the rest of the process is the only way it never reads freed
         // memory; stats() shows it.
-        transferredShares.push(owner);
+        transferredShares.add(owner);
+        views.remove(this, this.#epoch);
+        this.#forget();
         return;
       }
       // Detaching leaves every TypedArray over it with length 0: no access after free.
-      (buffer as ArrayBuffer & { transfer(length: number): ArrayBuffer }).transfer(0);
+      detach(buffer);
+      this.#buffer = undefined;
+      this.#array = undefined;
     }
-    core().dlpk_owner_release(owner);
+    views.remove(this, this.#epoch);
+    this.#forget();
+    releaseOwner(owner);
+  }
+
+  #forget(): void {
+    this.#owner = 0;
+    this.#buffer = undefined;
+    this.#array = undefined;
+    this.#keepAliveValue = undefined;
   }
 
   /** Same as {@link BufferView.dispose}, for `using`. */
@@ -808,17 +1142,41 @@ export class BufferView {
 
   /** @internal A one-line description for logs. */
   toString(): string {
-    return `BufferView(${this.dtype}, [${this.#shape.join(", ")}], ${formatDevice(this.#device)}${
-      this.disposed ? ", disposed" : ""
+    return `BufferView(${this.#info.name}, ${listText(this.#shape)}, ${formatDevice(this.#device)}${
+      this.#owner === 0 ? ", disposed" : ""
     })`;
   }
 }
 
 /** Owner shares of views whose array() buffer was transferred away; never released. */
-const transferredShares: number[] = [];
+const transferredShares = newSet<number>();
 
-function isDetached(buffer: ArrayBuffer): boolean {
-  return (buffer as ArrayBuffer & { detached?: boolean }).detached === true;
+/** `a; b; c` (no `join`: it is replaceable). */
+function joined(parts: readonly string[]): string {
+  let text = "";
+  for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
+  return text;
+}
+
+/** A packed host copy of one-code-per-element sub-byte data, shaped like `shape` (C order). */
+function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): BufferView {
+  const out = empty(shape, info.name);
+  try {
+    const bytes = arrayOf(out) as Uint8Array;
+    const n = typedArrayLength(codes);
+    for (let i = 0; i < bytes.length; i++) bytes[i] = 0;
+    for (let k = 0; k < n; k++) {
+      const bit = k * info.bits;
+      const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
+      bytes[bit >>> 3] |= word & 0xff;
+      if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
+    }
+  } catch (error) {
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
+  return out;
 }
 
 function expectNumber(value: Scalar, dtype: DType): number {
@@ -826,39 +1184,45 @@ function expectNumber(value: Scalar, dtype: DType): number {
   return value;
 }
 
-const INT_RANGES: Readonly<Record<string, readonly [number, number]>> = {
+// Prototype-less: only the dtype names here are found.
+const INT_RANGES = {
+  __proto__: null,
   int8: [-128, 127],
   int16: [-32768, 32767],
   int32: [-(2 ** 31), 2 ** 31 - 1],
   uint8: [0, 255],
   uint16: [0, 65535],
   uint32: [0, 2 ** 32 - 1],
-};
+} as unknown as Readonly<Record<string, readonly [number, number]>>;
 
-const BIGINT_RANGES: Readonly<Record<string, readonly [bigint, bigint]>> = {
+const BIGINT_RANGES = {
+  __proto__: null,
   int64: [-(2n ** 63n), 2n ** 63n - 1n],
   uint64: [0n, 2n ** 64n - 1n],
-};
+} as unknown as Readonly<Record<string, readonly [bigint, bigint]>>;
 
 /** An integer element must be an integer in the dtype's range: a TypedArray store would
  * silently truncate 1.5, wrap 300 to 44 and turn NaN into 0. */
 function expectInteger(value: Scalar, dtype: DType): number {
   const n = expectNumber(value, dtype);
-  const [lo, hi] = INT_RANGES[dtype];
-  if (!Number.isInteger(n) || n < lo || n > hi) throw typeError(dtype, `an integer in ${lo}..${hi}`, value);
+  const range = INT_RANGES[dtype];
+  const lo = range[0];
+  const hi = range[1];
+  if (n % 1 !== 0 || n < lo || n > hi) throw typeError(dtype, `an integer in ${lo}..${hi}`, value);
   return n;
 }
 
 function expectBigInt(value: Scalar, dtype: DType): bigint {
   if (typeof value !== "bigint") throw typeError(dtype, "a bigint", value);
-  const [lo, hi] = BIGINT_RANGES[dtype];
+  const range = BIGINT_RANGES[dtype];
+  const lo = range[0];
+  const hi = range[1];
   if (value < lo || value > hi) throw typeError(dtype, `a bigint in ${lo}..${hi}`, value);
   return value;
 }
 
 function typeError(dtype: DType, expected: string, got: unknown): DLPackError {
-  const shown = typeof got === "bigint" ? `${got}n` : Array.isArray(got) ? `[${got.join(", ")}]` : String(got);
-  return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${typeof got} ${shown}`);
+  return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${shown(got)}`);
 }
 
 /** A view whose dtype and rank TypeScript knows (from `BufferView.as`). */
