@@ -171,7 +171,7 @@ test("fromPython options are checked in TypeScript and name the option (Bun's FF
   refused(opt({ maxVersion: { 0: 1, 1: 0, length: 2 } }), "argument", /option maxVersion/);
   refused(opt({ device: { type: "cpu", id: 0.5 } }), "device", /option device\.id .*number 0\.5/);
   refused(opt({ device: { type: "cpu", id: 2 ** 40 } }), "device", /option device\.id/);
-  refused(opt({ device: { type: "nope" } }), "device", /option device\.type: unknown device type "nope"/);
+  refused(opt({ device: { type: "nope" } }), "device", /option device\.type: unknown device type (string )?"nope"/);
   refused(opt({ device: { type: 1 } }), "argument", /option device\.type must be a device name/);
   refused(opt({ device: "cpu" }), "argument", /option device must be \{ type, id\? \}/);
   refused(opt({ copy: "yes" }), "argument", /option copy must be true, false or null/);
@@ -238,8 +238,8 @@ test("every public function of python.ts refuses wrong argument types with code 
   bad(() => toPython(x, {} as never), /needs the bridge/);
   bad(() => toPython(x, Object.create(Python.prototype)), /needs the bridge/);
   bad(() => toPython(123 as never, py), /toPython\(x, py\) takes a BufferView or a TypedArray, got number 123/);
-  bad(() => toPython([1, 2] as never, py), /takes a BufferView or a TypedArray, got an array of length 2/);
-  bad(() => fromPython([1, 2, 3] as never), /must be a PyObject or a \{ handle \} object, got an array of length 3/);
+  bad(() => toPython([1, 2] as never, py), /takes a BufferView or a TypedArray, got an array/);
+  bad(() => fromPython([1, 2, 3] as never), /must be a PyObject or a \{ handle \} object, got an array/);
   bad(() => fromPython(undefined as never), /got undefined/);
   bad(() => fromPython(42 as never), /got number 42/);
   bad(() => fromPython({} as never), /an object without a handle/);
@@ -256,7 +256,7 @@ test("every public function of python.ts refuses wrong argument types with code 
   bad(() => py.import(undefined as never), /py\.import\(\) module name must be a string/);
   bad(() => py.set(1 as never, 2), /py\.set\(\) name must be a string/);
   bad(() => py.set("a\0b", 2), /must not contain a NUL/);
-  bad(() => py.set("v", Symbol("s") as never), /cannot pass symbol/);
+  bad(() => py.set("v", Symbol("s") as never), /cannot pass a symbol/);
   bad(() => py.set("v", (() => 1) as never), /cannot pass a function/);
   bad(() => py.set("v", {} as never), /cannot pass an object/);
   bad(() => py.set("v", new Float32Array(2) as never), /cannot pass/);
@@ -266,11 +266,11 @@ test("every public function of python.ts refuses wrong argument types with code 
   using obj = py.eval("dict");
   bad(() => obj.get(1 as never), /PyObject\.get\(\) attribute name must be a string/);
   bad(() => obj.get("fromkeys\0x"), /must not contain a NUL/);
-  bad(() => obj.call(Symbol() as never), /cannot pass symbol/);
+  bad(() => obj.call(Symbol() as never), /cannot pass a symbol/);
   bad(() => obj.callWith("ab" as never), /callWith\(\) args must be an array, got string "ab"/);
   bad(() => obj.callWith([], 5 as never), /kwargs must be an object, got number 5/);
   bad(() => obj.callWith([], { ["a\0b"]: 1 }), /keyword argument's name must not contain a NUL/);
-  bad(() => obj.callWith([], { a: Symbol() as never }), /cannot pass symbol/);
+  bad(() => obj.callWith([], { a: Symbol() as never }), /cannot pass a symbol/);
   assert.deepEqual(obj.callWith([], null).toJS(), {});
   assert.deepEqual(obj.callWith([], { a: 1 }).toJS(), { a: 1 });
 
