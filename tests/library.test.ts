@@ -44,7 +44,10 @@ test("a library of another ABI version is refused with a clear error", () => {
   const other = findLibrary("DLPACK_TESTPROD_LIB", "dlpack_testprod");
   const out = runScript(probe, { DLPACK_LIB: other });
   assert.equal(out.code, 0, out.stderr);
-  assert.match(out.stdout, new RegExp(`library: .*speaks native ABI 65535, this module needs ${ABI_VERSION}: rebuild it`));
+  assert.match(
+    out.stdout,
+    new RegExp(`library: .*speaks native ABI 65535, this module needs ${ABI_VERSION}: rebuild it`),
+  );
 });
 
 test("libdlpack stays mapped once retained, even after its handle is closed", () => {

@@ -6,7 +6,7 @@
 # Builds tests/native/fuzz_validator.zig with Zig's coverage instrumentation (-ffuzz) as a static
 # library and links it with clang's libFuzzer. (Zig 0.15.2's own `zig build test --fuzz` crashes
 # in its build runner, ziglang/zig#25798.) clang-14 and its libFuzzer runtime come from Debian's
-# packages (clang-14, libclang-rt-14-dev) and are installed with apt-get when missing.
+# packages (clang-14, libclang-rt-14-dev); without them it exits 77 saying what to install.
 # The corpus is kept in .scratch/fuzz/corpus between runs; a failing input lands in
 # .scratch/fuzz/crashes/ and is replayed with: .scratch/fuzz/validator <file>
 # For a quick, dependency-free run use the seeded fuzzer instead:
@@ -20,11 +20,9 @@ SECONDS_TO_RUN=${1:-600}
 CLANG=clang-14
 FUZZER_RT=/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a
 if ! command -v "$CLANG" >/dev/null 2>&1 || [ ! -f "$FUZZER_RT" ]; then
-  echo "fuzz: installing clang-14 and libclang-rt-14-dev (Debian) for libFuzzer" >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq >&2
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang-14 libclang-rt-14-dev >&2
+  # Nothing is installed system-wide by the project's scripts: say what is missing and stop.
+  echo "fuzz: libFuzzer needs $CLANG and $FUZZER_RT (Debian: apt-get install clang-14 libclang-rt-14-dev)" >&2
+  exit 77
 fi
 
 cd "$ROOT/zig"
