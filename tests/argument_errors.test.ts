@@ -8,31 +8,11 @@ import * as cuda from "../cuda.ts";
 import { DLPackError, empty, exportDLPack, importDLPack, stats, zeros } from "../mod.ts";
 import { make } from "./support/producer.ts";
 import { repoRoot, runIsolated, test } from "./support/harness.ts";
+import { live, refused } from "./support/assertions.ts";
 import { fakeDriverPath } from "./support/fakecuda.ts";
 
 // deno-lint-ignore no-explicit-any
 type AnyFn = (...args: any[]) => unknown;
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
-}
-
-function refused(f: () => unknown, code: string, what: string, pattern?: RegExp): DLPackError {
-  let thrown: unknown;
-  try {
-    release(f());
-  } catch (e) {
-    thrown = e;
-  }
-  assert.ok(
-    thrown instanceof DLPackError,
-    `${what}: ${thrown === undefined ? "no error" : thrown} is not a DLPackError`,
-  );
-  assert.equal(thrown.code, code, `${what}: ${thrown.message}`);
-  if (pattern !== undefined) assert.match(thrown.message, pattern, what);
-  return thrown;
-}
 
 /** A TypedArray's elements as a plain array. */
 function values(x: ArrayLike<number | bigint>): unknown[] {

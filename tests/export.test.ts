@@ -4,7 +4,6 @@ import assert from "node:assert/strict";
 import {
   type AnyTypedArray,
   Capsule,
-  DLPackError,
   type DType,
   empty,
   exportDLPack,
@@ -18,15 +17,9 @@ import {
 import { runtime } from "../ffi/mod.ts";
 import { consumerValues, inspect, make } from "./support/producer.ts";
 import { test } from "./support/harness.ts";
+import { refused } from "./support/assertions.ts";
 
 const addressOf = (a: AnyTypedArray) => BigInt(runtime().addressOf(a));
-const refused = (f: () => unknown, code: string, pattern?: RegExp) =>
-  assert.throws(f, (e: unknown) => {
-    assert.ok(e instanceof DLPackError, `expected DLPackError, got ${e}`);
-    assert.equal(e.code, code, e.message);
-    if (pattern) assert.match(e.message, pattern);
-    return true;
-  });
 
 // Each dtype of the table as a TypedArray (reinterpreted where JS has no array of that type).
 const sources: Array<[DType, () => AnyTypedArray]> = [

@@ -5,11 +5,12 @@
 // accepted with every field as the model says, its array() span inside the producer's allocation
 // and every element readable, and disposing it runs the deleter once. Live counters return.
 import assert from "node:assert/strict";
-import { deviceCode, DLPackError, exportDLPack, fromDLPack, importDLPack, stats } from "../mod.ts";
+import { deviceCode, DLPackError, exportDLPack, fromDLPack, importDLPack } from "../mod.ts";
 import type { BufferView } from "../mod.ts";
 import { runtime } from "../ffi/mod.ts";
 import { deleted, make, tp } from "./support/producer.ts";
 import { test } from "./support/harness.ts";
+import { live } from "./support/assertions.ts";
 import { Rng } from "./support/rng.ts";
 
 // DLPACK_FUZZ_CASES and DLPACK_FUZZ_SEED lengthen or vary a run (docs/reliability.md).
@@ -236,11 +237,6 @@ function place(r: Rng, c: Case, m: Model): void {
     BigInt.asUintN(64, r.i64()),
   ]);
   if (r.chance(35)) c.byteOffset = r.pick([BigInt(r.int(0, 4096)), U64_MAX, 2n ** 63n, BigInt.asUintN(64, r.i64())]);
-}
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
 }
 
 function checkView(c: Case, m: Model, view: BufferView, data: bigint): void {

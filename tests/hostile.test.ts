@@ -10,7 +10,6 @@ import {
   BufferView,
   Capsule,
   deviceCode,
-  DLPackError,
   dtypeOfArray,
   empty,
   exportDLPack,
@@ -26,29 +25,10 @@ import {
 import { runtime } from "../ffi/mod.ts";
 import { deleted, make, tp } from "./support/producer.ts";
 import { collectGarbage, gcUnavailable, test } from "./support/harness.ts";
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
-}
+import { live, refused } from "./support/assertions.ts";
 
 // deno-lint-ignore no-explicit-any
 const any = (x: unknown): any => x;
-
-function refused(f: () => unknown, code: string, what: string): void {
-  let thrown: unknown;
-  try {
-    const v = f();
-    // Anything that slipped through must not leak: release it.
-    if (v instanceof BufferView || v instanceof Capsule) v.dispose();
-  } catch (e) {
-    thrown = e;
-  }
-  assert.ok(thrown !== undefined, `${what}: no error`);
-  assert.ok(thrown instanceof DLPackError, `${what}: ${thrown} is not a DLPackError`);
-  assert.equal(thrown.code, code, `${what}: ${thrown.message}`);
-  assert.ok(thrown.message.length > 10, `${what}: the message says nothing`);
-}
 
 const BAD_NUMBERS: Record<string, unknown> = {
   NaN: NaN,

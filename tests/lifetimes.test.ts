@@ -4,11 +4,7 @@ import assert from "node:assert/strict";
 import { exportDLPack, exportDLPackLegacy, fromArrayInterface, importDLPack, stats, zeros } from "../mod.ts";
 import { consumerValues, deleted, make, tp } from "./support/producer.ts";
 import { collectGarbage, gcUnavailable, test } from "./support/harness.ts";
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
-}
+import { live } from "./support/assertions.ts";
 
 test("an export nobody took is released by dispose()", () => {
   const before = live();

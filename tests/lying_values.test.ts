@@ -5,44 +5,12 @@
 // result or a DLPackError, never a crash (those run in a child process), with every count back
 // at zero and every producer deleter called once.
 import assert from "node:assert/strict";
-import {
-  DLPackError,
-  empty,
-  exportDLPack,
-  exportDLPackLegacy,
-  fromArrayInterface,
-  importDLPack,
-  stats,
-  zeros,
-} from "../mod.ts";
+import { empty, exportDLPack, exportDLPackLegacy, fromArrayInterface, importDLPack, zeros } from "../mod.ts";
 import { repoRoot, runIsolated, test } from "./support/harness.ts";
+import { live, refused } from "./support/assertions.ts";
 
 // deno-lint-ignore no-explicit-any
 const any = (x: unknown): any => x;
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
-}
-
-function refused(f: () => unknown, code: string, what: string, pattern?: RegExp): DLPackError {
-  let thrown: unknown;
-  try {
-    const v = f();
-    if (v !== null && typeof v === "object" && typeof (v as { dispose?: unknown }).dispose === "function") {
-      (v as { dispose(): void }).dispose();
-    }
-  } catch (e) {
-    thrown = e;
-  }
-  assert.ok(
-    thrown instanceof DLPackError,
-    `${what}: ${thrown === undefined ? "no error" : thrown} is not a DLPackError`,
-  );
-  assert.equal(thrown.code, code, `${what}: ${thrown.message}`);
-  if (pattern !== undefined) assert.match(thrown.message, pattern, what);
-  return thrown;
-}
 
 /** Runs `body` (module source after the imports) in a child process; it prints one JSON line. */
 function child(body: string, env: Record<string, string> = {}): Record<string, unknown> {

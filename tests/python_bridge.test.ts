@@ -1,25 +1,14 @@
 // The embedded CPython and the protocol across it: the bridge's calls, fromPython / toPython
 // semantics, every bad input of the Python issue, and refcount/deleter balance over many exchanges.
 import assert from "node:assert/strict";
-import { DLPackError, exportDLPack, importDLPack, stats, zeros } from "../mod.ts";
+import { exportDLPack, importDLPack, stats, zeros } from "../mod.ts";
 import { fromPython, openPython, PyObject, toPython } from "../python.ts";
 import { runtime } from "../ffi/mod.ts";
 import { missing, noPython, python } from "./support/python.ts";
 import { collectGarbage, gcUnavailable, runScript, test } from "./support/harness.ts";
+import { live, refused } from "./support/assertions.ts";
 
 const skip = { skip: noPython };
-const refused = (f: () => unknown, code: string, pattern?: RegExp) =>
-  assert.throws(f, (e: unknown) => {
-    assert.ok(e instanceof DLPackError, `expected DLPackError, got ${e}`);
-    assert.equal(e.code, code, e.message);
-    if (pattern) assert.match(e.message, pattern);
-    return true;
-  });
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
-}
 
 test("exec, eval, import, set, get, call, toJS", () => {
   const py = python();

@@ -4,11 +4,11 @@
 // native side (`dlpack_ts._native_exchange_counts()`) and producers whose `__dlpack__` raises show
 // that the table was used, not the `__dlpack__` fallback.
 import assert from "node:assert/strict";
-import { DLPackError, stats } from "../mod.ts";
 import { fromPython, toPython } from "../python.ts";
 import { producerStream } from "../cuda.ts";
 import { missing, noPython, python } from "./support/python.ts";
 import { collectGarbage, repoRoot, runIsolated, test } from "./support/harness.ts";
+import { live, refused } from "./support/assertions.ts";
 import { fakeDriverPath } from "./support/fakecuda.ts";
 import { COUNTER_NAMES, INSTALL_XT } from "./python_exchange_ctypes.ts";
 
@@ -42,11 +42,6 @@ function setup(): ReturnType<typeof python> {
   return py;
 }
 
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
-}
-
 /** Drops Python's references and JS's, then expects the counters back where they were. */
 async function balanced(before: ReturnType<typeof live>, names: string): Promise<void> {
   const py = python();
@@ -58,14 +53,6 @@ async function balanced(before: ReturnType<typeof live>, names: string): Promise
   await collectGarbage();
   assert.deepEqual(live(), before, "every import, export and pin released");
 }
-
-const refused = (f: () => unknown, code: string, pattern?: RegExp) =>
-  assert.throws(f, (e: unknown) => {
-    assert.ok(e instanceof DLPackError, `expected DLPackError, got ${e}`);
-    assert.equal(e.code, code, e.message);
-    if (pattern) assert.match(e.message, pattern);
-    return true;
-  });
 
 test("DLPackTensor's table: every 1.3 field at its offset, each function called there", async () => {
   const py = setup();

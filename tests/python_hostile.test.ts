@@ -2,24 +2,12 @@
 // toPython returns (crash cases run in a child process), fromPython options that lie about their
 // types, and wrong argument types for every public function of python.ts and the bridge objects.
 import assert from "node:assert/strict";
-import { DLPackError, stats } from "../mod.ts";
 import { fromPython, openPython, PyObject, Python, toPython } from "../python.ts";
 import { noPython, python } from "./support/python.ts";
 import { repoRoot, runIsolated, test } from "./support/harness.ts";
+import { live, refused } from "./support/assertions.ts";
 
 const skip = { skip: noPython };
-const refused = (f: () => unknown, code: string, pattern?: RegExp) =>
-  assert.throws(f, (e: unknown) => {
-    assert.ok(e instanceof DLPackError, `expected DLPackError, got ${e}`);
-    assert.equal(e.code, code, e.message);
-    if (pattern) assert.match(e.message, pattern);
-    return true;
-  });
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
-}
 
 /** Runs `body` (statements using `py`, `toPython`, `fromPython`, `stats`, `out`) in a fresh process;
  * returns what it put in `out`, or fails with the child's output when it crashed. */

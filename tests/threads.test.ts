@@ -8,16 +8,12 @@ import { exportDLPack, exportDLPackLegacy, importDLPack, stats } from "../mod.ts
 import { runtime } from "../ffi/mod.ts";
 import { deleted, make, makeMany, releaseDone, releaseOnThreads, releaseWait } from "./support/producer.ts";
 import { test } from "./support/harness.ts";
+import { live } from "./support/assertions.ts";
 
 const THREADS = 8;
 // DLPACK_THREAD_RELEASES raises the count for a longer run (docs/reliability.md).
 const RELEASES = Number(runtime().env("DLPACK_THREAD_RELEASES") ?? 1_000_000);
 const BATCH = 50_000;
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
-}
 
 /** Releases `tagged` on THREADS native threads; the JS thread sweeps and reads stats meanwhile. */
 function releaseWhileSweeping(tagged: Float64Array): number {

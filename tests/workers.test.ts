@@ -7,6 +7,7 @@ import { pinnedCount, realmAddress } from "../src/owner.ts";
 import { core } from "../ffi/mod.ts";
 import { consumerValues, tp } from "./support/producer.ts";
 import { collectGarbage, test } from "./support/harness.ts";
+import { live } from "./support/assertions.ts";
 
 const WORKER_URL = new URL("./support/worker.ts", import.meta.url).href;
 
@@ -57,11 +58,6 @@ class Realm {
     const ended = await eventually(() => core().dlpk_realms_live() <= this.#realmsBefore);
     assert.ok(ended, "the Worker's realm did not end with its thread");
   }
-}
-
-function live() {
-  const s = stats();
-  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
 }
 
 test("three Workers and the main thread export one SharedArrayBuffer concurrently", async () => {

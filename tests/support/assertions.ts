@@ -1,0 +1,46 @@
+/**
+ * Assertions the test files share: a refusal is a DLPackError with the expected code (and what
+ * slipped through is released, so a missing refusal cannot leak), and the live counters.
+ * @module
+ */
+import assert from "node:assert/strict";
+import { DLPackError, stats } from "../../mod.ts";
+
+/**
+ * Asserts that `f` throws a `DLPackError` with `code`. The third argument is either a pattern the
+ * message must match or a label for the assertion messages (then the fourth may be the pattern).
+ * Anything `f` returns instead of throwing is disposed first. Returns the error.
+ */
+export function refused(
+  f: () => unknown,
+  code: string,
+  patternOrWhat?: RegExp | string,
+  pattern?: RegExp,
+): DLPackError {
+  const what = typeof patternOrWhat === "string" ? patternOrWhat : "";
+  const expected = patternOrWhat instanceof RegExp ? patternOrWhat : pattern;
+  let thrown: unknown;
+  try {
+    const value = f();
+    if (value !== null && typeof value === "object" && typeof (value as { dispose?: unknown }).dispose === "function") {
+      (value as { dispose(): void }).dispose();
+    }
+  } catch (error) {
+    thrown = error;
+  }
+  const label = what === "" ? "" : `${what}: `;
+  assert.ok(
+    thrown instanceof DLPackError,
+    `${label}${thrown === undefined ? "no error" : thrown} is not a DLPackError`,
+  );
+  assert.equal(thrown.code, code, `${label}${thrown.message}`);
+  assert.ok(thrown.message.length > 10, `${label}the message says nothing`);
+  if (expected !== undefined) assert.match(thrown.message, expected, what);
+  return thrown;
+}
+
+/** The live counters of `stats()` that must return to where they were after a test. */
+export function live(): { imports: number; exports: number; allocations: number; pinned: number } {
+  const s = stats();
+  return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
+}
