@@ -162,7 +162,7 @@ test("export: wrong types, NaN / Infinity / fractional / BigInt layouts, bad opt
   const before = live();
   const a = new Float32Array(8);
   for (const x of [undefined, null, 5, "x", [1, 2], {}, 5n, new ArrayBuffer(8), new DataView(new ArrayBuffer(8))]) {
-    for (const f of [exportDLPack, exportDLPackLegacy, share]) refused(() => f(any(x)), "dtype", `${f.name}(${x})`);
+    for (const f of [exportDLPack, exportDLPackLegacy, share]) refused(() => f(any(x)), "argument", `${f.name}(${x})`);
   }
   for (const [k, v] of Object.entries(BAD_NUMBERS)) {
     refused(() => exportDLPack(a, any({ shape: [v] })), "shape", `shape [${k}]`);
