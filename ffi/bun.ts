@@ -4,6 +4,7 @@
  * @module
  */
 import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
+import { typedArrayBuffer } from "../src/intrinsics.ts";
 
 interface BunFFI {
   dlopen(
@@ -39,12 +40,36 @@ function bunRequire<T>(id: string): T {
   return (import.meta as unknown as { require(id: string): T }).require(id);
 }
 
+const NumberCtor = Number;
+const ReflectApply = Reflect.apply;
+
+/** `fn` with its 64-bit result as a number (addresses are below 2^53). Fixed arities: a rest
+ * spread would go through `Array.prototype[Symbol.iterator]`, which a caller can replace. */
+function asNumber(fn: (...args: unknown[]) => unknown, arity: number): (...args: unknown[]) => number {
+  switch (arity) {
+    case 0:
+      return () => NumberCtor(fn());
+    case 1:
+      return (a) => NumberCtor(fn(a));
+    case 2:
+      return (a, b) => NumberCtor(fn(a, b));
+    case 3:
+      return (a, b, c) => NumberCtor(fn(a, b, c));
+    case 4:
+      return (a, b, c, d) => NumberCtor(fn(a, b, c, d));
+    case 5:
+      return (a, b, c, d, e) => NumberCtor(fn(a, b, c, d, e));
+  }
+  // Reflect.apply reads the arguments as an array-like (its length and indices), never iterates.
+  return (...args) => NumberCtor(ReflectApply(fn, undefined, args));
+}
+
 function bindSymbols<T extends SymbolTable>(raw: Record<string, (...args: unknown[]) => unknown>, table: T): Bound<T> {
   const bound: Record<string, unknown> = {};
   for (const [name, spec] of Object.entries(table)) {
     const fn = raw[name];
     if (fn == null) continue;
-    bound[name] = spec.returns === "usize" ? (...args: unknown[]) => Number(fn(...args)) : fn;
+    bound[name] = spec.returns === "usize" ? asNumber(fn, spec.args.length) : fn;
   }
   return bound as Bound<T>;
 }
@@ -57,6 +82,9 @@ export function bunRuntime(): Runtime {
   const os = bunRequire<{ tmpdir(): string }>("node:os");
   const proc = (globalThis as unknown as { process: NodeProcess }).process;
   const bun = (globalThis as unknown as { Bun: BunGlobal }).Bun;
+  // Captured now: the pointer functions every import and export calls must not be replaceable
+  // by a caller afterwards (bun:ffi's exports are plain properties).
+  const { toArrayBuffer, ptr, CString } = ffi;
   return {
     name: "bun",
     open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
@@ -66,13 +94,14 @@ export function bunRuntime(): Runtime {
       return { path, symbols: bindSymbols(lib.symbols, table), close: () => lib.close() };
     },
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
-      return ffi.toArrayBuffer(address, 0, byteLength);
+      return toArrayBuffer(address, 0, byteLength);
     },
     addressOf(view: ArrayBufferView): number {
       // Small arrays may move out of the GC heap the first time their buffer is touched; do it
       // before taking the address so the address stays valid.
-      void view.buffer;
-      return ffi.ptr(view);
+      // The intrinsic getter: a replaced `buffer` getter would skip the move.
+      typedArrayBuffer(view);
+      return ptr(view);
     },
     pointerValue(pointer: unknown): number | bigint | undefined {
       if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
@@ -109,7 +138,7 @@ export function bunRuntime(): Runtime {
       }
     },
     cString(address: number): string {
-      return String(new ffi.CString(address));
+      return `${new CString(address)}`;
     },
     mainThread: bun.isMainThread,
     unrefChannel(channel: BroadcastChannel): boolean {

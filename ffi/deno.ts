@@ -5,13 +5,37 @@
 import { DLPackError } from "../src/errors.ts";
 import type { Bound, OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 
+const NumberCtor = Number;
+const ReflectApply = Reflect.apply;
+
+/** `fn` with its 64-bit result as a number (addresses are below 2^53). Fixed arities: a rest
+ * spread would go through `Array.prototype[Symbol.iterator]`, which a caller can replace. */
+function asNumber(fn: (...args: unknown[]) => unknown, arity: number): (...args: unknown[]) => number {
+  switch (arity) {
+    case 0:
+      return () => NumberCtor(fn());
+    case 1:
+      return (a) => NumberCtor(fn(a));
+    case 2:
+      return (a, b) => NumberCtor(fn(a, b));
+    case 3:
+      return (a, b, c) => NumberCtor(fn(a, b, c));
+    case 4:
+      return (a, b, c, d) => NumberCtor(fn(a, b, c, d));
+    case 5:
+      return (a, b, c, d, e) => NumberCtor(fn(a, b, c, d, e));
+  }
+  // Reflect.apply reads the arguments as an array-like (its length and indices), never iterates.
+  return (...args) => NumberCtor(ReflectApply(fn, undefined, args));
+}
+
 function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table: T): Bound<T> {
   const bound: Record<string, unknown> = {};
   for (const [name, spec] of Object.entries(table)) {
     const fn = raw[name] as ((...args: unknown[]) => unknown) | null | undefined;
     if (fn == null) continue;
     // Deno returns 64-bit results as bigint; the table promises numbers (addresses < 2^53).
-    bound[name] = spec.returns === "usize" ? (...args: unknown[]) => Number(fn(...args) as bigint) : fn;
+    bound[name] = spec.returns === "usize" ? asNumber(fn, spec.args.length) : fn;
   }
   return bound as Bound<T>;
 }
@@ -30,6 +54,10 @@ function refused(error: unknown): unknown {
 
 /** The Deno implementation of {@link Runtime}. */
 export function denoRuntime(): Runtime {
+  // Captured now: the pointer functions every import and export calls must not be replaceable by a
+  // caller afterwards (they are writable static methods). None of them uses `this`.
+  const { create, of, value: pointerValueOf } = Deno.UnsafePointer;
+  const { getArrayBuffer, getCString } = Deno.UnsafePointerView;
   return {
     name: "deno",
     open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
@@ -51,15 +79,15 @@ export function denoRuntime(): Runtime {
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
       try {
         // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
-        const pointer = Deno.UnsafePointer.create(address as unknown as bigint)!;
-        return Deno.UnsafePointerView.getArrayBuffer(pointer, byteLength);
+        const pointer = create(address as unknown as bigint)!;
+        return getArrayBuffer(pointer, byteLength);
       } catch (error) {
         throw refused(error);
       }
     },
     addressOf(view: ArrayBufferView): number {
       try {
-        return Number(Deno.UnsafePointer.value(Deno.UnsafePointer.of(view as Uint8Array<ArrayBuffer>)));
+        return NumberCtor(pointerValueOf(of(view as Uint8Array<ArrayBuffer>)));
       } catch (error) {
         throw refused(error);
       }
@@ -69,7 +97,7 @@ export function denoRuntime(): Runtime {
       if (pointer === null) return 0;
       if (typeof pointer === "object") {
         try {
-          return Deno.UnsafePointer.value(pointer as Deno.PointerObject);
+          return pointerValueOf(pointer as Deno.PointerObject);
         } catch {
           return undefined;
         }
@@ -129,7 +157,7 @@ export function denoRuntime(): Runtime {
     },
     cString(address: number): string {
       try {
-        return Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(address as unknown as bigint)!);
+        return getCString(create(address as unknown as bigint)!);
       } catch (error) {
         throw refused(error);
       }

@@ -50,6 +50,7 @@ export const symbols = {
   dlpk_py_call1: { args: ["f64", "f64"], returns: "f64" },
   dlpk_py_wrap: { args: ["f64", "u32"], returns: "f64" },
   dlpk_py_wrap_as: { args: ["f64", "f64"], returns: "f64" },
+  dlpk_py_check_object: { args: ["f64"], returns: "i32" },
   dlpk_py_from: {
     args: ["f64", "i32", "i32", "i32", "i32", "i32", "f64", "u32", "f64", "f64", "u32"],
     returns: "i32",

@@ -381,7 +381,7 @@ function exportAny(x: Exportable, options: ExportOptions | undefined, versioned:
   const tag = typedArrayTag(x);
   if (tag !== undefined) return exportTypedArray(x as AnyTypedArray, tag, opts, versioned, flags);
   if (isBufferView(x)) return exportView(x, opts, versioned, flags);
-  throw new DLPackError("dtype", `export takes a BufferView or a TypedArray, got ${shown(x)}`);
+  throw new DLPackError("argument", `export takes a BufferView or a TypedArray, got ${shown(x)}`);
 }
 
 /**

@@ -166,7 +166,7 @@ function importProvided(
   });
   let ours = false;
   try {
-    if (!isCapsule(capsule)) throw new DLPackError("null_data", "__dlpack__() must return a Capsule");
+    if (!isCapsule(capsule)) throw new DLPackError("argument", "__dlpack__() must return a Capsule");
     ours = true;
     return importCapsule(capsule, name, strict);
   } catch (error) {

@@ -67,11 +67,17 @@ test("import: every source that is not a tensor is refused and nothing is taken"
   }
   assert.ok(proxied.owned, "a capsule behind a Proxy is not taken");
   proxied.dispose();
-  // Objects of the right form whose addresses or capsules are not tensors: "null_data".
-  const sources: Record<string, unknown> = {
+  // A provider whose __dlpack__ returns no Capsule hands over a wrong argument type: "argument".
+  const providers: Record<string, unknown> = {
     "__dlpack__ returning a number": { __dlpack__: () => 5 },
     "__dlpack__ returning a forged capsule": { __dlpack__: () => Object.create(Capsule.prototype) },
   };
+  for (const [name, src] of Object.entries(providers)) {
+    refused(() => importDLPack(any(src)), "argument", `importDLPack(${name})`);
+    refused(() => fromDLPack(any(src)), "argument", `fromDLPack(${name})`);
+  }
+  // Objects of the right form whose addresses are not tensors: "null_data".
+  const sources: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(BAD_NUMBERS)) sources[`{ versioned: ${k} }`] = { versioned: v };
   for (const [k, v] of Object.entries(BAD_NUMBERS)) sources[`{ legacy: ${k} }`] = { legacy: v };
   sources["{ versioned: -1n }"] = { versioned: -1n };
@@ -142,7 +148,7 @@ test("export: wrong types, NaN / Infinity / fractional / BigInt layouts, bad opt
   const before = live();
   const a = new Float32Array(8);
   for (const x of [undefined, null, 5, "x", [1, 2], {}, 5n, new ArrayBuffer(8), new DataView(new ArrayBuffer(8))]) {
-    for (const f of [exportDLPack, exportDLPackLegacy, share]) refused(() => f(any(x)), "dtype", `${f.name}(${x})`);
+    for (const f of [exportDLPack, exportDLPackLegacy, share]) refused(() => f(any(x)), "argument", `${f.name}(${x})`);
   }
   for (const [k, v] of Object.entries(BAD_NUMBERS)) {
     refused(() => exportDLPack(a, any({ shape: [v] })), "shape", `shape [${k}]`);

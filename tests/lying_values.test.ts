@@ -89,11 +89,11 @@ test("export: a replaced prototype or a Proxy never changes the element type or 
   assert.deepEqual([other.dtype, other.shape, other.nbytes], ["float32", [4], 16]);
   // A Proxy around a TypedArray is not a TypedArray: refused, nothing pinned.
   for (const proxy of [new Proxy(new Float32Array(4), {}), new Proxy(new Uint8Array(8), { get: () => 1 << 30 })]) {
-    refused(() => exportDLPack(any(proxy)), "dtype", "Proxy around a TypedArray");
+    refused(() => exportDLPack(any(proxy)), "argument", "Proxy around a TypedArray");
   }
   // An object posing as a TypedArray (the prototype and every getter of one).
   const forged = Object.create(Float64Array.prototype, { length: { value: 4 }, byteLength: { value: 32 } });
-  refused(() => exportDLPack(any(forged)), "dtype", "forged TypedArray");
+  refused(() => exportDLPack(any(forged)), "argument", "forged TypedArray");
   // Empty arrays over shared and detached memory: a NULL tensor, and a refusal.
   using emptyShared = importDLPack(exportDLPack(new Float32Array(new SharedArrayBuffer(0))));
   assert.deepEqual([emptyShared.shape, emptyShared.address], [[0], 0n]);

@@ -10,6 +10,7 @@ import type { Bound } from "../../ffi/types.ts";
 import { DLPackError, shown as shownValue } from "../errors.ts";
 import { LazyBackstop } from "../owner.ts";
 import { toAddress } from "../address.ts";
+import { callWith, isArray, isSafeInt, toBigInt, typedArrayLength } from "../intrinsics.ts";
 import { discoverPython, type PythonInstall } from "./discover.ts";
 import { HELPER_SOURCE } from "./helper_source.ts";
 
@@ -42,19 +43,31 @@ export interface BridgeState {
 
 let state: BridgeState | undefined;
 const encoder = new TextEncoder();
-const errorText = new Uint8Array(4096);
+// Captured at load, like every built-in whose answer sizes memory a native call reads or writes.
+const encode = TextEncoder.prototype.encode;
+const parseJson = JSON.parse;
+const objectKeys = Object.keys;
+const ERROR_TEXT_BYTES = 4096;
+const errorText = new Uint8Array(ERROR_TEXT_BYTES);
+
+/** UTF-8 bytes of a string and their true count (never a replaceable `length` getter: the count
+ * tells C how many bytes to read). */
+function utf8(text: string): { bytes: Uint8Array<ArrayBuffer>; length: number } {
+  const bytes = callWith(encode as never, encoder, text) as Uint8Array<ArrayBuffer>;
+  return { bytes, length: typedArrayLength(bytes) };
+}
 
 /** A NUL-terminated UTF-8 copy of a string, for C. */
 export function cString(text: string): Uint8Array<ArrayBuffer> {
-  const bytes = encoder.encode(text);
-  const out = new Uint8Array(bytes.length + 1);
-  out.set(bytes);
+  const { bytes, length } = utf8(text);
+  const out = new Uint8Array(length + 1);
+  for (let i = 0; i < length; i++) out[i] = bytes[i];
   return out;
 }
 
 /** The pending Python exception as a DLPackError ("python"), cleared. */
 export function pythonError(context: string): DLPackError {
-  const n = core().dlpk_py_take_error(errorText, errorText.length);
+  const n = core().dlpk_py_take_error(errorText, ERROR_TEXT_BYTES);
   const text = n < 0 ? "failed without setting an exception" : new TextDecoder().decode(errorText.subarray(0, n));
   return new DLPackError("python", `${context}: ${text}`);
 }
@@ -92,7 +105,7 @@ function start(library: string | undefined): BridgeState {
   const install = discoverPython(library);
   const lib = core();
   if (lib.dlpk_py_load(cString(install.library)) !== 0) {
-    const n = lib.dlpk_py_load_error(errorText, errorText.length);
+    const n = lib.dlpk_py_load_error(errorText, ERROR_TEXT_BYTES);
     const reason = new TextDecoder().decode(errorText.subarray(0, n));
     throw new DLPackError("python", `could not load ${install.library} (found through ${install.source}): ${reason}`);
   }
@@ -160,7 +173,7 @@ export function toPython(s: BridgeState, value: PyArg, depth = 0): number {
     return s.none;
   }
   if (isPyObject(value)) {
-    const h = value.handleNumber;
+    const h = handleOf(value);
     c.Py_IncRef(h);
     return h;
   }
@@ -170,23 +183,21 @@ export function toPython(s: BridgeState, value: PyArg, depth = 0): number {
     case "number":
       return check(
         // Integral numbers become ints (shapes, indices); -0 stays a float to keep its sign.
-        Number.isInteger(value) && Math.abs(value) <= Number.MAX_SAFE_INTEGER && !Object.is(value, -0)
-          ? c.PyLong_FromDouble(value)
-          : c.PyFloat_FromDouble(value),
+        isSafeInt(value) && !(value === 0 && 1 / value < 0) ? c.PyLong_FromDouble(value) : c.PyFloat_FromDouble(value),
         "number",
       );
     case "bigint":
-      return check(c.PyLong_FromString(cString(value.toString()), 0, 10), "int");
+      return check(c.PyLong_FromString(cString(`${value}`), 0, 10), "int");
     case "string": {
-      const bytes = encoder.encode(value);
-      return check(c.PyUnicode_FromStringAndSize(bytes.length === 0 ? new Uint8Array(1) : bytes, bytes.length), "str");
+      const { bytes, length } = utf8(value);
+      return check(c.PyUnicode_FromStringAndSize(length === 0 ? new Uint8Array(1) : bytes, length), "str");
     }
   }
-  if (Array.isArray(value)) {
+  if (isArray(value)) {
     if (depth >= MAX_DEPTH) {
       throw new DLPackError("argument", `arrays passed to Python nest more than ${MAX_DEPTH} deep (a cycle?)`);
     }
-    return toPythonTuple(s, value, depth + 1);
+    return toPythonTuple(s, value as readonly PyArg[], depth + 1);
   }
   if (typeof value === "object" && "handle" in value) {
     const h = foreignHandle(value, "a { handle } argument");
@@ -218,7 +229,7 @@ export function foreignHandle(value: unknown, what: string): number {
     throw new DLPackError(
       "argument",
       `${what} must be a PyObject or a { handle } object, got ${
-        Array.isArray(value) ? shown(value) : "an object without a handle"
+        isArray(value) ? shown(value) : "an object without a handle"
       }`,
     );
   }
@@ -231,7 +242,26 @@ export function foreignHandle(value: unknown, what: string): number {
     throw error;
   }
   if (h === 0) throw new DLPackError("argument", `${what}'s handle must not be NULL`);
+  // Checked natively before anything dereferences it: the header, the type and its metatypes must
+  // lie in readable memory (the mappings table the imports use).
+  const checked = core().dlpk_py_check_object(h);
+  if (checked !== 0) throw foreignRefusal(checked, h, what);
   return h;
+}
+
+const OBJECT_PARTS = ["", "its object header", "its type object", "the type of its type"];
+const STATUS_NOT_LOADED = 16;
+
+/** The refusal of a `{ handle }` that is not a readable Python object. */
+function foreignRefusal(checked: number, h: number, what: string): DLPackError {
+  if (checked === STATUS_NOT_LOADED) {
+    return new DLPackError("python", "no Python bridge is open: call openPython() first");
+  }
+  const part = checked > 0 && checked < OBJECT_PARTS.length ? OBJECT_PARTS[checked] : "the handle";
+  return new DLPackError(
+    "argument",
+    `${what}'s handle 0x${h.toString(16)} is not a Python object: ${part} is not in readable memory`,
+  );
 }
 
 /** A new tuple of converted values. */
@@ -256,6 +286,16 @@ export function toPythonTuple(s: BridgeState, values: readonly PyArg[], depth = 
 export let isPyObject: (value: unknown) => value is PyObject;
 /** Whether `value` is a real Python handle. */
 export let isPython: (value: unknown) => value is Python;
+// The internal accessors: the public getters (`handleNumber`, `python`, `state`, `closed`,
+// `disposed`) live on prototypes a caller can replace, so the library never reads them itself.
+/** @internal A real PyObject's handle, checked alive and its bridge open. */
+export let handleOf: (obj: PyObject) => number;
+/** @internal The bridge a real PyObject belongs to. */
+export let pythonOf: (obj: PyObject) => Python;
+/** @internal A real Python handle's state, checked open. */
+export let stateOf: (py: Python) => BridgeState;
+let closedOf: (py: Python) => boolean;
+let disposedOf: (obj: PyObject) => boolean;
 
 /** Lets this package make PyObject and Python instances; the constructors refuse everyone else. */
 export const INTERNAL: unique symbol = Symbol("dlpack-ts internal");
@@ -263,7 +303,7 @@ export const INTERNAL: unique symbol = Symbol("dlpack-ts internal");
 /** Drops the reference of PyObjects collected without `dispose()` (a backstop). */
 const registry = new LazyBackstop<number>(
   (handle) => core().dlpk_py_decref(handle),
-  (holder) => !(holder as PyObject).disposed,
+  (holder) => !disposedOf(holder as PyObject),
 );
 
 /** A Python object: one reference, released by `dispose()` (or, as a backstop, by GC). */
@@ -289,7 +329,7 @@ export class PyObject {
 
   /** The `PyObject*` (pass `{ handle }` objects of other bridges the same way). */
   get handle(): bigint {
-    return BigInt(this.#live());
+    return toBigInt(this.#live());
   }
 
   /** @internal The handle as a number, checked alive. */
@@ -306,7 +346,7 @@ export class PyObject {
   get(name: string): PyObject {
     const attr = textArgument(name, "PyObject.get() attribute name");
     const h = this.#live();
-    const s = this.#py.state;
+    const s = stateOf(this.#py);
     return withGil(
       s,
       () =>
@@ -320,7 +360,7 @@ export class PyObject {
     if (args.length === 1 && isPyObject(first)) {
       // The common `f(obj)`: one native call (it takes the GIL itself).
       const h = this.#live();
-      const result = core().dlpk_py_call1(h, first.handleNumber);
+      const result = core().dlpk_py_call1(h, handleOf(first));
       if (result === 0) throw pythonError("call");
       return new PyObject(result, this.#py, INTERNAL);
     }
@@ -329,23 +369,23 @@ export class PyObject {
 
   /** `obj(*args, **kwargs)`. */
   callWith(args: readonly PyArg[], kwargs?: Readonly<Record<string, PyArg>> | null): PyObject {
-    if (!Array.isArray(args)) {
+    if (!isArray(args)) {
       throw new DLPackError("argument", `PyObject.callWith() args must be an array, got ${shown(args)}`);
     }
     const names: string[] = [];
     const values: PyArg[] = [];
     if (kwargs !== undefined && kwargs !== null) {
-      if (typeof kwargs !== "object" || Array.isArray(kwargs)) {
+      if (typeof kwargs !== "object" || isArray(kwargs)) {
         throw new DLPackError("argument", `PyObject.callWith() kwargs must be an object, got ${shown(kwargs)}`);
       }
       // Names and values read once each, before the GIL is taken.
-      for (const name of Object.keys(kwargs)) {
+      for (const name of objectKeys(kwargs)) {
         names.push(textArgument(name, "a keyword argument's name"));
         values.push(kwargs[name]);
       }
     }
     const h = this.#live();
-    const s = this.#py.state;
+    const s = stateOf(this.#py);
     return withGil(s, () => {
       const tuple = toPythonTuple(s, args);
       let dict = 0;
@@ -371,7 +411,7 @@ export class PyObject {
    * arrays and scalars through `tolist()`; NaN and infinities kept). */
   toJS(): unknown {
     this.#live();
-    const s = this.#py.state;
+    const s = stateOf(this.#py);
     const text = withGil(s, () => {
       const args = toPythonTuple(s, [this]);
       const json = check(s.capi.PyObject_Call(s.toJson, args, 0), "to JSON");
@@ -383,7 +423,7 @@ export class PyObject {
         s.capi.Py_DecRef(json);
       }
     });
-    return JSON.parse(text, (_key, value) => {
+    return parseJson(text, (_key, value) => {
       if (value !== null && typeof value === "object" && "$float" in value) {
         const repr = (value as { $float: string }).$float;
         return repr === "nan" ? NaN : repr === "inf" ? Infinity : -Infinity;
@@ -409,12 +449,15 @@ export class PyObject {
 
   #live(): number {
     if (this.#handle === 0) throw new DLPackError("disposed", "this Python object was disposed");
-    if (this.#py.closed) throw new DLPackError("disposed", "the Python bridge this object belongs to was closed");
+    if (closedOf(this.#py)) throw new DLPackError("disposed", "the Python bridge this object belongs to was closed");
     return this.#handle;
   }
 
   static {
     isPyObject = (value: unknown): value is PyObject => typeof value === "object" && value !== null && #handle in value;
+    handleOf = (obj) => obj.#live();
+    pythonOf = (obj) => obj.#py;
+    disposedOf = (obj) => obj.#handle === 0;
   }
 }
 
@@ -437,8 +480,7 @@ export class Python {
 
   /** @internal The shared state, checked open. */
   get state(): BridgeState {
-    if (this.#closed) throw new DLPackError("disposed", "this Python bridge was closed");
-    return this.#state;
+    return stateOf(this);
   }
 
   /** Whether `close()` ran. */
@@ -454,7 +496,7 @@ export class Python {
   /** Runs statements in `__main__`. */
   exec(code: string): void {
     const source = textArgument(code, "py.exec() code");
-    const s = this.state;
+    const s = stateOf(this);
     withGil(s, () => {
       const globals = this.#mainDict();
       s.capi.Py_DecRef(check(s.capi.PyRun_StringFlags(cString(source), Py_file_input, globals, globals, 0), "exec"));
@@ -464,7 +506,7 @@ export class Python {
   /** Evaluates an expression in `__main__`. */
   eval(expression: string): PyObject {
     const source = textArgument(expression, "py.eval() expression");
-    const s = this.state;
+    const s = stateOf(this);
     return withGil(s, () => {
       const globals = this.#mainDict();
       return new PyObject(
@@ -478,7 +520,7 @@ export class Python {
   /** `import name` (the module object). */
   import(name: string): PyObject {
     const module = textArgument(name, "py.import() module name");
-    const s = this.state;
+    const s = stateOf(this);
     return withGil(
       s,
       () => new PyObject(check(s.capi.PyImport_ImportModule(cString(module)), `import ${module}`), this, INTERNAL),
@@ -488,7 +530,7 @@ export class Python {
   /** Binds `name` in `__main__` to a converted value (PyObjects pass as themselves). */
   set(name: string, value: PyArg): void {
     const key = textArgument(name, "py.set() name");
-    const s = this.state;
+    const s = stateOf(this);
     withGil(s, () => {
       const v = toPython(s, value);
       const status = s.capi.PyDict_SetItemString(this.#mainDict(), cString(key), v);
@@ -499,8 +541,8 @@ export class Python {
 
   /** Wraps an object of another bridge (anything with a `handle`) in a PyObject of this one. */
   wrap(foreign: { readonly handle: bigint | number | Deno.PointerObject }): PyObject {
-    const s = this.state;
-    if (isPyObject(foreign)) return withGil(s, () => new PyObject(toPython(s, foreign), this, INTERNAL));
+    const s = stateOf(this);
+    if (isPyObject(foreign)) return wrapIn(this, foreign);
     const h = foreignHandle(foreign, "py.wrap()");
     return withGil(s, () => {
       s.capi.Py_IncRef(h);
@@ -527,7 +569,18 @@ export class Python {
 
   static {
     isPython = (value: unknown): value is Python => typeof value === "object" && value !== null && #state in value;
+    stateOf = (py) => {
+      if (py.#closed) throw new DLPackError("disposed", "this Python bridge was closed");
+      return py.#state;
+    };
+    closedOf = (py) => py.#closed;
   }
+}
+
+/** @internal `py.wrap(obj)` for a real PyObject, through nothing a caller can replace. */
+export function wrapIn(py: Python, obj: PyObject): PyObject {
+  const s = stateOf(py);
+  return withGil(s, () => new PyObject(toPython(s, obj), py, INTERNAL));
 }
 
 /**
@@ -538,7 +591,7 @@ export class Python {
 export function openPython(opts?: OpenPythonOptions | null): Python {
   let library: string | undefined;
   if (opts !== undefined && opts !== null) {
-    if (typeof opts !== "object" || Array.isArray(opts)) {
+    if (typeof opts !== "object" || isArray(opts)) {
       throw new DLPackError("argument", `openPython() options must be an options object, got ${shown(opts)}`);
     }
     const value = opts.library;

@@ -36,16 +36,37 @@ function looksLikeLibrary(path: string): boolean {
 export function discoverPython(library?: string): PythonInstall {
   const rt = runtime();
   if (library !== undefined) {
+    if (!rt.granted("read", library)) throw readDenied(library, "the library option");
     if (!rt.exists(library)) throw new DLPackError("python", `libpython not found at ${library} (the library option)`);
     return { library, path: [], source: "the library option" };
   }
-  const fromEnv = rt.env("DLPACK_PYTHON");
+  if (!rt.granted("env", ENV)) {
+    // A set DLPACK_PYTHON must never be passed over silently for another Python.
+    throw new DLPackError(
+      "python",
+      `cannot tell whether ${ENV} is set: Deno denies reading it. Run with --allow-env=${ENV} (or --allow-env), ` +
+        "or pass openPython({ library: '/path/to/libpython3.X.so' }).",
+    );
+  }
+  const fromEnv = rt.env(ENV);
   if (fromEnv !== undefined && fromEnv !== "") {
+    if (!rt.granted("read", fromEnv)) throw readDenied(fromEnv, ENV);
     if (!rt.exists(fromEnv)) throw new DLPackError("python", `DLPACK_PYTHON=${fromEnv}: no such file`);
     if (looksLikeLibrary(fromEnv)) return { library: fromEnv, path: [], source: "DLPACK_PYTHON" };
     return ask(fromEnv, "DLPACK_PYTHON");
   }
   return ask("python3", "python3 on PATH");
+}
+
+const ENV = "DLPACK_PYTHON";
+const parseJson = JSON.parse;
+
+function readDenied(path: string, source: string): DLPackError {
+  return new DLPackError(
+    "python",
+    `${path} (${source}): Deno denies reading it, so it cannot be checked. Run with --allow-read=${path} ` +
+      "(or --allow-read).",
+  );
 }
 
 function ask(interpreter: string, source: string): PythonInstall {
@@ -60,7 +81,7 @@ function ask(interpreter: string, source: string): PythonInstall {
   }
   let info: { shared: boolean; library: string | null; executable: string; path: string[]; version: string };
   try {
-    info = JSON.parse(out.stdout.trim().split("\n").pop()!);
+    info = parseJson(out.stdout.trim().split("\n").pop()!);
   } catch {
     throw new DLPackError("python", `could not read ${interpreter}'s answer: ${out.stdout.slice(0, 200)}`);
   }

@@ -11,21 +11,28 @@ import { type ArrayInterface, importArrayInterface } from "../array_interface.ts
 import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
 import { deviceCode, type DeviceType } from "../devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda.ts";
-import { type BufferView, isBufferView, viewFromScratch } from "../view.ts";
+import { accessOf, type BufferView, buildFromScratch, deviceOfView, isBufferView } from "../view.ts";
+import { deferredCount, deferredNumbers, deferredObjects, retryQuietly } from "../owner.ts";
+import { takeCapsule } from "../capsule.ts";
+import { isArray, isInteger, isSafeInt } from "../intrinsics.ts";
 import {
   bridge,
   type BridgeState,
   check,
   foreignHandle,
+  handleOf,
   INTERNAL,
   isPyObject,
   isPython,
   PyObject,
   type Python,
   pythonError,
+  pythonOf,
   shown,
+  stateOf,
   toPythonTuple,
   withGil,
+  wrapIn,
 } from "./bridge.ts";
 
 /** Options of {@link fromPython}: the `__dlpack__` keywords, camelCased. */
@@ -50,6 +57,9 @@ const EXCHANGE_MARK = 0x4558n;
 const READ_ONLY = 1;
 const INT32_MAX = 0x7fff_ffff;
 const isView = ArrayBuffer.isView;
+const parseJson = JSON.parse;
+const MAX_SAFE_BIGINT = 2n ** 53n - 1n;
+const NumberCtor = Number;
 
 /** The options as the native call takes them, each checked (Bun's FFI would truncate the rest). */
 interface NativeFromOptions {
@@ -68,7 +78,7 @@ const DEFAULT_OPTIONS: NativeFromOptions = { major: 1, minor: 3, copy: -1, devic
 
 /** Reads every option once and checks it, naming the option in the error. */
 function fromOptions(opts: FromPythonOptions): NativeFromOptions {
-  if (typeof opts !== "object" || Array.isArray(opts)) {
+  if (typeof opts !== "object" || isArray(opts)) {
     throw new DLPackError("argument", `fromPython() options must be an options object, got ${shown(opts)}`);
   }
   const [major, minor] = maxVersionOption(opts.maxVersion);
@@ -95,13 +105,13 @@ function maxVersionOption(value: unknown): [number, number] {
       "argument",
       `fromPython() option maxVersion must be null or [major, minor] with integers in 0..2^31-1, got ${got}`,
     );
-  if (!Array.isArray(value)) throw bad(shown(value));
+  if (!isArray(value)) throw bad(shown(value));
   const length: unknown = value.length;
   if (length !== 2) throw bad(`an array of length ${String(length)}`);
   const major: unknown = value[0];
   const minor: unknown = value[1];
   for (const part of [major, minor]) {
-    if (typeof part !== "number" || !Number.isInteger(part) || part < 0 || part > INT32_MAX) {
+    if (typeof part !== "number" || !isInteger(part) || part < 0 || part > INT32_MAX) {
       throw bad(`[${shown(major)}, ${shown(minor)}]`);
     }
   }
@@ -110,7 +120,7 @@ function maxVersionOption(value: unknown): [number, number] {
 
 function deviceOption(value: unknown): [number, number] {
   if (value === undefined || value === null) return [-1, 0];
-  if (typeof value !== "object" || Array.isArray(value)) {
+  if (typeof value !== "object" || isArray(value)) {
     throw new DLPackError(
       "argument",
       `fromPython() option device must be { type, id? } (such as { type: "cpu" }), got ${shown(value)}`,
@@ -137,10 +147,8 @@ function deviceOption(value: unknown): [number, number] {
 /** The stream as the native call takes it (NaN for None); 0 is not a stream in the protocol. */
 function streamOption(value: unknown): number {
   if (value === undefined || value === null) return NaN;
-  const n = typeof value === "bigint" && value >= -1n && value <= BigInt(Number.MAX_SAFE_INTEGER)
-    ? Number(value)
-    : value;
-  if (typeof n === "number" && Number.isSafeInteger(n) && (n === -1 || n >= 1)) return n;
+  const n = typeof value === "bigint" && value >= -1n && value <= MAX_SAFE_BIGINT ? NumberCtor(value) : value;
+  if (typeof n === "number" && isSafeInt(n) && (n === -1 || n >= 1)) return n;
   throw new DLPackError(
     "argument",
     `fromPython() option stream must be null, -1 (no synchronization) or a positive stream handle below 2^53, got ${
@@ -174,12 +182,12 @@ export function fromPython(
   let py: Python | undefined;
   let handle: number;
   if (isPyObject(obj)) {
-    handle = obj.handleNumber;
-    py = obj.python;
-    s = py.state;
+    handle = handleOf(obj);
+    py = pythonOf(obj);
+    s = stateOf(py);
   } else {
-    handle = foreignHandle(obj, "fromPython()'s object");
     s = bridge();
+    handle = foreignHandle(obj, "fromPython()'s object");
   }
   const o = opts === undefined || opts === null ? DEFAULT_OPTIONS : fromOptions(opts);
   // One native call: the negotiation in dlpack_ts._capsule_of, then the capsule checks and import.
@@ -196,51 +204,57 @@ export function fromPython(
     nameAt(),
     NAME_BYTES,
   );
-  if (status === STATUS_RAISED) throw pythonError("__dlpack__");
-  let producer: string;
+  // Status 0: the import owns the tensor now. The owner is read without a call, and everything up
+  // to the view holding it runs inside the try, so no exception (an exhausted stack included)
+  // between the native call and the view can lose it.
+  const owner = status === 0 ? scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo] : 0;
+  let view: BufferView | undefined;
   try {
-    producer = producerName();
+    if (status === STATUS_RAISED) throw pythonError("__dlpack__");
+    const producer = producerName();
+    if (status === STATUS_INTERFACE) return fromArrayInterfaceOf(s, py, obj, producer);
+    if (status === STATUS_CONSUMED) {
+      throw new DLPackError(
+        "consumed",
+        `the capsule from ${producer} was already consumed (its name starts with used_)`,
+      );
+    }
+    if (status === STATUS_CAPSULE_NAME) {
+      throw new DLPackError(
+        "python",
+        `${producer} returned a capsule that is not named "dltensor" or "dltensor_versioned"`,
+      );
+    }
+    if (status !== 0) throw refusalError(status, scratch, false);
+    const versioned = scratch.i32[I32.major] >= 0;
+    const flags = scratch.u32[U32.flags];
+    // CUDA data from a producer's C exchange table is ready in the order of the producer's current
+    // work stream, which the native side asked for: later exports of the view fence on it.
+    const exchangeStream = isCudaFamilyCode(scratch.i32[I32.deviceType]) && scratch.i64[I64.limit] === EXCHANGE_MARK
+      ? scratch.i64[I64.found]
+      : 0n;
+    view = buildFromScratch(
+      scratch,
+      owner,
+      versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
+      producer,
+      "external",
+    );
+    // The producer ordered its work before our stream: later exports of this view fence on it.
+    // -1 asked for no ordering, so there is nothing to record.
+    const producerStream = o.stream > 0 ? o.stream : exchangeStream !== 0n ? exchangeStream : 0;
+    if (producerStream !== 0 && isCudaFamily(deviceOfView(view).type)) setProducerStream(view, producerStream);
+    return view;
   } catch (error) {
-    // Status 0 means the import owns the tensor now: give it back before the error goes on.
-    if (status === 0) core().dlpk_owner_release(scratch.owner());
+    if (owner !== 0) {
+      // Parked before any call (the stack may be exhausted here): the view's own dispose, or the
+      // deferred release, gives the tensor back exactly once.
+      if (view === undefined) deferredNumbers[deferredCount[0]++] = owner;
+      else deferredObjects[deferredCount[1]++] = view;
+      retryQuietly();
+    }
     throw error;
   }
-  if (status === STATUS_INTERFACE) return fromArrayInterfaceOf(s, py, obj, producer);
-  if (status === STATUS_CONSUMED) {
-    throw new DLPackError("consumed", `the capsule from ${producer} was already consumed (its name starts with used_)`);
-  }
-  if (status === STATUS_CAPSULE_NAME) {
-    throw new DLPackError(
-      "python",
-      `${producer} returned a capsule that is not named "dltensor" or "dltensor_versioned"`,
-    );
-  }
-  if (status !== 0) throw refusalError(status, scratch, false);
-  const versioned = scratch.i32[I32.major] >= 0;
-  const flags = scratch.u32[U32.flags];
-  // CUDA data from a producer's C exchange table is ready in the order of the producer's current
-  // work stream, which the native side asked for: later exports of the view fence on it.
-  const exchangeStream = isCudaFamilyCode(scratch.i32[I32.deviceType]) && scratch.i64[I64.limit] === EXCHANGE_MARK
-    ? scratch.i64[I64.found]
-    : 0n;
-  const view = viewFromScratch(
-    scratch,
-    versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
-    producer,
-    "external",
-  );
-  // The producer ordered its work before our stream: later exports of this view fence on it.
-  // -1 asked for no ordering, so there is nothing to record.
-  const producerStream = o.stream > 0 ? o.stream : exchangeStream !== 0n ? exchangeStream : 0;
-  if (producerStream !== 0 && isCudaFamily(view.device.type)) {
-    try {
-      setProducerStream(view, producerStream);
-    } catch (error) {
-      view.dispose();
-      throw error;
-    }
-  }
-  return view;
 }
 
 /** CUDA, CUDAHost and CUDAManaged device codes. */
@@ -288,14 +302,14 @@ function fromArrayInterfaceOf(
     if (json === 0) throw pythonError("__array_interface__");
     try {
       const utf8 = check(s.capi.PyUnicode_AsUTF8AndSize(json, 0), "__array_interface__");
-      return JSON.parse(runtime().cString(utf8)) as ArrayInterface & { masked?: boolean };
+      return parseJson(runtime().cString(utf8)) as ArrayInterface & { masked?: boolean };
     } finally {
       s.capi.Py_DecRef(json);
     }
   });
   if (fields.masked) throw new DLPackError("null_data", `${producer} is a masked array; masks are not supported`);
   // The view keeps the Python object alive: its memory belongs to it.
-  return importArrayInterface(fields, py.wrap(obj as PyObject), producer);
+  return importArrayInterface(fields, wrapIn(py, obj as PyObject), producer);
 }
 
 /** Options of {@link toPython}: the export options (shape, strides, dtype, offset, readonly), and
@@ -322,17 +336,17 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
       `toPython(x, py) needs the bridge that openPython() returned as its second argument, got ${shown(py)}`,
     );
   }
-  void py.state; // refuses a closed bridge before anything is exported
+  stateOf(py); // refuses a closed bridge before anything is exported
   const view = isBufferView(x);
   if (!view && !isView(x)) {
     throw new DLPackError("argument", `toPython(x, py) takes a BufferView or a TypedArray, got ${shown(x)}`);
   }
   // The native side also honours the export's READ_ONLY flag, whatever a getter says here.
-  const readonly = (view && x.access !== "readwrite") ||
+  const readonly = (view && accessOf(x) !== "readwrite") ||
     (typeof opts === "object" && opts !== null && opts.readonly === true);
   const target = typeof opts === "object" && opts !== null ? asOption(opts.as, readonly) : 0;
   const capsule = exportDLPack(x, opts);
-  const template = capsule.takeAddress();
+  const template = takeCapsule(capsule);
   let made = 0;
   try {
     // One native call makes the DLPackTensor, or the `as` type's tensor (it takes the GIL
@@ -366,5 +380,5 @@ function asOption(value: unknown, readonly: boolean): number {
         "the READ_ONLY flag (torch 2.15 does); leave `as` out to get a DLPackTensor, whose __dlpack__ keeps it",
     );
   }
-  return value.handleNumber;
+  return handleOf(value);
 }

@@ -12,6 +12,7 @@ const owner_mod = @import("owner.zig");
 const exports = @import("exports.zig");
 const memory = @import("memory.zig");
 const exchange = @import("exchange.zig");
+const mappings = @import("mappings.zig");
 
 pub const PyObject = opaque {};
 const Destructor = *const fn (*PyObject) callconv(.c) void;
@@ -623,4 +624,97 @@ pub fn from(obj: usize, options: FromOptions, out: *describe.Description, name: 
     const capsule = a.PyTuple_GetItem(result, 0) orelse return STATUS_RAISED;
     if (capsule == a._Py_NoneStruct) return STATUS_INTERFACE;
     return consume(@intFromPtr(capsule), options.strict_offset, out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handles that did not come from this bridge (`{ handle }` objects): checked before the first
+// dereference, against the same table of mappings the imports use.
+
+/// Results of `checkObject`: dereferenceable, or which part is not.
+pub const OBJECT_OK: i32 = 0;
+pub const OBJECT_HEADER: i32 = 1;
+pub const OBJECT_TYPE: i32 = 2;
+pub const OBJECT_METATYPE: i32 = 3;
+
+/// Bytes of a type object that must be readable: `PyTypeObject` up to `tp_vectorcall` is 400 to
+/// 416 bytes from CPython 3.9 on (the slots Python reads when it calls or releases an object).
+const TYPE_BYTES: usize = 400;
+/// Metatypes followed before giving up (`type(type(x))`...; real chains end at `type` within 3).
+const MAX_META_DEPTH: usize = 8;
+
+fn wordAt(address: usize) usize {
+    std.debug.assert(address != 0 and address % @alignOf(usize) == 0);
+    return @as(*const usize, @ptrFromInt(address)).*;
+}
+
+/// Where `ob_type` sits: after `ob_refcnt` (8) in default builds, after the thread id, flags and
+/// split reference counts (24) in free-threaded ones. `type` is its own type, so the offset holding
+/// its own address is the one; 0 when neither does (an unknown layout: nothing is checked).
+fn typeOffset(type_type: usize) usize {
+    std.debug.assert(type_type != 0);
+    if (type_type % @alignOf(usize) != 0) return 0;
+    for ([_]usize{ 8, 24 }) |offset| {
+        if (wordAt(type_type + offset) == type_type) return offset;
+    }
+    return 0;
+}
+
+/// Whether `address` can be dereferenced as a `PyObject*`: its header readable, its type a
+/// readable type object whose chain of metatypes reaches `type_type` through readable type
+/// objects. A readable object of the wrong kind (freed, or a forgery) still passes.
+fn checkHeader(address: usize, offset: usize, type_type: usize) i32 {
+    std.debug.assert(offset == 8 or offset == 24);
+    std.debug.assert(type_type != 0);
+    const word = @alignOf(usize);
+    if (address % word != 0 or !mappings.readable(address, offset + word)) return OBJECT_HEADER;
+    var kind = wordAt(address + offset);
+    var depth: usize = 0;
+    while (depth < MAX_META_DEPTH) : (depth += 1) {
+        if (kind == 0 or kind % word != 0 or !mappings.readable(kind, TYPE_BYTES)) {
+            return if (depth == 0) OBJECT_TYPE else OBJECT_METATYPE;
+        }
+        if (kind == type_type) return OBJECT_OK;
+        kind = wordAt(kind + offset);
+    }
+    return OBJECT_METATYPE;
+}
+
+/// `checkHeader` for the loaded libpython; STATUS_NOT_LOADED before `load`. Without a table of
+/// mappings (the listing failed) or with an unknown object layout, nothing can be checked: 0.
+pub fn checkObject(address: usize) i32 {
+    const a = api orelse return STATUS_NOT_LOADED;
+    if (address == 0) return OBJECT_HEADER;
+    if (!mappings.available()) return OBJECT_OK;
+    const type_type = @intFromPtr(a.PyType_Type);
+    const offset = typeOffset(type_type);
+    if (offset == 0) return OBJECT_OK;
+    return checkHeader(address, offset, type_type);
+}
+
+test "checkHeader: readable chains pass, unmapped headers, types and metatypes are refused" {
+    if (!mappings.available()) return error.SkipZigTest;
+    const region = try mappings.freshRegion(1);
+    defer std.posix.munmap(region);
+    const words: [*]usize = @ptrCast(region.ptr);
+    // A fake `type` at word 0 (its own type at +8), a metatype at word 64, an object at word 128.
+    const type_type = @intFromPtr(region.ptr);
+    words[1] = type_type;
+    words[64 + 1] = type_type;
+    words[128 + 1] = @intFromPtr(&words[64]);
+    try std.testing.expectEqual(@as(usize, 8), typeOffset(type_type));
+    try std.testing.expectEqual(OBJECT_OK, checkHeader(@intFromPtr(&words[128]), 8, type_type));
+    try std.testing.expectEqual(OBJECT_OK, checkHeader(type_type, 8, type_type));
+    try std.testing.expectEqual(OBJECT_HEADER, checkHeader(4096, 8, type_type));
+    try std.testing.expectEqual(OBJECT_HEADER, checkHeader(@intFromPtr(&words[128]) + 1, 8, type_type));
+    // The type's last 400 bytes run past the page: not a readable type object.
+    words[128 + 1] = @intFromPtr(region.ptr) + region.len - 64;
+    try std.testing.expectEqual(OBJECT_TYPE, checkHeader(@intFromPtr(&words[128]), 8, type_type));
+    words[128 + 1] = 4096;
+    try std.testing.expectEqual(OBJECT_TYPE, checkHeader(@intFromPtr(&words[128]), 8, type_type));
+    // A readable type whose own type is unmapped, and a chain that never reaches `type`.
+    words[128 + 1] = @intFromPtr(&words[64]);
+    words[64 + 1] = 8192;
+    try std.testing.expectEqual(OBJECT_METATYPE, checkHeader(@intFromPtr(&words[128]), 8, type_type));
+    words[64 + 1] = @intFromPtr(&words[64]);
+    try std.testing.expectEqual(OBJECT_METATYPE, checkHeader(@intFromPtr(&words[128]), 8, type_type));
 }

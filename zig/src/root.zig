@@ -476,6 +476,15 @@ export fn dlpk_py_wrap_as(template: f64, kind: f64) f64 {
     return @floatFromInt(exchange.wrapAs(t, k));
 }
 
+/// Whether a `PyObject*` that did not come from the bridge can be dereferenced (see
+/// python.checkObject): 0; 1 its header, 2 its type, 3 a metatype is not readable; 16 before
+/// `dlpk_py_load`. Reads memory only: no GIL needed.
+export fn dlpk_py_check_object(handle: f64) i32 {
+    const h = describe.addressFromF64(handle) orelse return invalid;
+    if (h == 0) return invalid;
+    return python.checkObject(h);
+}
+
 /// `fromPython`'s fast path (see python.from). `stream` NaN means None. The producer's name goes to
 /// `name_address` (UTF-8, NUL-terminated, at most `name_capacity` bytes).
 export fn dlpk_py_from(
