@@ -6,7 +6,7 @@
 import type { SymbolTable } from "./types.ts";
 
 /** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 9;
+export const ABI_VERSION = 10;
 
 /** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
 export const DESCRIPTION_BYTES = 120 + 16 * 64;

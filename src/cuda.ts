@@ -29,7 +29,7 @@ import { type Device, type DeviceType, formatDevice, isHostAccessible } from "./
 import { LAYOUT_C, scratch } from "./description.ts";
 import { hasZero, listText, reach } from "./layout.ts";
 import { copyOf, empty } from "./alloc.ts";
-import { abs, isCount, newWeakMap, objectSlots, slots } from "./intrinsics.ts";
+import { abs, isCount, newWeakMap, objectSlots, slots, toBigInt } from "./intrinsics.ts";
 import { deferredCount, deferredObjects, retryQuietly } from "./owner.ts";
 import {
   cudaCheck,
@@ -88,7 +88,9 @@ export interface CudaDevice {
 }
 
 const infoOut = new Float64Array(8);
-const textOut = new Uint8Array(512);
+/** Capacity of `textOut`: a constant, so no replaced length getter can size a native write. */
+const TEXT_OUT_BYTES = 512;
+const textOut = new Uint8Array(TEXT_OUT_BYTES);
 const decoder = new TextDecoder();
 
 /** Every device the driver sees. Throws `DLPackError` ("cuda") without a driver. */
@@ -98,9 +100,9 @@ export function devices(): CudaDevice[] {
   const out = objectSlots<CudaDevice>(count);
   for (let id = 0; id < count; id++) {
     textOut.fill(0);
-    cudaCheck(core().dlpk_cuda_device_info(id, infoOut, textOut, textOut.length - 1), "cuda.devices()", id);
+    cudaCheck(core().dlpk_cuda_device_info(id, infoOut, textOut, TEXT_OUT_BYTES - 1), "cuda.devices()", id);
     const end = textOut.indexOf(0);
-    const lines = decoder.decode(textOut.subarray(0, end < 0 ? textOut.length : end)).split("\n");
+    const lines = decoder.decode(textOut.subarray(0, end < 0 ? TEXT_OUT_BYTES : end)).split("\n");
     const name = lines[0] ?? "";
     const pciBusId = lines[1] ?? "";
     out[id] = {
@@ -141,7 +143,7 @@ export function pointerInfo(address: AddressLike): PointerInfo {
     memoryType: type,
     device: type === "unregistered" ? null : infoOut[1],
     managed: infoOut[2] !== 0,
-    rangeStart: infoOut[4] > 0 ? BigInt(infoOut[3]) : null,
+    rangeStart: infoOut[4] > 0 ? toBigInt(infoOut[3]) : null,
     rangeSize: infoOut[4] > 0 ? infoOut[4] : null,
   };
 }
@@ -201,7 +203,7 @@ const handleOut = new BigUint64Array(1);
 function handleOf(value: unknown, what: string): bigint {
   const v = typeof value === "object" && value !== null ? runtime().pointerValue(value) : value;
   if (typeof v === "bigint" && v >= 0n && v < 1n << 64n) return v;
-  if (isCount(v)) return BigInt(v);
+  if (isCount(v)) return toBigInt(v);
   if (typeof v !== "bigint" && typeof v !== "number") {
     throw new DLPackError(
       "argument",

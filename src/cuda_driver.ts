@@ -16,7 +16,9 @@ export const CudaStatus = {
   outOfMemory: -4,
 } as const;
 
-const text = new Uint8Array(1024);
+/** Capacity of `text`: a constant, so no replaced length getter can size a native write. */
+const TEXT_BYTES = 1024;
+const text = new Uint8Array(TEXT_BYTES);
 const decoder = new TextDecoder();
 
 function readText(length: number): string {
@@ -54,7 +56,7 @@ export function driverAvailable(): boolean {
 /** Why the driver is unavailable ("" when it is available). */
 export function driverReason(): string {
   if (driverAvailable()) return "";
-  return readText(core().dlpk_cuda_reason(text, text.length));
+  return readText(core().dlpk_cuda_reason(text, TEXT_BYTES));
 }
 
 /** The error for "this needs the driver and there is none", saying why. */
@@ -73,8 +75,8 @@ export function ensureDriver(what: string): void {
 
 /** This thread's last driver failure, as the native side recorded it. */
 export function lastDriverError(): { result: number; call: string; errorName: string; description: string } {
-  const result = core().dlpk_cuda_last_error(text, text.length);
-  const lines = readText(text.length).split("\n");
+  const result = core().dlpk_cuda_last_error(text, TEXT_BYTES);
+  const lines = readText(TEXT_BYTES).split("\n");
   const call = lines[0] ?? "";
   const errorName = lines[1] ?? "";
   const description = lines[2] ?? "";

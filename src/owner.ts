@@ -298,7 +298,9 @@ let nextPinId = 1;
 let pinCount = 0;
 // Over an ArrayBuffer of its own: its address is cached, and in Bun a small array built without one
 // keeps its storage in the GC heap until something touches its buffer, which then moves it.
-const drained = new Float64Array(new ArrayBuffer(256 * 8));
+/** Capacity of `drained`: a constant, so no replaced length getter can size a native write. */
+const DRAINED = 256;
+const drained = new Float64Array(new ArrayBuffer(DRAINED * 8));
 let drainedAt = 0;
 let sweepTimer: unknown;
 // This realm's native pin queue. Every Worker evaluates this module again and so gets its own:
@@ -389,7 +391,7 @@ export function sweepPins(): number {
   const queue = realmAddress();
   let total = 0;
   for (;;) {
-    const n = lib.dlpk_pins_drain(queue, drainedAt ||= runtime().addressOf(drained), drained.length);
+    const n = lib.dlpk_pins_drain(queue, drainedAt ||= runtime().addressOf(drained), DRAINED);
     // A copy by hand (no slice: its species is replaceable): a release callback may pin or
     // sweep again, which reuses `drained`.
     const ids = new Float64ArrayCtor(n);
@@ -416,7 +418,7 @@ export function sweepPins(): number {
       }
     }
     total += n;
-    if (n < drained.length) return total;
+    if (n < DRAINED) return total;
   }
 }
 

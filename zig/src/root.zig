@@ -17,7 +17,7 @@ const mappings = @import("mappings.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 9;
+pub const ABI_VERSION: u32 = 10;
 
 pub const IMPORT_VERSIONED: u32 = 1;
 pub const IMPORT_STRICT_OFFSET: u32 = 2;
