@@ -49,4 +49,4 @@ export {
   synchronize,
   toHost,
   waitEvent,
-} from "./src/cuda.ts";
+} from "./src/cuda/cuda.ts";

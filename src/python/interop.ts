@@ -5,13 +5,13 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { checkDeviceId, DLPackError } from "../errors.ts";
-import { I32, I64, refusalError, scratch, U32 } from "../description.ts";
-import { type ArrayInterface, importArrayInterface } from "../array_interface.ts";
-import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
-import { deviceCode, type DeviceType } from "../devices.ts";
-import { isCudaFamily, setProducerStream } from "../cuda.ts";
-import { type BufferView, isBufferView, viewFromScratch } from "../view.ts";
+import { checkDeviceId, DLPackError } from "../facts/errors.ts";
+import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
+import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
+import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
+import { deviceCode, type DeviceType } from "../facts/devices.ts";
+import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
+import { type BufferView, isBufferView, viewFromScratch } from "../view/view.ts";
 import {
   bridge,
   type BridgeState,

@@ -3,16 +3,16 @@
  * `fromDLPack`.
  * @module
  */
-import { core } from "../ffi/mod.ts";
-import { refusalError, scratch, U32 } from "./description.ts";
-import { DLPackError, optionsObject, shown } from "./errors.ts";
-import { type AddressLike, toAddress } from "./address.ts";
-import { BufferView, buildFromScratch, isBufferView, keepAliveOf } from "./view.ts";
-import type { Owner } from "./owner.ts";
-import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
-import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "./capsule.ts";
+import { core } from "../../ffi/mod.ts";
+import { refusalError, scratch, U32 } from "../native/description.ts";
+import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
+import { type AddressLike, toAddress } from "../native/address.ts";
+import { BufferView, buildFromScratch, isBufferView, keepAliveOf } from "../view/view.ts";
+import type { Owner } from "../native/owner.ts";
+import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "../native/owner.ts";
+import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
 import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
-import { callWith, getPrototypeOf, ObjectPrototype } from "./intrinsics.ts";
+import { callWith, getPrototypeOf, ObjectPrototype } from "../facts/intrinsics.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {

@@ -6,9 +6,9 @@
  * works as before.
  * @module
  */
-import { core, runtime } from "../ffi/mod.ts";
-import { DLPackError, shown } from "./errors.ts";
-import { type AddressLike, toAddress } from "./address.ts";
+import { core, runtime } from "../../ffi/mod.ts";
+import { DLPackError, shown } from "../facts/errors.ts";
+import { type AddressLike, toAddress } from "../native/address.ts";
 import {
   accessOf,
   addressOf,
@@ -23,14 +23,21 @@ import {
   shapeOf,
   sizeOf,
   stridesOf,
-} from "./view.ts";
-import { type Capsule, capsuleAddress, capsuleOwned, capsuleVersioned, disposeCapsule, isCapsule } from "./capsule.ts";
-import { type Device, type DeviceType, formatDevice, isHostAccessible } from "./devices.ts";
-import { LAYOUT_C, scratch } from "./description.ts";
-import { hasZero, listText, reach } from "./layout.ts";
-import { copyOf, empty } from "./alloc.ts";
-import { abs, isCount, newWeakMap, objectSlots, slots } from "./intrinsics.ts";
-import { deferredCount, deferredObjects, retryQuietly } from "./owner.ts";
+} from "../view/view.ts";
+import {
+  type Capsule,
+  capsuleAddress,
+  capsuleOwned,
+  capsuleVersioned,
+  disposeCapsule,
+  isCapsule,
+} from "../native/capsule.ts";
+import { type Device, type DeviceType, formatDevice, isHostAccessible } from "../facts/devices.ts";
+import { LAYOUT_C, scratch } from "../native/description.ts";
+import { hasZero, listText, reach } from "../facts/layout.ts";
+import { copyOf, empty } from "../ops/alloc.ts";
+import { abs, isCount, newWeakMap, objectSlots, slots } from "../facts/intrinsics.ts";
+import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import {
   cudaCheck,
   cudaError,
@@ -39,9 +46,9 @@ import {
   ensureDriver,
   isCudaFamily,
   missingDriver,
-} from "./cuda_driver.ts";
+} from "../native/cuda_driver.ts";
 
-export { CudaDriverError, isCudaFamily } from "./cuda_driver.ts";
+export { CudaDriverError, isCudaFamily } from "../native/cuda_driver.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Driver and devices

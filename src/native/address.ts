@@ -2,8 +2,8 @@
  * Native addresses as the public API accepts them (`bigint | number | Deno.PointerObject | null`).
  * @module
  */
-import { runtime } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
+import { runtime } from "../../ffi/mod.ts";
+import { DLPackError } from "../facts/errors.ts";
 
 /** An address argument: a bigint, a number, a Deno pointer object, or null. */
 export type AddressLike = bigint | number | Deno.PointerObject | null;

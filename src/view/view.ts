@@ -4,8 +4,8 @@
  * requirements, and releases its share of the memory exactly once.
  * @module
  */
-import { runtime } from "../ffi/mod.ts";
-import { DLPackError, shown } from "./errors.ts";
+import { runtime } from "../../ffi/mod.ts";
+import { DLPackError, shown } from "../facts/errors.ts";
 import type {
   AnyTypedArray,
   ArrayOf,
@@ -16,9 +16,9 @@ import type {
   MiniFloatDType,
   Scalar,
   ScalarOf,
-} from "./dtypes.ts";
-import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
-import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "./scalars.ts";
+} from "../facts/dtypes.ts";
+import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "../facts/devices.ts";
+import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 import {
   deferredCount,
   deferredNumbers,
@@ -29,14 +29,14 @@ import {
   type Releasable,
   releaseOwner,
   retryQuietly,
-} from "./owner.ts";
-import { requirementRefusals, type Requirements } from "./requirements.ts";
-import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "./description.ts";
-import { infoOfTriple } from "./dtypes.ts";
-import { copyOf, empty } from "./alloc.ts";
-import { type DLPackProtocolOptions, typedArrayView, viewDLPack } from "./export.ts";
-import type { Capsule } from "./capsule.ts";
-import { copyInto, type CopyOptions, toHost } from "./cuda.ts";
+} from "../native/owner.ts";
+import { requirementRefusals, type Requirements } from "../ops/requirements.ts";
+import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "../native/description.ts";
+import { infoOfTriple } from "../facts/dtypes.ts";
+import { copyOf, empty } from "../ops/alloc.ts";
+import { type DLPackProtocolOptions, typedArrayView, viewDLPack } from "../ops/export.ts";
+import type { Capsule } from "../native/capsule.ts";
+import { copyInto, type CopyOptions, toHost } from "../cuda/cuda.ts";
 import {
   ArrayBufferCtor,
   ceil,
@@ -52,8 +52,8 @@ import {
   toBigInt,
   typedArrayLength,
   typedArrayTag,
-} from "./intrinsics.ts";
-import { listText } from "./layout.ts";
+} from "../facts/intrinsics.ts";
+import { listText } from "../facts/layout.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
 export type Access = "readwrite" | "readonly" | "unknown";

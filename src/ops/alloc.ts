@@ -3,12 +3,12 @@
  * owner, and `copyOf` makes a contiguous copy of any host view.
  * @module
  */
-import { core } from "../ffi/mod.ts";
-import { checkDeviceId, DLPackError, optionsObject, shown } from "./errors.ts";
-import { type DType, type DTypeInfo, dtypeInfo } from "./dtypes.ts";
-import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
-import { refusalError, scratch, Status, U32 } from "./description.ts";
-import { checkShape, cStrides, layoutOf, sizeOf } from "./layout.ts";
+import { core } from "../../ffi/mod.ts";
+import { checkDeviceId, DLPackError, optionsObject, shown } from "../facts/errors.ts";
+import { type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
+import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "../facts/devices.ts";
+import { refusalError, scratch, Status, U32 } from "../native/description.ts";
+import { checkShape, cStrides, layoutOf, sizeOf } from "../facts/layout.ts";
 import {
   addressOf,
   arrayOf,
@@ -21,11 +21,11 @@ import {
   sizeOf as sizeOfView,
   stridesOf,
   toArrayOf,
-} from "./view.ts";
-import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "./cuda.ts";
-import { isCudaFamily } from "./cuda_driver.ts";
-import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
-import { ceil, typedArrayLength } from "./intrinsics.ts";
+} from "../view/view.ts";
+import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "../cuda/cuda.ts";
+import { isCudaFamily } from "../native/cuda_driver.ts";
+import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "../native/owner.ts";
+import { ceil, typedArrayLength } from "../facts/intrinsics.ts";
 
 /** Options of {@link empty} and {@link zeros}. */
 export interface AllocOptions {

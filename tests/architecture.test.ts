@@ -1,0 +1,123 @@
+// The layering of the TypeScript tree, read from the import lines of the shipped sources: no import cycle, no value
+// import from a lower layer up into a higher one (a type-only import is erased at runtime, so it may point anywhere
+// except out of ffi/), and ffi/ imports nothing of src/ but src/facts/.
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { repoRoot, test } from "./support/harness.ts";
+
+/** Layers bottom-up; a file's layer is the first whose prefix its repository path starts with. */
+const LAYERS: readonly (readonly [string, string])[] = [
+  ["facts", "src/facts/"],
+  ["ffi", "ffi/"],
+  ["native", "src/native/"],
+  ["view", "src/view/"],
+  ["ops", "src/ops/"],
+  ["cuda", "src/cuda/"],
+  ["python", "src/python/"],
+  ["entries", "mod.ts"],
+  ["entries", "python.ts"],
+  ["entries", "cuda.ts"],
+];
+
+/** Value edges still crossing the layering, `from -> to`; the test fails once one of them is gone, so it only shrinks. */
+const KNOWN: readonly string[] = [
+  "src/ops/alloc.ts -> src/cuda/cuda.ts",
+  "src/ops/export.ts -> src/cuda/cuda.ts",
+  "src/ops/import.ts -> src/ops/export.ts",
+  "src/view/view.ts -> src/ops/requirements.ts",
+  "src/view/view.ts -> src/ops/alloc.ts",
+  "src/view/view.ts -> src/ops/export.ts",
+  "src/view/view.ts -> src/cuda/cuda.ts",
+];
+
+interface Edge {
+  from: string;
+  to: string;
+  typeOnly: boolean;
+}
+
+function sources(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(`${repoRoot}/${dir}`)) {
+    const path = `${dir}/${name}`;
+    if (statSync(`${repoRoot}/${path}`).isDirectory()) out.push(...sources(path));
+    else if (name.endsWith(".ts")) out.push(path);
+  }
+  return out;
+}
+
+function resolve(from: string, spec: string): string {
+  const parts = from.split("/").slice(0, -1);
+  for (const part of spec.split("/")) {
+    if (part === "..") parts.pop();
+    else if (part !== ".") parts.push(part);
+  }
+  return parts.join("/");
+}
+
+// `import ... from "./x"`, `export ... from "./x"` (possibly over several lines) and `import "./x"`.
+const FROM = /^[ \t]*(import|export)\s+(type\s+)?(?:[^;"']*?\s+from\s+)?["'](\.{1,2}\/[^"']+)["']/gm;
+
+function edgesOf(file: string): Edge[] {
+  const text = readFileSync(`${repoRoot}/${file}`, "utf8");
+  const edges: Edge[] = [];
+  for (const m of text.matchAll(FROM)) {
+    edges.push({ from: file, to: resolve(file, m[3]), typeOnly: m[2] !== undefined });
+  }
+  return edges;
+}
+
+function layerOf(file: string): number {
+  const i = LAYERS.findIndex(([, prefix]) => file === prefix || (prefix.endsWith("/") && file.startsWith(prefix)));
+  return i < 0 ? -1 : LAYERS.findIndex(([name]) => name === LAYERS[i][0]);
+}
+
+const files = [...sources("src"), ...sources("ffi"), "mod.ts", "python.ts", "cuda.ts"];
+const edges = files.flatMap(edgesOf);
+const known = new Set(KNOWN);
+const key = (e: Edge) => `${e.from} -> ${e.to}`;
+
+test("architecture: every shipped source file belongs to a layer and every import resolves", () => {
+  assert.ok(edges.length > 50, `only ${edges.length} imports were found: the import pattern is broken`);
+  assert.deepEqual(files.filter((f) => layerOf(f) < 0), []);
+  const present = new Set(files);
+  assert.deepEqual(edges.filter((e) => !present.has(e.to)).map(key), []);
+});
+
+test("architecture: ffi/ imports only ffi/ and src/facts/", () => {
+  const out = edges.filter((e) => e.from.startsWith("ffi/") && !/^(ffi|src\/facts)\//.test(e.to));
+  assert.deepEqual(out.map(key), []);
+});
+
+test("architecture: no value import goes up a layer", () => {
+  const up = edges.filter((e) => !e.typeOnly && layerOf(e.to) > layerOf(e.from)).map(key);
+  assert.deepEqual(up.filter((k) => !known.has(k)), []);
+});
+
+test("architecture: no import cycle among value imports", () => {
+  const graph = new Map<string, string[]>();
+  for (const e of edges) {
+    if (e.typeOnly || known.has(key(e))) continue;
+    graph.set(e.from, [...(graph.get(e.from) ?? []), e.to]);
+  }
+  const state = new Map<string, "open" | "done">();
+  const cycles: string[] = [];
+  const visit = (node: string, path: string[]): void => {
+    const seen = state.get(node);
+    if (seen === "done") return;
+    if (seen === "open") {
+      cycles.push([...path.slice(path.indexOf(node)), node].join(" -> "));
+      return;
+    }
+    state.set(node, "open");
+    for (const next of graph.get(node) ?? []) visit(next, [...path, node]);
+    state.set(node, "done");
+  };
+  for (const f of files) visit(f, []);
+  assert.deepEqual(cycles, []);
+});
+
+test("architecture: every known crossing still exists (remove it from KNOWN once it is gone)", () => {
+  const all = new Set(edges.filter((e) => !e.typeOnly).map(key));
+  assert.deepEqual(KNOWN.filter((k) => !all.has(k)), []);
+});
