@@ -34,8 +34,8 @@ import {
   shapeOf,
   stridesOf,
 } from "../view/view.ts";
-import { copyOf } from "./alloc.ts";
-import { attachProducerStream, fenceForConsumer } from "../cuda/cuda.ts";
+import { copyOf } from "./copy.ts";
+import { attachProducerStream, fenceForConsumer } from "./streams.ts";
 import { importCapsule } from "./import.ts";
 import {
   bufferState,

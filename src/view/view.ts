@@ -33,10 +33,10 @@ import {
 import { requirementRefusals, type Requirements } from "../ops/requirements.ts";
 import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "../native/description.ts";
 import { infoOfTriple } from "../facts/dtypes.ts";
-import { copyOf, empty } from "../ops/alloc.ts";
+import { empty } from "../ops/alloc.ts";
 import { type DLPackProtocolOptions, typedArrayView, viewDLPack } from "../ops/export.ts";
 import type { Capsule } from "../native/capsule.ts";
-import { copyInto, type CopyOptions, toHost } from "../cuda/cuda.ts";
+import { copyInto, copyOf, type CopyOptions, toHost } from "../ops/copy.ts";
 import {
   ArrayBufferCtor,
   ceil,
