@@ -19,6 +19,7 @@
  * ```
  * @module
  */
+import "./src/ops/mod.ts"; // registers the operations BufferView methods delegate to
 export {
   available,
   consumerStream,

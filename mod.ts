@@ -10,6 +10,7 @@
  * ```
  * @module
  */
+import "./src/ops/mod.ts"; // registers the operations BufferView methods delegate to
 export { DLPackError, type ErrorCode } from "./src/facts/errors.ts";
 export {
   type AnyTypedArray,

@@ -11,5 +11,6 @@
  * ```
  * @module
  */
+import "./src/ops/mod.ts"; // registers the operations BufferView methods delegate to
 export { openPython, type OpenPythonOptions, type PyArg, PyObject, Python } from "./src/python/bridge.ts";
 export { fromPython, type FromPythonOptions, toPython, type ToPythonOptions } from "./src/python/interop.ts";

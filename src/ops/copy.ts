@@ -6,6 +6,7 @@
 import { core } from "../../ffi/mod.ts";
 import { DLPackError, shown } from "../facts/errors.ts";
 import { type Device, formatDevice, isHostAccessible } from "../facts/devices.ts";
+import type { DTypeInfo } from "../facts/dtypes.ts";
 import { hasZero, listText, reach } from "../facts/layout.ts";
 import { abs, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { LAYOUT_C, refusalError, scratch } from "../native/description.ts";
@@ -28,6 +29,7 @@ import {
   stridesOf,
   toArrayOf,
 } from "../view/view.ts";
+import { registerViewOps } from "../view/hooks.ts";
 import { empty } from "./alloc.ts";
 import { handleOf, producerStreams, type StreamHandle, viewArg } from "./streams.ts";
 
@@ -359,3 +361,26 @@ export function copyOf(view: BufferView): BufferView {
     throw error;
   }
 }
+
+/** @internal A packed host copy of one-code-per-element sub-byte data, shaped like `shape` (C order). */
+export function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): BufferView {
+  const out = empty(shape, info.name);
+  try {
+    const bytes = arrayOf(out) as Uint8Array;
+    const n = typedArrayLength(codes);
+    for (let i = 0; i < bytes.length; i++) bytes[i] = 0;
+    for (let k = 0; k < n; k++) {
+      const bit = k * info.bits;
+      const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
+      bytes[bit >>> 3] |= word & 0xff;
+      if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
+    }
+  } catch (error) {
+    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
+  return out;
+}
+
+registerViewOps({ copy: copyOf, toHost, copyInto, packedCodes });

@@ -21,6 +21,7 @@ import {
   retryQuietly,
 } from "../native/owner.ts";
 import { Capsule } from "../native/capsule.ts";
+import { registerViewOps } from "../view/hooks.ts";
 import {
   accessOf,
   addressOf,
@@ -499,3 +500,5 @@ function intPair(value: unknown): [number, number] | undefined {
   const b: unknown = value[1];
   return isCount(a) && isCount(b) ? [a, b] : undefined;
 }
+
+registerViewOps({ dlpack: viewDLPack, typedArrayView });

@@ -16,6 +16,7 @@ import {
   shapeOf,
   sizeOf,
 } from "../view/view.ts";
+import { registerViewOps } from "../view/hooks.ts";
 import { LAYOUT_C, LAYOUT_F } from "../native/description.ts";
 import { listText } from "../facts/layout.ts";
 import { isArray, isCount, isInteger, objectSlots } from "../facts/intrinsics.ts";
@@ -203,3 +204,5 @@ export function requirementRefusals(view: BufferView, req: Requirements): string
   for (let i = 0; i < count; i++) out[i] = found[i];
   return out as string[];
 }
+
+registerViewOps({ refusals: requirementRefusals });

@@ -30,13 +30,13 @@ import {
   releaseOwner,
   retryQuietly,
 } from "../native/owner.ts";
-import { requirementRefusals, type Requirements } from "../ops/requirements.ts";
+import type { Requirements } from "../ops/requirements.ts";
 import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "../native/description.ts";
 import { infoOfTriple } from "../facts/dtypes.ts";
-import { empty } from "../ops/alloc.ts";
-import { type DLPackProtocolOptions, typedArrayView, viewDLPack } from "../ops/export.ts";
+import type { DLPackProtocolOptions } from "../ops/export.ts";
 import type { Capsule } from "../native/capsule.ts";
-import { copyInto, copyOf, type CopyOptions, toHost } from "../ops/copy.ts";
+import type { CopyOptions } from "../ops/copy.ts";
+import { viewOps } from "./hooks.ts";
 import {
   ArrayBufferCtor,
   ceil,
@@ -902,7 +902,7 @@ export class BufferView {
    * copy, CUDA device views on the same device through the driver. */
   copy(): BufferView {
     this.#live();
-    return copyOf(this);
+    return viewOps.copy(this);
   }
 
   /**
@@ -913,7 +913,7 @@ export class BufferView {
    */
   toHost(opts?: CopyOptions): BufferView {
     this.#live();
-    return toHost(this, opts);
+    return viewOps.toHost(this, opts);
   }
 
   /**
@@ -928,7 +928,7 @@ export class BufferView {
   copyFrom(src: BufferView | AnyTypedArray, opts?: CopyOptions): this {
     this.#live();
     if (isBufferView(src)) {
-      copyInto(this, src, opts);
+      viewOps.copyInto(this, src, opts);
       return this;
     }
     const tag = typedArrayTag(src);
@@ -972,10 +972,10 @@ export class BufferView {
     }
     // A view over the TypedArray's own memory (pinned while it lives), then the view-to-view copy.
     const staged = info.bits < 8
-      ? packedCodes(src as Uint8Array, info, this.#shape)
-      : typedArrayView(src, info, this.#shape);
+      ? viewOps.packedCodes(src as Uint8Array, info, this.#shape)
+      : viewOps.typedArrayView(src, info, this.#shape);
     try {
-      copyInto(this, staged, opts);
+      viewOps.copyInto(this, staged, opts);
     } finally {
       try {
         disposeView(staged);
@@ -1020,7 +1020,7 @@ export class BufferView {
    * `fenceForConsumer` in cuda.ts); on host data a stream is refused. `importDLPack(view)` uses it.
    */
   __dlpack__(opts?: DLPackProtocolOptions): Capsule {
-    return viewDLPack(this, opts);
+    return viewOps.dlpack(this, opts);
   }
 
   /** `[device type code, device id]`, as the protocol's `__dlpack_device__()`. */
@@ -1038,7 +1038,7 @@ export class BufferView {
     if (dtype === undefined || ndim === undefined) {
       throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
     }
-    const refusals = requirementRefusals(this, { dtype, ndim });
+    const refusals = viewOps.refusals(this, { dtype, ndim });
     if (refusals.length > 0) {
       throw new DLPackError(
         "requirements",
@@ -1068,13 +1068,13 @@ export class BufferView {
   /** Each requirement this view fails, as `"<field>: required <x>, got <y>"`. */
   refusals(req: Requirements): string[] {
     this.#live();
-    return requirementRefusals(this, req);
+    return viewOps.refusals(this, req);
   }
 
   /** Returns this view if it meets every requirement, else throws `DLPackError` listing them all. */
   require(req: Requirements): this {
     this.#live();
-    const refusals = requirementRefusals(this, req);
+    const refusals = viewOps.refusals(this, req);
     if (refusals.length > 0) {
       throw new DLPackError("requirements", `requirements not met: ${joined(refusals)}`, refusals);
     }
@@ -1156,27 +1156,6 @@ function joined(parts: readonly string[]): string {
   let text = "";
   for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
   return text;
-}
-
-/** A packed host copy of one-code-per-element sub-byte data, shaped like `shape` (C order). */
-function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): BufferView {
-  const out = empty(shape, info.name);
-  try {
-    const bytes = arrayOf(out) as Uint8Array;
-    const n = typedArrayLength(codes);
-    for (let i = 0; i < bytes.length; i++) bytes[i] = 0;
-    for (let k = 0; k < n; k++) {
-      const bit = k * info.bits;
-      const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
-      bytes[bit >>> 3] |= word & 0xff;
-      if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
-    }
-  } catch (error) {
-    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
-  }
-  return out;
 }
 
 function expectNumber(value: Scalar, dtype: DType): number {
