@@ -19,11 +19,6 @@ const LAYERS: readonly (readonly [string, string])[] = [
   ["entries", "cuda.ts"],
 ];
 
-/** Value edges still crossing the layering, `from -> to`; the test fails once one of them is gone, so it only shrinks. */
-const KNOWN: readonly string[] = [
-  "src/ops/import.ts -> src/ops/export.ts",
-];
-
 interface Edge {
   from: string;
   to: string;
@@ -68,7 +63,6 @@ function layerOf(file: string): number {
 
 const files = [...sources("src"), ...sources("ffi"), "mod.ts", "python.ts", "cuda.ts"];
 const edges = files.flatMap(edgesOf);
-const known = new Set(KNOWN);
 const key = (e: Edge) => `${e.from} -> ${e.to}`;
 
 test("architecture: every shipped source file belongs to a layer and every import resolves", () => {
@@ -85,13 +79,13 @@ test("architecture: ffi/ imports only ffi/ and src/facts/", () => {
 
 test("architecture: no value import goes up a layer", () => {
   const up = edges.filter((e) => !e.typeOnly && layerOf(e.to) > layerOf(e.from)).map(key);
-  assert.deepEqual(up.filter((k) => !known.has(k)), []);
+  assert.deepEqual(up, []);
 });
 
 test("architecture: no import cycle among value imports", () => {
   const graph = new Map<string, string[]>();
   for (const e of edges) {
-    if (e.typeOnly || known.has(key(e))) continue;
+    if (e.typeOnly) continue;
     graph.set(e.from, [...(graph.get(e.from) ?? []), e.to]);
   }
   const state = new Map<string, "open" | "done">();
@@ -109,11 +103,6 @@ test("architecture: no import cycle among value imports", () => {
   };
   for (const f of files) visit(f, []);
   assert.deepEqual(cycles, []);
-});
-
-test("architecture: every known crossing still exists (remove it from KNOWN once it is gone)", () => {
-  const all = new Set(edges.filter((e) => !e.typeOnly).map(key));
-  assert.deepEqual(KNOWN.filter((k) => !all.has(k)), []);
 });
 
 test('architecture: a view method whose operation was never registered throws DLPackError("library")', () => {
