@@ -8,7 +8,7 @@ import { DLPackError, shown } from "../facts/errors.ts";
 import { type Device, formatDevice, isHostAccessible } from "../facts/devices.ts";
 import type { DTypeInfo } from "../facts/dtypes.ts";
 import { hasZero, listText, reach } from "../facts/layout.ts";
-import { abs, slots, typedArrayLength } from "../facts/intrinsics.ts";
+import { abs, slots } from "../facts/intrinsics.ts";
 import { LAYOUT_C, refusalError, scratch } from "../native/description.ts";
 import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import { cudaCheck, driverAvailable, ensureDriver, missingDriver } from "../native/cuda_driver.ts";
@@ -30,6 +30,7 @@ import {
   toArrayOf,
 } from "../view/view.ts";
 import { registerViewOps } from "../view/hooks.ts";
+import { packCodes } from "../view/codec.ts";
 import { empty } from "./alloc.ts";
 import { handleOf, producerStreams, type StreamHandle, viewArg } from "./streams.ts";
 
@@ -338,16 +339,7 @@ export function copyOf(view: BufferView): BufferView {
     if (sizeOf(view) === 0) return out;
     if (info.bits < 8) {
       // Sub-byte elements (packed or padded): one code per byte from toArray(), packed into the copy.
-      const codes = toArrayOf(view) as Uint8Array;
-      const bytes = arrayOf(out) as Uint8Array;
-      const n = typedArrayLength(codes);
-      for (let i = typedArrayLength(bytes) - 1; i >= 0; i--) bytes[i] = 0;
-      for (let k = 0; k < n; k++) {
-        const bit = k * info.bits;
-        const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
-        bytes[bit >>> 3] |= word & 0xff;
-        if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
-      }
+      packCodes(toArrayOf(view) as Uint8Array, arrayOf(out) as Uint8Array, info.bits);
       return out;
     }
     scratch.setAddress(addressOf(view));
@@ -366,15 +358,7 @@ export function copyOf(view: BufferView): BufferView {
 export function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): BufferView {
   const out = empty(shape, info.name);
   try {
-    const bytes = arrayOf(out) as Uint8Array;
-    const n = typedArrayLength(codes);
-    for (let i = 0; i < bytes.length; i++) bytes[i] = 0;
-    for (let k = 0; k < n; k++) {
-      const bit = k * info.bits;
-      const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
-      bytes[bit >>> 3] |= word & 0xff;
-      if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
-    }
+    packCodes(codes, arrayOf(out) as Uint8Array, info.bits);
   } catch (error) {
     deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
     retryQuietly();

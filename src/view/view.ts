@@ -37,6 +37,7 @@ import type { DLPackProtocolOptions } from "../ops/export.ts";
 import type { Capsule } from "../native/capsule.ts";
 import type { CopyOptions } from "../ops/copy.ts";
 import { viewOps } from "./hooks.ts";
+import { expectBigInt, expectInteger, expectNumber, readBits, typeError, writeBits } from "./codec.ts";
 import {
   ArrayBufferCtor,
   ceil,
@@ -736,7 +737,10 @@ export class BufferView {
       case "complex":
         return [a[at * 2] as number, a[at * 2 + 1] as number] as Complex;
       case "minifloat":
-        return decodeMiniFloat(this.#info.name as MiniFloatDType, this.#readBits(a as Uint8Array, at));
+        return decodeMiniFloat(
+          this.#info.name as MiniFloatDType,
+          readBits(a as Uint8Array, at, this.#slotBits(), this.#minOffset),
+        );
     }
   }
 
@@ -788,9 +792,11 @@ export class BufferView {
         return;
       }
       case "minifloat":
-        this.#writeBits(
+        writeBits(
           a as Uint8Array,
           at,
+          this.#slotBits(),
+          this.#minOffset,
           encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name)),
         );
         return;
@@ -826,37 +832,6 @@ export class BufferView {
     return at;
   }
 
-  #readBits(bytes: Uint8Array, at: number): number {
-    const bits = this.#slotBits();
-    if (bits === 8) return bytes[at];
-    const bit = this.#bitOf(at, bits);
-    const mask = (1 << bits) - 1;
-    const word = bytes[bit >>> 3] | ((bytes[(bit >>> 3) + 1] ?? 0) << 8);
-    return (word >>> (bit & 7)) & mask;
-  }
-
-  #writeBits(bytes: Uint8Array, at: number, code: number): void {
-    const bits = this.#slotBits();
-    if (bits === 8) {
-      bytes[at] = code;
-      return;
-    }
-    const bit = this.#bitOf(at, bits);
-    const mask = (1 << bits) - 1;
-    const byte = bit >>> 3;
-    const shift = bit & 7;
-    const word = (bytes[byte] | ((bytes[byte + 1] ?? 0) << 8)) & ~(mask << shift) | ((code & mask) << shift);
-    bytes[byte] = word & 0xff;
-    if (shift + bits > 8) bytes[byte + 1] = word >>> 8;
-  }
-
-  /** Bit position from the start of `array()` of the element at `at`, for packed sub-byte data. */
-  #bitOf(at: number, bits: number): number {
-    const loBits = this.#minOffset * bits;
-    const startBit = floor(loBits / 8) * 8;
-    return (at + this.#minOffset) * bits - startBit;
-  }
-
   /**
    * A contiguous C-order copy in a new JS TypedArray (complex interleaved, packed sub-byte types
    * one code per byte).
@@ -880,7 +855,7 @@ export class BufferView {
     const index = slots(ndim);
     let at = -this.#minOffset;
     for (let k = 0; k < this.#size; k++) {
-      if (packed) out[k] = this.#readBits(src as Uint8Array, at);
+      if (packed) out[k] = readBits(src as Uint8Array, at, this.#slotBits(), this.#minOffset);
       else if (slotCount === 2) {
         out[2 * k] = src[2 * at];
         out[2 * k + 1] = src[2 * at + 1];
@@ -996,7 +971,7 @@ export class BufferView {
     const index = slots(ndim);
     let at = -this.#minOffset;
     for (let k = 0; k < this.#size; k++) {
-      if (packed) this.#writeBits(a as Uint8Array, at, (src as Uint8Array)[k]);
+      if (packed) writeBits(a as Uint8Array, at, this.#slotBits(), this.#minOffset, (src as Uint8Array)[k]);
       else if (pairs) {
         a[2 * at] = src[2 * k];
         a[2 * at + 1] = src[2 * k + 1];
@@ -1156,52 +1131,6 @@ function joined(parts: readonly string[]): string {
   let text = "";
   for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
   return text;
-}
-
-function expectNumber(value: Scalar, dtype: DType): number {
-  if (typeof value !== "number") throw typeError(dtype, "a number", value);
-  return value;
-}
-
-// Prototype-less: only the dtype names here are found.
-const INT_RANGES = {
-  __proto__: null,
-  int8: [-128, 127],
-  int16: [-32768, 32767],
-  int32: [-(2 ** 31), 2 ** 31 - 1],
-  uint8: [0, 255],
-  uint16: [0, 65535],
-  uint32: [0, 2 ** 32 - 1],
-} as unknown as Readonly<Record<string, readonly [number, number]>>;
-
-const BIGINT_RANGES = {
-  __proto__: null,
-  int64: [-(2n ** 63n), 2n ** 63n - 1n],
-  uint64: [0n, 2n ** 64n - 1n],
-} as unknown as Readonly<Record<string, readonly [bigint, bigint]>>;
-
-/** An integer element must be an integer in the dtype's range: a TypedArray store would
- * silently truncate 1.5, wrap 300 to 44 and turn NaN into 0. */
-function expectInteger(value: Scalar, dtype: DType): number {
-  const n = expectNumber(value, dtype);
-  const range = INT_RANGES[dtype];
-  const lo = range[0];
-  const hi = range[1];
-  if (n % 1 !== 0 || n < lo || n > hi) throw typeError(dtype, `an integer in ${lo}..${hi}`, value);
-  return n;
-}
-
-function expectBigInt(value: Scalar, dtype: DType): bigint {
-  if (typeof value !== "bigint") throw typeError(dtype, "a bigint", value);
-  const range = BIGINT_RANGES[dtype];
-  const lo = range[0];
-  const hi = range[1];
-  if (value < lo || value > hi) throw typeError(dtype, `a bigint in ${lo}..${hi}`, value);
-  return value;
-}
-
-function typeError(dtype: DType, expected: string, got: unknown): DLPackError {
-  return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${shown(got)}`);
 }
 
 /** A view whose dtype and rank TypeScript knows (from `BufferView.as`). */
