@@ -11,6 +11,7 @@
  * @module
  */
 import "./src/ops/mod.ts"; // registers the operations BufferView methods delegate to
+import "./src/cuda/copy.ts"; // registers the device paths of the copy engine
 export { DLPackError, type ErrorCode } from "./src/facts/errors.ts";
 export {
   type AnyTypedArray,

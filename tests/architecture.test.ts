@@ -3,6 +3,7 @@
 // except out of ffi/), and ffi/ imports nothing of src/ but src/facts/.
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync, statSync } from "node:fs";
+import { fakeDriverPath } from "./support/fakecuda.ts";
 import { repoRoot, runIsolated, test } from "./support/harness.ts";
 
 /** Layers bottom-up; a file's layer is the first whose prefix its repository path starts with. */
@@ -126,6 +127,51 @@ console.log("RESULT " + JSON.stringify(codes));
   const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
   assert.ok(run.code === 0 && line !== undefined, `exit ${run.code}: ${run.stderr.slice(-2000)}`);
   assert.deepEqual(JSON.parse(line.slice(7)), ["library", "library", "library", "library"]);
+});
+
+/** Device copies of fake CUDA memory in a fresh process that gets `zeros` from `imports`: each one's error code, or
+ * "returned". */
+function deviceCopies(imports: string): unknown {
+  const run = runIsolated(
+    `
+${imports}
+import { DLPackError } from "${repoRoot}/src/facts/errors.ts";
+const device = zeros([2], "float32", { device: { type: "cuda", id: 0 } });
+const host = zeros([2], "float32");
+const codes = [];
+for (const call of [() => device.copy(), () => device.toHost(), () => host.copyFrom(device), () => device.copyFrom(host)]) {
+  try {
+    const out = call();
+    if (out !== host && out !== device) out.dispose();
+    codes.push("returned");
+  } catch (error) {
+    codes.push(error instanceof DLPackError ? error.code : String(error));
+  }
+}
+device.dispose();
+host.dispose();
+console.log("RESULT " + JSON.stringify(codes));
+`,
+    { env: { DLPACK_CUDA_LIB: fakeDriverPath(), FAKECUDA_DEVICES: "1" } },
+  );
+  const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
+  assert.ok(run.code === 0 && line !== undefined, `exit ${run.code}: ${run.stderr.slice(-2000)}`);
+  return JSON.parse(line.slice(7));
+}
+
+test("architecture: a device copy without the device paths of the CUDA layer throws DLPackError(library)", () => {
+  // src/ops/mod.ts registers the view's operations but not the device paths src/cuda/copy.ts adds.
+  const imports = `import "${repoRoot}/src/ops/mod.ts";\nimport { zeros } from "${repoRoot}/src/ops/alloc.ts";`;
+  assert.deepEqual(deviceCopies(imports), ["library", "library", "library", "library"]);
+});
+
+test("architecture: through the entry the same device copies work (fake driver)", () => {
+  assert.deepEqual(deviceCopies(`import { zeros } from "${repoRoot}/mod.ts";`), [
+    "returned",
+    "returned",
+    "returned",
+    "returned",
+  ]);
 });
 
 test("architecture: the entries register every view operation", async () => {

@@ -11,7 +11,6 @@ import { hasZero, listText, reach } from "../facts/layout.ts";
 import { abs, slots } from "../facts/intrinsics.ts";
 import { LAYOUT_C, refusalError, scratch } from "../native/description.ts";
 import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
-import { cudaCheck, driverAvailable, ensureDriver, missingDriver } from "../native/cuda_driver.ts";
 import {
   accessOf,
   addressOf,
@@ -46,6 +45,37 @@ export interface CopyOptions {
 
 type Place = "host" | "cuda";
 
+/** What the CUDA layer adds to the copy engine (registered by `src/cuda/copy.ts` as it loads). */
+export interface DevicePaths {
+  /** Copies `bytes` between two addresses of which at least one is CUDA device memory. */
+  transfer(
+    dst: number,
+    dstDevice: Device,
+    dstOnDevice: boolean,
+    src: number,
+    srcDevice: Device,
+    srcOnDevice: boolean,
+    bytes: number,
+    stream: bigint | null,
+  ): void;
+  /** A C-contiguous copy of a CUDA device view on the same device (`view.copy()`). */
+  copyOnDevice(view: BufferView): BufferView;
+}
+
+function noDevicePaths(): never {
+  throw new DLPackError(
+    "library",
+    "copies of CUDA device memory need the CUDA layer, which is not loaded (import the library through its entry, mod.ts)",
+  );
+}
+
+let devicePaths: DevicePaths = { transfer: noDevicePaths, copyOnDevice: noDevicePaths };
+
+/** @internal Called once by the CUDA layer as it loads. */
+export function registerDevicePaths(paths: DevicePaths): void {
+  devicePaths = paths;
+}
+
 function placeOf(device: Device, role: string): Place {
   if (device.type === "cuda") return "cuda";
   if (isHostAccessible(device.type)) return "host";
@@ -73,16 +103,7 @@ function transfer(
     hostCopy(dst, src, bytes);
     return;
   }
-  const direction = to === "cuda" ? (from === "cuda" ? (dstDevice.id === srcDevice.id ? 2 : 3) : 0) : 1;
-  const ordinal = to === "cuda" ? dstDevice.id : srcDevice.id;
-  const srcOrdinal = from === "cuda" ? srcDevice.id : ordinal;
-  const what = `copying ${bytes} bytes from ${formatDevice(srcDevice)} to ${formatDevice(dstDevice)}`;
-  ensureDriver(what);
-  cudaCheck(
-    core().dlpk_cuda_copy(direction, dst, src, bytes, ordinal, srcOrdinal, stream ?? 0n, stream === null ? 0 : 1),
-    what,
-    ordinal,
-  );
+  devicePaths.transfer(dst, dstDevice, to === "cuda", src, srcDevice, from === "cuda", bytes, stream);
 }
 
 /** Strided gather on the host: the elements at `src` (element 0) with `strides` into `dst` in C order. */
@@ -305,26 +326,11 @@ export function toHost(view: BufferView, opts?: CopyOptions): BufferView {
   return out;
 }
 
-/** @internal A C-contiguous copy of a CUDA device view on the same device (`view.copy()`). */
-export function copyOnDevice(view: BufferView): BufferView {
-  const device = deviceOfView(view);
-  if (!driverAvailable()) throw missingDriver(`copy() of ${formatDevice(device)} data`);
-  const out = empty(shapeOf(view), infoOf(view).name, { device });
-  try {
-    copyInto(out, view);
-  } catch (error) {
-    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
-  }
-  return out;
-}
-
 /** A C-contiguous copy of a view in library memory (the native strided copy); CUDA device views
  * are copied on their device. */
 export function copyOf(view: BufferView): BufferView {
   const device = deviceOfView(view);
-  if (device.type === "cuda") return copyOnDevice(view);
+  if (device.type === "cuda") return devicePaths.copyOnDevice(view);
   if (!isHostAccessible(device.type)) {
     throw new DLPackError(
       "device",
