@@ -106,6 +106,11 @@ test("architecture: no import cycle among value imports", () => {
   assert.deepEqual(cycles, []);
 });
 
+test("architecture: only src/view/view.ts constructs views", () => {
+  const constructing = files.filter((f) => /new\s+BufferView\s*\(/.test(readFileSync(`${repoRoot}/${f}`, "utf8")));
+  assert.deepEqual(constructing, ["src/view/view.ts"]);
+});
+
 test('architecture: a view method whose operation was never registered throws DLPackError("library")', () => {
   // alloc.ts loads the view but none of the modules that register copy, export and requirement checks.
   const run = runIsolated(`

@@ -992,7 +992,7 @@ export class BufferView {
    * when `maxVersion` is absent or below [1, 0] (read-only data refused then), a versioned one
    * otherwise; `copy: true` copies (IS_COPIED), `dlDevice` other than this device is refused. For
    * CUDA data `stream` fences the consumer's stream after the view's producer stream (see
-   * `fenceForConsumer` in cuda.ts); on host data a stream is refused. `importDLPack(view)` uses it.
+   * `fenceForConsumer` in src/ops/streams.ts); on host data a stream is refused. `importDLPack(view)` uses it.
    */
   __dlpack__(opts?: DLPackProtocolOptions): Capsule {
     return viewOps.dlpack(this, opts);
