@@ -19,6 +19,8 @@
  * ```
  * @module
  */
+import "./src/ops/mod.ts"; // registers the operations BufferView methods delegate to
+import "./src/cuda/copy.ts"; // registers the device paths of the copy engine
 export {
   available,
   consumerStream,
@@ -49,4 +51,4 @@ export {
   synchronize,
   toHost,
   waitEvent,
-} from "./src/cuda.ts";
+} from "./src/cuda/cuda.ts";

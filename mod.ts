@@ -10,7 +10,9 @@
  * ```
  * @module
  */
-export { DLPackError, type ErrorCode } from "./src/errors.ts";
+import "./src/ops/mod.ts"; // registers the operations BufferView methods delegate to
+import "./src/cuda/copy.ts"; // registers the device paths of the copy engine
+export { DLPackError, type ErrorCode } from "./src/facts/errors.ts";
 export {
   type AnyTypedArray,
   arrayConstructorOf,
@@ -27,9 +29,16 @@ export {
   type ScalarOf,
   toDLDataType,
   type TypedArrayConstructor,
-} from "./src/dtypes.ts";
-export { type Device, deviceCode, deviceName, type DeviceType, formatDevice, isHostAccessible } from "./src/devices.ts";
-export { type AddressLike } from "./src/address.ts";
+} from "./src/facts/dtypes.ts";
+export {
+  type Device,
+  deviceCode,
+  deviceName,
+  type DeviceType,
+  formatDevice,
+  isHostAccessible,
+} from "./src/facts/devices.ts";
+export { type AddressLike } from "./src/native/address.ts";
 export {
   type Access,
   BufferView,
@@ -38,9 +47,9 @@ export {
   type Flags,
   type Tuple,
   type TypedView,
-} from "./src/view.ts";
-export { Owner } from "./src/owner.ts";
-export { type Requirements } from "./src/requirements.ts";
+} from "./src/view/view.ts";
+export { Owner } from "./src/native/owner.ts";
+export { type Requirements } from "./src/ops/requirements.ts";
 export {
   type DLPackProvider,
   type DLPackSource,
@@ -48,8 +57,8 @@ export {
   importDLPack,
   type ImportOptions,
   type ManagedAddress,
-} from "./src/import.ts";
-export { Capsule } from "./src/capsule.ts";
+} from "./src/ops/import.ts";
+export { Capsule } from "./src/native/capsule.ts";
 export {
   type DLPackProtocolOptions,
   type Exportable,
@@ -58,9 +67,9 @@ export {
   type ExportOptions,
   share,
   toDLPack,
-} from "./src/export.ts";
-export { type AllocOptions, DEFAULT_ALIGNMENT, empty, zeros } from "./src/alloc.ts";
-export { type ArrayInterface, fromArrayInterface } from "./src/array_interface.ts";
-export { type Stats, stats } from "./src/stats.ts";
-export { MAX_RANK } from "./src/description.ts";
+} from "./src/ops/export.ts";
+export { type AllocOptions, DEFAULT_ALIGNMENT, empty, zeros } from "./src/ops/alloc.ts";
+export { type ArrayInterface, fromArrayInterface } from "./src/ops/array_interface.ts";
+export { type Stats, stats } from "./src/native/stats.ts";
+export { MAX_RANK } from "./src/native/description.ts";
 export { ready, useLibrary } from "./ffi/mod.ts";

@@ -4,7 +4,7 @@
  * @module
  */
 import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
-import { typedArrayBuffer } from "../src/intrinsics.ts";
+import { typedArrayBuffer } from "../src/facts/intrinsics.ts";
 
 interface BunFFI {
   dlopen(

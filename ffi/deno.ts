@@ -2,7 +2,7 @@
  * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`).
  * @module
  */
-import { DLPackError } from "../src/errors.ts";
+import { DLPackError } from "../src/facts/errors.ts";
 import type { Bound, OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 
 const NumberCtor = Number;

@@ -3,7 +3,7 @@
  * Everything outside ffi/ talks to native code through `core()` and `runtime()` only.
  * @module
  */
-import { DLPackError, shown } from "../src/errors.ts";
+import { DLPackError, shown } from "../src/facts/errors.ts";
 import { bunRuntime } from "./bun.ts";
 import { denoRuntime } from "./deno.ts";
 import { ABI_VERSION, DESCRIPTION_BYTES, type Symbols, symbols } from "./symbols.ts";

@@ -5,7 +5,7 @@
  * node:fs (ffi/files.ts) work the same in both runtimes; permissions are asked through the binding.
  * @module
  */
-import { DLPackError } from "../src/errors.ts";
+import { DLPackError } from "../src/facts/errors.ts";
 import { RELEASE_CHECKSUMS, RELEASE_VERSION } from "./checksums.ts";
 import { isPermissionRefusal, readCacheEntry, writeCacheEntry } from "./files.ts";
 import type { Runtime } from "./types.ts";

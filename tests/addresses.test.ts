@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { repoRoot, runIsolated, test } from "./support/harness.ts";
-import { refusalError, Scratch, Status } from "../src/description.ts";
+import { refusalError, Scratch, Status } from "../src/native/description.ts";
 import { guardRegion } from "./support/hostile_memory.ts";
 
 const prelude = `

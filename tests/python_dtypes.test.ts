@@ -2,7 +2,7 @@
 // JAX and PyTorch use: every code decodes to the same value, and rounding picks the same code.
 import assert from "node:assert/strict";
 import type { MiniFloatDType } from "../mod.ts";
-import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../src/scalars.ts";
+import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../src/facts/scalars.ts";
 import { missing, python } from "./support/python.ts";
 import { test } from "./support/harness.ts";
 

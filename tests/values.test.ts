@@ -2,7 +2,7 @@
 // independent encoding of the same bytes (DataView, hand-computed bit patterns).
 import assert from "node:assert/strict";
 import { DLPackError, type DType, importDLPack, type MiniFloatDType } from "../mod.ts";
-import { decodeMiniFloat, encodeMiniFloat } from "../src/scalars.ts";
+import { decodeMiniFloat, encodeMiniFloat } from "../src/facts/scalars.ts";
 import { make } from "./support/producer.ts";
 import { test } from "./support/harness.ts";
 

@@ -7,10 +7,10 @@
 import { core, openLibrary, runtime } from "../../ffi/mod.ts";
 import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
 import type { Bound } from "../../ffi/types.ts";
-import { DLPackError, shown as shownValue } from "../errors.ts";
-import { LazyBackstop } from "../owner.ts";
-import { toAddress } from "../address.ts";
-import { callWith, isArray, isSafeInt, toBigInt, typedArrayLength } from "../intrinsics.ts";
+import { DLPackError, shown as shownValue } from "../facts/errors.ts";
+import { LazyBackstop } from "../native/owner.ts";
+import { toAddress } from "../native/address.ts";
+import { callWith, isArray, isSafeInt, toBigInt, typedArrayLength } from "../facts/intrinsics.ts";
 import { discoverPython, type PythonInstall } from "./discover.ts";
 import { HELPER_SOURCE } from "./helper_source.ts";
 

@@ -4,7 +4,7 @@
  * @module
  */
 import { runtime } from "../../ffi/mod.ts";
-import { DLPackError } from "../errors.ts";
+import { DLPackError } from "../facts/errors.ts";
 
 /** What the bridge needs to know about the Python it embeds. */
 export interface PythonInstall {

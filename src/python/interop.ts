@@ -5,16 +5,16 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { checkDeviceId, DLPackError } from "../errors.ts";
-import { I32, I64, refusalError, scratch, U32 } from "../description.ts";
-import { type ArrayInterface, importArrayInterface } from "../array_interface.ts";
-import { type Exportable, exportDLPack, type ExportOptions } from "../export.ts";
-import { deviceCode, type DeviceType } from "../devices.ts";
-import { isCudaFamily, setProducerStream } from "../cuda.ts";
-import { accessOf, type BufferView, buildFromScratch, deviceOfView, isBufferView } from "../view.ts";
-import { deferredCount, deferredNumbers, deferredObjects, retryQuietly } from "../owner.ts";
-import { takeCapsule } from "../capsule.ts";
-import { isArray, isInteger, isSafeInt } from "../intrinsics.ts";
+import { checkDeviceId, DLPackError } from "../facts/errors.ts";
+import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
+import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
+import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
+import { deviceCode, type DeviceType } from "../facts/devices.ts";
+import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
+import { accessOf, type BufferView, buildFromScratch, deviceOfView, isBufferView } from "../view/view.ts";
+import { deferredCount, deferredNumbers, deferredObjects, retryQuietly } from "../native/owner.ts";
+import { takeCapsule } from "../native/capsule.ts";
+import { isArray, isInteger, isSafeInt } from "../facts/intrinsics.ts";
 import {
   bridge,
   type BridgeState,

@@ -25,8 +25,8 @@ import {
 } from "../../mod.ts";
 import { fromPython, type Python, toPython } from "../../python.ts";
 import { runtime } from "../../ffi/mod.ts";
-import { encodeMiniFloat, isMiniFloat } from "../../src/scalars.ts";
-import { dtypeInfo } from "../../src/dtypes.ts";
+import { encodeMiniFloat, isMiniFloat } from "../../src/facts/scalars.ts";
+import { dtypeInfo } from "../../src/facts/dtypes.ts";
 import { repoRoot } from "./harness.ts";
 
 /** A DLPack struct generation. */

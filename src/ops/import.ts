@@ -3,16 +3,17 @@
  * `fromDLPack`.
  * @module
  */
-import { core } from "../ffi/mod.ts";
-import { refusalError, scratch, U32 } from "./description.ts";
-import { DLPackError, optionsObject, shown } from "./errors.ts";
-import { type AddressLike, toAddress } from "./address.ts";
-import { BufferView, buildFromScratch, isBufferView, keepAliveOf } from "./view.ts";
-import type { Owner } from "./owner.ts";
-import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
-import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "./capsule.ts";
-import { type DLPackProtocolOptions, viewDLPack } from "./export.ts";
-import { callWith, getPrototypeOf, ObjectPrototype } from "./intrinsics.ts";
+import { core } from "../../ffi/mod.ts";
+import { refusalError, scratch, U32 } from "../native/description.ts";
+import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
+import { type AddressLike, toAddress } from "../native/address.ts";
+import { BufferView, buildFromScratch, isBufferView, keepAliveOf } from "../view/view.ts";
+import type { Owner } from "../native/owner.ts";
+import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "../native/owner.ts";
+import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
+import type { DLPackProtocolOptions } from "./export.ts";
+import { viewOps } from "../view/hooks.ts";
+import { callWith, getPrototypeOf, ObjectPrototype } from "../facts/intrinsics.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
@@ -161,7 +162,7 @@ function importProvided(
 ): BufferView {
   // Everything that reads the caller's object happens before a capsule exists.
   const name = producer ?? nameOf(src);
-  const capsule = isBufferView(src) ? viewDLPack(src, { maxVersion: MAX_VERSION }) : callWith(dlpack, src, {
+  const capsule = isBufferView(src) ? viewOps.dlpack(src, { maxVersion: MAX_VERSION }) : callWith(dlpack, src, {
     maxVersion: MAX_VERSION,
   });
   let ours = false;
@@ -196,7 +197,7 @@ function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | 
     throw new DLPackError("argument", `${SOURCES}, got an object with none of them`);
   }
   if (isCapsule(src)) return importCapsule(src, producer, strict);
-  if (isBufferView(src)) return importProvided(src, viewDLPack as never, strict, producer);
+  if (isBufferView(src)) return importProvided(src, viewOps.dlpack as never, strict, producer);
   const proto = getPrototypeOf(src);
   if (
     proto === Capsule.prototype || proto === BufferView.prototype || src instanceof Capsule || src instanceof BufferView

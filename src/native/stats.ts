@@ -2,7 +2,7 @@
  * Live counts of everything the library holds, for leak tests and for users.
  * @module
  */
-import { core, runtime } from "../ffi/mod.ts";
+import { core, runtime } from "../../ffi/mod.ts";
 import { releaseDeferred, sweepPins } from "./owner.ts";
 
 /** What is alive right now. Every count returns to zero once everything is released. */

@@ -4,9 +4,9 @@
  * neither is released by the garbage-collection backstop.
  * @module
  */
-import { DLPackError } from "./errors.ts";
+import { DLPackError } from "../facts/errors.ts";
 import { deleteManaged, LazyBackstop, registerDisposer } from "./owner.ts";
-import { floor, toBigInt } from "./intrinsics.ts";
+import { floor, toBigInt } from "../facts/intrinsics.ts";
 
 // Held value: address * 2 + versioned, so nothing is allocated per capsule.
 const backstop = new LazyBackstop<number>(

@@ -3,8 +3,8 @@
  * forgotten ones, and pins that keep JS objects reachable while native code holds their memory.
  * @module
  */
-import { core, loadedCore, runtime } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
+import { core, loadedCore, runtime } from "../../ffi/mod.ts";
+import { DLPackError } from "../facts/errors.ts";
 import { scratch, U32 } from "./description.ts";
 import {
   enqueueMicrotask,
@@ -15,7 +15,7 @@ import {
   slots,
   startInterval,
   stopInterval,
-} from "./intrinsics.ts";
+} from "../facts/intrinsics.ts";
 
 /** Waiting handles a backstop holds before it flushes them all at once. */
 const BACKSTOP_BATCH = 1024;

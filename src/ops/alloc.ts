@@ -3,29 +3,17 @@
  * owner, and `copyOf` makes a contiguous copy of any host view.
  * @module
  */
-import { core } from "../ffi/mod.ts";
-import { checkDeviceId, DLPackError, optionsObject, shown } from "./errors.ts";
-import { type DType, type DTypeInfo, dtypeInfo } from "./dtypes.ts";
-import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
-import { refusalError, scratch, Status, U32 } from "./description.ts";
-import { checkShape, cStrides, layoutOf, sizeOf } from "./layout.ts";
-import {
-  addressOf,
-  arrayOf,
-  type BufferView,
-  deviceOfView,
-  infoOf,
-  LIBRARY_NAME,
-  makeView,
-  shapeOf,
-  sizeOf as sizeOfView,
-  stridesOf,
-  toArrayOf,
-} from "./view.ts";
-import { allocateCuda, copyOnDevice, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "./cuda.ts";
-import { isCudaFamily } from "./cuda_driver.ts";
-import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "./owner.ts";
-import { ceil, typedArrayLength } from "./intrinsics.ts";
+import { core } from "../../ffi/mod.ts";
+import { checkDeviceId, DLPackError, optionsObject, shown } from "../facts/errors.ts";
+import { type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
+import { type Device, deviceCode, deviceOf, formatDevice } from "../facts/devices.ts";
+import { refusalError, scratch, Status, U32 } from "../native/description.ts";
+import { checkShape, cStrides, layoutOf, sizeOf } from "../facts/layout.ts";
+import { type BufferView, LIBRARY_NAME, makeView } from "../view/view.ts";
+import { allocateCuda, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "../native/cuda_memory.ts";
+import { isCudaFamily } from "../native/cuda_driver.ts";
+import { deferredCount, deferredNumbers, releaseDeferred, retryQuietly } from "../native/owner.ts";
+import { ceil } from "../facts/intrinsics.ts";
 
 /** Options of {@link empty} and {@link zeros}. */
 export interface AllocOptions {
@@ -191,47 +179,4 @@ export function empty(shape: readonly number[], dtype: DType, opts?: AllocOption
 /** Like {@link empty}, filled with zero bytes. */
 export function zeros(shape: readonly number[], dtype: DType, opts?: AllocOptions): BufferView {
   return allocate(shape, dtype, opts, true);
-}
-
-/** A C-contiguous copy of a view in library memory (the native strided copy); CUDA device views
- * are copied on their device. */
-export function copyOf(view: BufferView): BufferView {
-  const device = deviceOfView(view);
-  if (device.type === "cuda") return copyOnDevice(view);
-  if (!isHostAccessible(device.type)) {
-    throw new DLPackError(
-      "device",
-      `copy() of ${formatDevice(device)} memory needs a device copy; this view is not on the host`,
-    );
-  }
-  const info = infoOf(view);
-  const shape = shapeOf(view);
-  const out = empty(shape, info.name);
-  // The copy is ours until returned: any exception (an exhausted stack included) disposes it.
-  try {
-    if (sizeOfView(view) === 0) return out;
-    if (info.bits < 8) {
-      // Sub-byte elements (packed or padded): one code per byte from toArray(), packed into the copy.
-      const codes = toArrayOf(view) as Uint8Array;
-      const bytes = arrayOf(out) as Uint8Array;
-      const n = typedArrayLength(codes);
-      for (let i = typedArrayLength(bytes) - 1; i >= 0; i--) bytes[i] = 0;
-      for (let k = 0; k < n; k++) {
-        const bit = k * info.bits;
-        const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
-        bytes[bit >>> 3] |= word & 0xff;
-        if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
-      }
-      return out;
-    }
-    scratch.setAddress(addressOf(view));
-    scratch.setLayout(shape, stridesOf(view));
-    const status = core().dlpk_copy(scratch.at, addressOf(out), info.bits / 8);
-    if (status !== 0) throw refusalError(status, scratch, false);
-    return out;
-  } catch (error) {
-    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
-  }
 }

@@ -3,13 +3,23 @@
  * `"<field>: required <x>, got <y>"`, so users see everything wrong at once.
  * @module
  */
-import { DLPackError, shown } from "./errors.ts";
-import { type DType, isDType } from "./dtypes.ts";
-import { deviceCode, type DeviceType, formatDevice } from "./devices.ts";
-import { accessOf, addressOf, type BufferView, deviceOfView, infoOf, layoutBitsOf, shapeOf, sizeOf } from "./view.ts";
-import { LAYOUT_C, LAYOUT_F } from "./description.ts";
-import { listText } from "./layout.ts";
-import { isArray, isCount, isInteger, objectSlots } from "./intrinsics.ts";
+import { DLPackError, shown } from "../facts/errors.ts";
+import { type DType, isDType } from "../facts/dtypes.ts";
+import { deviceCode, type DeviceType, formatDevice } from "../facts/devices.ts";
+import {
+  accessOf,
+  addressOf,
+  type BufferView,
+  deviceOfView,
+  infoOf,
+  layoutBitsOf,
+  shapeOf,
+  sizeOf,
+} from "../view/view.ts";
+import { registerViewOps } from "../view/hooks.ts";
+import { LAYOUT_C, LAYOUT_F } from "../native/description.ts";
+import { listText } from "../facts/layout.ts";
+import { isArray, isCount, isInteger, objectSlots } from "../facts/intrinsics.ts";
 
 /** What a caller needs of a view. Every field is optional. */
 export interface Requirements {
@@ -194,3 +204,5 @@ export function requirementRefusals(view: BufferView, req: Requirements): string
   for (let i = 0; i < count; i++) out[i] = found[i];
   return out as string[];
 }
+
+registerViewOps({ refusals: requirementRefusals });

@@ -3,14 +3,14 @@
  * `Description`), its field offsets, and the mapping of native status codes to errors.
  * @module
  */
-import { DLPackError, type ErrorCode } from "./errors.ts";
-import { deviceName, formatDevice } from "./devices.ts";
+import { DLPackError, type ErrorCode } from "../facts/errors.ts";
+import { deviceName, formatDevice } from "../facts/devices.ts";
 import { lastDriverError } from "./cuda_driver.ts";
+import { DESCRIPTION_BYTES, runtime } from "../../ffi/mod.ts";
+import { MAX_RANK } from "../facts/limits.ts";
 
-import { DESCRIPTION_BYTES, runtime } from "../ffi/mod.ts";
+export { MAX_RANK };
 
-/** Must equal `MAX_RANK` in zig/src/dlpack.zig. */
-export const MAX_RANK = 64;
 const BYTES = DESCRIPTION_BYTES;
 
 // Offsets in units of each view (see the comptime asserts beside `Description`).

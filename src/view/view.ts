@@ -4,8 +4,8 @@
  * requirements, and releases its share of the memory exactly once.
  * @module
  */
-import { runtime } from "../ffi/mod.ts";
-import { DLPackError, shown } from "./errors.ts";
+import { runtime } from "../../ffi/mod.ts";
+import { DLPackError, shown } from "../facts/errors.ts";
 import type {
   AnyTypedArray,
   ArrayOf,
@@ -16,9 +16,9 @@ import type {
   MiniFloatDType,
   Scalar,
   ScalarOf,
-} from "./dtypes.ts";
-import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "./devices.ts";
-import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "./scalars.ts";
+} from "../facts/dtypes.ts";
+import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "../facts/devices.ts";
+import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 import {
   deferredCount,
   deferredNumbers,
@@ -29,14 +29,15 @@ import {
   type Releasable,
   releaseOwner,
   retryQuietly,
-} from "./owner.ts";
-import { requirementRefusals, type Requirements } from "./requirements.ts";
-import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "./description.ts";
-import { infoOfTriple } from "./dtypes.ts";
-import { copyOf, empty } from "./alloc.ts";
-import { type DLPackProtocolOptions, typedArrayView, viewDLPack } from "./export.ts";
-import type { Capsule } from "./capsule.ts";
-import { copyInto, type CopyOptions, toHost } from "./cuda.ts";
+} from "../native/owner.ts";
+import type { Requirements } from "../ops/requirements.ts";
+import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "../native/description.ts";
+import { infoOfTriple } from "../facts/dtypes.ts";
+import type { DLPackProtocolOptions } from "../ops/export.ts";
+import type { Capsule } from "../native/capsule.ts";
+import type { CopyOptions } from "../ops/copy.ts";
+import { viewOps } from "./hooks.ts";
+import { expectBigInt, expectInteger, expectNumber, readBits, typeError, writeBits } from "./codec.ts";
 import {
   ArrayBufferCtor,
   ceil,
@@ -52,8 +53,8 @@ import {
   toBigInt,
   typedArrayLength,
   typedArrayTag,
-} from "./intrinsics.ts";
-import { listText } from "./layout.ts";
+} from "../facts/intrinsics.ts";
+import { listText } from "../facts/layout.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
 export type Access = "readwrite" | "readonly" | "unknown";
@@ -736,7 +737,10 @@ export class BufferView {
       case "complex":
         return [a[at * 2] as number, a[at * 2 + 1] as number] as Complex;
       case "minifloat":
-        return decodeMiniFloat(this.#info.name as MiniFloatDType, this.#readBits(a as Uint8Array, at));
+        return decodeMiniFloat(
+          this.#info.name as MiniFloatDType,
+          readBits(a as Uint8Array, at, this.#slotBits(), this.#minOffset),
+        );
     }
   }
 
@@ -788,9 +792,11 @@ export class BufferView {
         return;
       }
       case "minifloat":
-        this.#writeBits(
+        writeBits(
           a as Uint8Array,
           at,
+          this.#slotBits(),
+          this.#minOffset,
           encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name)),
         );
         return;
@@ -826,37 +832,6 @@ export class BufferView {
     return at;
   }
 
-  #readBits(bytes: Uint8Array, at: number): number {
-    const bits = this.#slotBits();
-    if (bits === 8) return bytes[at];
-    const bit = this.#bitOf(at, bits);
-    const mask = (1 << bits) - 1;
-    const word = bytes[bit >>> 3] | ((bytes[(bit >>> 3) + 1] ?? 0) << 8);
-    return (word >>> (bit & 7)) & mask;
-  }
-
-  #writeBits(bytes: Uint8Array, at: number, code: number): void {
-    const bits = this.#slotBits();
-    if (bits === 8) {
-      bytes[at] = code;
-      return;
-    }
-    const bit = this.#bitOf(at, bits);
-    const mask = (1 << bits) - 1;
-    const byte = bit >>> 3;
-    const shift = bit & 7;
-    const word = (bytes[byte] | ((bytes[byte + 1] ?? 0) << 8)) & ~(mask << shift) | ((code & mask) << shift);
-    bytes[byte] = word & 0xff;
-    if (shift + bits > 8) bytes[byte + 1] = word >>> 8;
-  }
-
-  /** Bit position from the start of `array()` of the element at `at`, for packed sub-byte data. */
-  #bitOf(at: number, bits: number): number {
-    const loBits = this.#minOffset * bits;
-    const startBit = floor(loBits / 8) * 8;
-    return (at + this.#minOffset) * bits - startBit;
-  }
-
   /**
    * A contiguous C-order copy in a new JS TypedArray (complex interleaved, packed sub-byte types
    * one code per byte).
@@ -880,7 +855,7 @@ export class BufferView {
     const index = slots(ndim);
     let at = -this.#minOffset;
     for (let k = 0; k < this.#size; k++) {
-      if (packed) out[k] = this.#readBits(src as Uint8Array, at);
+      if (packed) out[k] = readBits(src as Uint8Array, at, this.#slotBits(), this.#minOffset);
       else if (slotCount === 2) {
         out[2 * k] = src[2 * at];
         out[2 * k + 1] = src[2 * at + 1];
@@ -902,7 +877,7 @@ export class BufferView {
    * copy, CUDA device views on the same device through the driver. */
   copy(): BufferView {
     this.#live();
-    return copyOf(this);
+    return viewOps.copy(this);
   }
 
   /**
@@ -913,7 +888,7 @@ export class BufferView {
    */
   toHost(opts?: CopyOptions): BufferView {
     this.#live();
-    return toHost(this, opts);
+    return viewOps.toHost(this, opts);
   }
 
   /**
@@ -928,7 +903,7 @@ export class BufferView {
   copyFrom(src: BufferView | AnyTypedArray, opts?: CopyOptions): this {
     this.#live();
     if (isBufferView(src)) {
-      copyInto(this, src, opts);
+      viewOps.copyInto(this, src, opts);
       return this;
     }
     const tag = typedArrayTag(src);
@@ -972,10 +947,10 @@ export class BufferView {
     }
     // A view over the TypedArray's own memory (pinned while it lives), then the view-to-view copy.
     const staged = info.bits < 8
-      ? packedCodes(src as Uint8Array, info, this.#shape)
-      : typedArrayView(src, info, this.#shape);
+      ? viewOps.packedCodes(src as Uint8Array, info, this.#shape)
+      : viewOps.typedArrayView(src, info, this.#shape);
     try {
-      copyInto(this, staged, opts);
+      viewOps.copyInto(this, staged, opts);
     } finally {
       try {
         disposeView(staged);
@@ -996,7 +971,7 @@ export class BufferView {
     const index = slots(ndim);
     let at = -this.#minOffset;
     for (let k = 0; k < this.#size; k++) {
-      if (packed) this.#writeBits(a as Uint8Array, at, (src as Uint8Array)[k]);
+      if (packed) writeBits(a as Uint8Array, at, this.#slotBits(), this.#minOffset, (src as Uint8Array)[k]);
       else if (pairs) {
         a[2 * at] = src[2 * k];
         a[2 * at + 1] = src[2 * k + 1];
@@ -1017,10 +992,10 @@ export class BufferView {
    * when `maxVersion` is absent or below [1, 0] (read-only data refused then), a versioned one
    * otherwise; `copy: true` copies (IS_COPIED), `dlDevice` other than this device is refused. For
    * CUDA data `stream` fences the consumer's stream after the view's producer stream (see
-   * `fenceForConsumer` in cuda.ts); on host data a stream is refused. `importDLPack(view)` uses it.
+   * `fenceForConsumer` in src/ops/streams.ts); on host data a stream is refused. `importDLPack(view)` uses it.
    */
   __dlpack__(opts?: DLPackProtocolOptions): Capsule {
-    return viewDLPack(this, opts);
+    return viewOps.dlpack(this, opts);
   }
 
   /** `[device type code, device id]`, as the protocol's `__dlpack_device__()`. */
@@ -1038,7 +1013,7 @@ export class BufferView {
     if (dtype === undefined || ndim === undefined) {
       throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
     }
-    const refusals = requirementRefusals(this, { dtype, ndim });
+    const refusals = viewOps.refusals(this, { dtype, ndim });
     if (refusals.length > 0) {
       throw new DLPackError(
         "requirements",
@@ -1068,13 +1043,13 @@ export class BufferView {
   /** Each requirement this view fails, as `"<field>: required <x>, got <y>"`. */
   refusals(req: Requirements): string[] {
     this.#live();
-    return requirementRefusals(this, req);
+    return viewOps.refusals(this, req);
   }
 
   /** Returns this view if it meets every requirement, else throws `DLPackError` listing them all. */
   require(req: Requirements): this {
     this.#live();
-    const refusals = requirementRefusals(this, req);
+    const refusals = viewOps.refusals(this, req);
     if (refusals.length > 0) {
       throw new DLPackError("requirements", `requirements not met: ${joined(refusals)}`, refusals);
     }
@@ -1156,73 +1131,6 @@ function joined(parts: readonly string[]): string {
   let text = "";
   for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
   return text;
-}
-
-/** A packed host copy of one-code-per-element sub-byte data, shaped like `shape` (C order). */
-function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): BufferView {
-  const out = empty(shape, info.name);
-  try {
-    const bytes = arrayOf(out) as Uint8Array;
-    const n = typedArrayLength(codes);
-    for (let i = 0; i < bytes.length; i++) bytes[i] = 0;
-    for (let k = 0; k < n; k++) {
-      const bit = k * info.bits;
-      const word = (codes[k] & ((1 << info.bits) - 1)) << (bit & 7);
-      bytes[bit >>> 3] |= word & 0xff;
-      if ((bit & 7) + info.bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
-    }
-  } catch (error) {
-    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
-  }
-  return out;
-}
-
-function expectNumber(value: Scalar, dtype: DType): number {
-  if (typeof value !== "number") throw typeError(dtype, "a number", value);
-  return value;
-}
-
-// Prototype-less: only the dtype names here are found.
-const INT_RANGES = {
-  __proto__: null,
-  int8: [-128, 127],
-  int16: [-32768, 32767],
-  int32: [-(2 ** 31), 2 ** 31 - 1],
-  uint8: [0, 255],
-  uint16: [0, 65535],
-  uint32: [0, 2 ** 32 - 1],
-} as unknown as Readonly<Record<string, readonly [number, number]>>;
-
-const BIGINT_RANGES = {
-  __proto__: null,
-  int64: [-(2n ** 63n), 2n ** 63n - 1n],
-  uint64: [0n, 2n ** 64n - 1n],
-} as unknown as Readonly<Record<string, readonly [bigint, bigint]>>;
-
-/** An integer element must be an integer in the dtype's range: a TypedArray store would
- * silently truncate 1.5, wrap 300 to 44 and turn NaN into 0. */
-function expectInteger(value: Scalar, dtype: DType): number {
-  const n = expectNumber(value, dtype);
-  const range = INT_RANGES[dtype];
-  const lo = range[0];
-  const hi = range[1];
-  if (n % 1 !== 0 || n < lo || n > hi) throw typeError(dtype, `an integer in ${lo}..${hi}`, value);
-  return n;
-}
-
-function expectBigInt(value: Scalar, dtype: DType): bigint {
-  if (typeof value !== "bigint") throw typeError(dtype, "a bigint", value);
-  const range = BIGINT_RANGES[dtype];
-  const lo = range[0];
-  const hi = range[1];
-  if (value < lo || value > hi) throw typeError(dtype, `a bigint in ${lo}..${hi}`, value);
-  return value;
-}
-
-function typeError(dtype: DType, expected: string, got: unknown): DLPackError {
-  return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${shown(got)}`);
 }
 
 /** A view whose dtype and rank TypeScript knows (from `BufferView.as`). */

@@ -4,12 +4,12 @@
  * their owner (and so the first producer of a chain) alive the same way.
  * @module
  */
-import { core } from "../ffi/mod.ts";
-import { DLPackError, optionalBoolean, optionsObject, shown } from "./errors.ts";
-import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, infoOfTag } from "./dtypes.ts";
-import { deviceCode, type DeviceType } from "./devices.ts";
-import { F64, I32, refusalError, type Scratch, scratch, Status, U32 } from "./description.ts";
-import { checkShape, checkStrides, cStrides, listText, reach } from "./layout.ts";
+import { core } from "../../ffi/mod.ts";
+import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
+import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, infoOfTag } from "../facts/dtypes.ts";
+import { deviceCode, type DeviceType } from "../facts/devices.ts";
+import { F64, I32, refusalError, type Scratch, scratch, Status, U32 } from "../native/description.ts";
+import { checkShape, checkStrides, cStrides, listText, reach } from "../facts/layout.ts";
 import {
   deferredCount,
   deferredNumbers,
@@ -19,8 +19,9 @@ import {
   recordPin,
   releaseDeferred,
   retryQuietly,
-} from "./owner.ts";
-import { Capsule } from "./capsule.ts";
+} from "../native/owner.ts";
+import { Capsule } from "../native/capsule.ts";
+import { registerViewOps } from "../view/hooks.ts";
 import {
   accessOf,
   addressOf,
@@ -33,9 +34,9 @@ import {
   ownerOf,
   shapeOf,
   stridesOf,
-} from "./view.ts";
-import { copyOf } from "./alloc.ts";
-import { attachProducerStream, fenceForConsumer } from "./cuda.ts";
+} from "../view/view.ts";
+import { copyOf } from "./copy.ts";
+import { attachProducerStream, fenceForConsumer } from "./streams.ts";
 import { importCapsule } from "./import.ts";
 import {
   bufferState,
@@ -49,7 +50,7 @@ import {
   typedArrayBuffer,
   typedArrayByteLength,
   typedArrayTag,
-} from "./intrinsics.ts";
+} from "../facts/intrinsics.ts";
 
 /** Options of the export functions. */
 export interface ExportOptions {
@@ -499,3 +500,5 @@ function intPair(value: unknown): [number, number] | undefined {
   const b: unknown = value[1];
   return isCount(a) && isCount(b) ? [a, b] : undefined;
 }
+
+registerViewOps({ dlpack: viewDLPack, typedArrayView });

@@ -1,12 +1,12 @@
 /**
  * The CUDA driver as libdlpack exposes it (zig/src/cuda.zig): whether it is available and why not,
  * and driver failures turned into `DLPackError`s carrying the driver's error name. Nothing here
- * knows about views; src/cuda.ts builds the public API on it.
+ * knows about views; src/cuda/cuda.ts builds the public API on it.
  * @module
  */
-import { core } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
-import type { DeviceType } from "./devices.ts";
+import { core } from "../../ffi/mod.ts";
+import { DLPackError } from "../facts/errors.ts";
+import type { DeviceType } from "../facts/devices.ts";
 
 /** Native statuses below zero (a positive status is a CUresult). */
 export const CudaStatus = {

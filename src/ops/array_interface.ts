@@ -4,19 +4,26 @@
  * imports: the fields become a managed tensor whose deleter releases `keepAlive`.
  * @module
  */
-import { core } from "../ffi/mod.ts";
-import { checkDeviceId, DLPackError, shown } from "./errors.ts";
-import { type DType, type DTypeInfo, dtypeInfo } from "./dtypes.ts";
-import { deviceCode, type DeviceType } from "./devices.ts";
-import { I32, refusalError, scratch, U32 } from "./description.ts";
-import { checkShape, checkStrides, cStrides } from "./layout.ts";
-import { type AddressLike, toAddress } from "./address.ts";
-import { deferredCount, deferredNumbers, deferredObjects, pin, releaseDeferred, retryQuietly } from "./owner.ts";
+import { core } from "../../ffi/mod.ts";
+import { checkDeviceId, DLPackError, shown } from "../facts/errors.ts";
+import { type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
+import { deviceCode, type DeviceType } from "../facts/devices.ts";
+import { I32, refusalError, scratch, U32 } from "../native/description.ts";
+import { checkShape, checkStrides, cStrides } from "../facts/layout.ts";
+import { type AddressLike, toAddress } from "../native/address.ts";
+import {
+  deferredCount,
+  deferredNumbers,
+  deferredObjects,
+  pin,
+  releaseDeferred,
+  retryQuietly,
+} from "../native/owner.ts";
 import { importCapsule } from "./import.ts";
 import { EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "./export.ts";
-import type { BufferView } from "./view.ts";
-import { Capsule } from "./capsule.ts";
-import { callWith, isArray } from "./intrinsics.ts";
+import type { BufferView } from "../view/view.ts";
+import { Capsule } from "../native/capsule.ts";
+import { callWith, isArray } from "../facts/intrinsics.ts";
 
 /** The fields of an array interface (version 3). */
 export interface ArrayInterface {

@@ -2,9 +2,9 @@
  * Native addresses as the public API accepts them (`bigint | number | Deno.PointerObject | null`).
  * @module
  */
-import { runtime } from "../ffi/mod.ts";
-import { DLPackError } from "./errors.ts";
-import { isCount } from "./intrinsics.ts";
+import { runtime } from "../../ffi/mod.ts";
+import { DLPackError } from "../facts/errors.ts";
+import { isCount } from "../facts/intrinsics.ts";
 
 /** An address argument: a bigint, a number, a Deno pointer object, or null. */
 export type AddressLike = bigint | number | Deno.PointerObject | null;
