@@ -59,6 +59,19 @@ pub fn build(b: *std.Build) void {
 
     addRelease(b);
     addReliabilitySteps(b, target, test_step);
+    addTidy(b, target, test_step);
+}
+
+/// `zig build tidy`: zig fmt, 100 columns, 70-line functions, snake_case constants, one allocator
+/// convention and no import cycle, over every Zig file of zig/ and tests/native (tools/tidy.zig).
+fn addTidy(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Build.Step) void {
+    const module = b.createModule(.{ .root_source_file = b.path("tools/tidy.zig"), .target = target, .optimize = .Debug });
+    const run = b.addRunArtifact(b.addExecutable(.{ .name = "tidy", .root_module = module }));
+    run.addArg(b.pathFromRoot(".."));
+    for ([_][]const u8{ "build.zig", "src", "tools", "../tests/native" }) |path| run.addArg(b.pathFromRoot(path));
+    run.has_side_effects = true;
+    b.step("tidy", "Check the style rules of tools/tidy.zig").dependOn(&run.step);
+    test_step.dependOn(&b.addRunArtifact(b.addTest(.{ .root_module = module })).step);
 }
 
 /// The release matrix. The glibc 2.17 floor (CentOS 7, 2014) lets the Linux builds load on old
@@ -168,7 +181,7 @@ fn addReliabilitySteps(b: *std.Build, target: std.Build.ResolvedTarget, test_ste
     // `zig build valgrind`: the unit tests (Debug), a fuzz run and the thread stress test under
     // memcheck; any error or leak fails the step.
     const memcheck = [_][]const u8{
-        "valgrind",                 "--tool=memcheck",                 "--error-exitcode=99", "--leak-check=full",
+        "valgrind",                                     "--tool=memcheck",                                    "--error-exitcode=99", "--leak-check=full",
         "--show-leak-kinds=definite,indirect,possible", "--errors-for-leak-kinds=definite,indirect,possible", "--quiet",
     };
     const vg_step = b.step("valgrind", "Run the unit tests, a fuzz run and the thread stress test under valgrind memcheck");
