@@ -30,16 +30,16 @@ const Spec = struct {
     /// 0: the counting deleter, 1: a NULL deleter.
     const deleter_mode = 16;
     const shape = 17;
-    const strides = 17 + dlpack.MAX_RANK;
-    const len = 17 + 2 * dlpack.MAX_RANK;
+    const strides = 17 + dlpack.rank_max;
+    const len = 17 + 2 * dlpack.rank_max;
 };
 
 /// One allocation holds the struct, its shape/strides arrays and the data.
 const Block = struct {
     versioned: dlpack.ManagedTensorVersioned,
     legacy: dlpack.ManagedTensor,
-    shape: [dlpack.MAX_RANK]i64,
-    strides: [dlpack.MAX_RANK]i64,
+    shape: [dlpack.rank_max]i64,
+    strides: [dlpack.rank_max]i64,
     data: ?[]align(64) u8,
 };
 
@@ -61,7 +61,7 @@ fn legacyDeleter(self: *dlpack.ManagedTensor) callconv(.c) void {
 export fn tp_make(spec: [*]const i64) usize {
     const block = std.heap.c_allocator.create(Block) catch return 0;
     const ndim_raw = spec[Spec.ndim];
-    const stored: usize = @intCast(std.math.clamp(ndim_raw, 0, dlpack.MAX_RANK));
+    const stored: usize = @intCast(std.math.clamp(ndim_raw, 0, dlpack.rank_max));
     for (0..stored) |d| {
         block.shape[d] = spec[Spec.shape + d];
         block.strides[d] = spec[Spec.strides + d];
@@ -172,9 +172,9 @@ export fn tp_inspect(managed: usize, versioned: u32, out: [*]i64) i32 {
         out[10] = -1;
     }
     const ndim: usize = @intCast(@max(t.ndim, 0));
-    for (0..@min(ndim, dlpack.MAX_RANK)) |d| {
+    for (0..@min(ndim, dlpack.rank_max)) |d| {
         out[11 + d] = if (t.shape) |s| s[d] else -1;
-        out[11 + dlpack.MAX_RANK + d] = if (t.strides) |s| s[d] else 0;
+        out[11 + dlpack.rank_max + d] = if (t.strides) |s| s[d] else 0;
     }
     if (ndim > 0 and t.strides == null) return -1;
     return t.ndim;
@@ -269,7 +269,7 @@ export fn tp_read_values(managed: usize, versioned: u32, out: [*]f64, capacity: 
     if (size == 0) return 0;
     const itemsize: i64 = t.dtype.bits / 8;
     const base: i64 = @intCast(@intFromPtr(t.data) + t.byte_offset);
-    var index: [dlpack.MAX_RANK]i64 = [_]i64{0} ** dlpack.MAX_RANK;
+    var index: [dlpack.rank_max]i64 = [_]i64{0} ** dlpack.rank_max;
     for (0..size) |k| {
         var offset: i64 = 0;
         for (0..ndim) |d| {

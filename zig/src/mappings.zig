@@ -580,8 +580,8 @@ test "the maps parser refuses what it does not understand" {
 
 test "this process: heap, stack and code are found; unmapped and PROT_NONE pages are not" {
     if (builtin.os.tag != .linux) return error.SkipZigTest;
-    const heap = std.c.malloc(64).?;
-    defer std.c.free(heap);
+    const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.c_allocator.free(heap[0..64]);
     var local: u64 = 7;
     try testing.expect(readable(@intFromPtr(heap), 64));
     try testing.expect(readable(@intFromPtr(&local), 8));
@@ -609,8 +609,8 @@ test "this process: heap, stack and code are found; unmapped and PROT_NONE pages
 
 test "hits do not read the listing again" {
     if (builtin.os.tag != .linux) return error.SkipZigTest;
-    const heap = std.c.malloc(64).?;
-    defer std.c.free(heap);
+    const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.c_allocator.free(heap[0..64]);
     try testing.expect(readable(@intFromPtr(heap), 64));
     const before = refreshes();
     for (0..10_000) |_| {
@@ -633,8 +633,8 @@ test "lookups from many threads while others force refreshes" {
             while (!done.load(.acquire) and k < 200) : (k += 1) _ = readable((1 << 46) + k * 4096, 8);
         }
     };
-    const heap = std.c.malloc(64).?;
-    defer std.c.free(heap);
+    const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.c_allocator.free(heap[0..64]);
     var failures = std.atomic.Value(u32).init(0);
     var done = std.atomic.Value(bool).init(false);
     var threads: [4]std.Thread = undefined;
@@ -655,8 +655,8 @@ test "a fork while another thread refreshes leaves the child a working table" {
             while (!stop.load(.acquire)) : (k +%= 1) _ = readable(0x3f00_0000_0000 + (k % 1024) * 4096, 8);
         }
     };
-    const heap = std.c.malloc(64).?;
-    defer std.c.free(heap);
+    const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.c_allocator.free(heap[0..64]);
     var stop = std.atomic.Value(bool).init(false);
     const thread = try std.Thread.spawn(.{}, Refresher.run, .{&stop});
     defer {
