@@ -76,7 +76,8 @@ fn coalesce(shape_in: []const i64, strides_in: []const i64) Coalesced {
             return c;
         }
         if (extent == 1) continue;
-        if (c.ndim > 0 and c.strides[c.ndim - 1] == stride * extent) {
+        const step = @mulWithOverflow(stride, extent);
+        if (c.ndim > 0 and step[1] == 0 and c.strides[c.ndim - 1] == step[0]) {
             c.shape[c.ndim - 1] *= extent;
             c.strides[c.ndim - 1] = stride;
             continue;
