@@ -60,6 +60,32 @@ pub fn build(b: *std.Build) void {
     addRelease(b);
     addReliabilitySteps(b, target, test_step);
     addTidy(b, target, test_step);
+    addAbi(b, target, test_step);
+}
+
+/// `zig build abi` writes src/abi.ts from the Zig declarations (src/abi_ts.zig); `zig build
+/// abi-check` regenerates it into the cache and fails when the committed file differs.
+fn addAbi(b: *std.Build, target: std.Build.ResolvedTarget, test_step: *std.Build.Step) void {
+    const module = b.createModule(.{
+        .root_source_file = b.path("src/abi_ts.zig"),
+        .target = target,
+        .optimize = .Debug,
+        .link_libc = true,
+    });
+    const exe = b.addExecutable(.{ .name = "abi_ts", .root_module = module });
+    const generate = b.addRunArtifact(exe);
+    const generated = generate.addOutputFileArg("abi.ts");
+    const update = b.addUpdateSourceFiles();
+    update.addCopyFileToSource(generated, "../src/abi.ts");
+    b.step("abi", "Write src/abi.ts from the Zig declarations").dependOn(&update.step);
+    const compare = b.addRunArtifact(exe);
+    compare.addArg("--compare");
+    compare.addFileArg(generated);
+    compare.addArg(b.pathFromRoot("../src/abi.ts"));
+    compare.has_side_effects = true;
+    const check = b.step("abi-check", "Fail when src/abi.ts differs from what zig build abi writes");
+    check.dependOn(&compare.step);
+    test_step.dependOn(&b.addRunArtifact(b.addTest(.{ .root_module = module })).step);
 }
 
 /// `zig build tidy`: zig fmt, 100 columns, 70-line functions, snake_case constants, one allocator
