@@ -30,9 +30,12 @@ const std = @import("std");
 const builtin = @import("builtin");
 const abi = @import("abi.zig");
 
+/// The library under test, linked into this executable (its `export fn`s are what abi.zig
+/// declares); the model reads nothing else of it but the dtype table.
+const libdlpack = @import("libdlpack");
+
 comptime {
-    // Links the library under test into this executable (its `export fn`s are what abi.zig declares).
-    _ = @import("libdlpack");
+    _ = libdlpack;
 }
 
 const MAX_RANK = abi.MAX_RANK;
@@ -198,17 +201,15 @@ const Guard = struct {
     }
 };
 
-const supported_dtypes = [_][2]u8{
-    .{ 0, 8 },  .{ 0, 16 }, .{ 0, 32 },  .{ 0, 64 }, .{ 1, 8 },  .{ 1, 16 },
-    .{ 1, 32 }, .{ 1, 64 }, .{ 2, 16 },  .{ 2, 32 }, .{ 2, 64 }, .{ 4, 16 },
-    .{ 5, 32 }, .{ 5, 64 }, .{ 5, 128 }, .{ 6, 8 },  .{ 7, 8 },  .{ 8, 8 },
-    .{ 9, 8 },  .{ 10, 8 }, .{ 11, 8 },  .{ 12, 8 }, .{ 13, 8 }, .{ 14, 8 },
-    .{ 15, 6 }, .{ 16, 6 }, .{ 17, 4 },
-};
+/// The library's own dtype table (zig/src/dlpack.zig `dtypes`): the validator, this model and
+/// src/abi.ts read the same list.
+const supported_dtypes = libdlpack.dlpack.dtypes;
 
 fn dtypeSupported(code: u8, bits: u8, lanes: u16) bool {
     if (lanes != 1) return false;
-    for (supported_dtypes) |d| if (d[0] == code and d[1] == bits) return true;
+    for (supported_dtypes) |d| {
+        if (@intFromEnum(d.code) == code and d.bits == bits) return true;
+    }
     return false;
 }
 
@@ -258,8 +259,8 @@ fn generate(r: std.Random) Fields {
     };
     if (chance(r, 90)) {
         const d = supported_dtypes[r.uintLessThan(usize, supported_dtypes.len)];
-        f.code = d[0];
-        f.bits = d[1];
+        f.code = @intFromEnum(d.code);
+        f.bits = d.bits;
         f.lanes = 1;
     } else {
         f.code = if (r.boolean()) r.uintLessThan(u8, 20) else r.int(u8);

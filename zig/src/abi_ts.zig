@@ -216,13 +216,13 @@ fn camel(comptime snake: []const u8) []const u8 {
     }
 }
 
-test "camelCase keys" {
+test "generated TS: camelCase keys" {
     try std.testing.expectEqualStrings("keepOnRefusal", comptime camel("keep_on_refusal"));
     try std.testing.expectEqualStrings("float8E4m3b11fnuz", comptime camel("float8_e4m3b11fnuz"));
     try std.testing.expectEqualStrings("c", comptime camel("c"));
 }
 
-test "the generated file names every status and every dtype" {
+test "generated TS: every status and every dtype is named" {
     var out: Writer.Allocating = .init(std.testing.allocator);
     defer out.deinit();
     try generate(&out.writer);
