@@ -38,13 +38,13 @@ comptime {
     _ = libdlpack;
 }
 
-const MAX_RANK = abi.MAX_RANK;
-const MAX_EXACT: i256 = abi.MAX_EXACT;
-const U64_MAX: i256 = std.math.maxInt(u64);
+const rank_max = abi.rank_max;
+const exact_max: i256 = abi.exact_max;
+const u64_max: i256 = std.math.maxInt(u64);
 /// Honest cases allocate at most this much; larger spans get a fake (never touched) address.
-const MAX_ALLOC: i256 = 1 << 20;
+const alloc_bytes_max: i256 = 1 << 20;
 /// Up to this many elements every element is checked; beyond it, a sample plus the extremes.
-const FULL_CHECK = 4096;
+const full_check_elements_max = 4096;
 
 // ---------------------------------------------------------------------------------------------
 // The producer: one heap record per tensor, freed by its deleter.
@@ -105,8 +105,8 @@ const Fields = struct {
     device_id: i32,
     shape_null: bool,
     strides_null: bool,
-    shape: [MAX_RANK]i64,
-    strides: [MAX_RANK]i64,
+    shape: [rank_max]i64,
+    strides: [rank_max]i64,
     strict: bool,
     keep: bool,
     has_deleter: bool,
@@ -276,7 +276,7 @@ fn generate(r: std.Random) Fields {
     f.shape_null = chance(r, 4);
     f.strides_null = chance(r, 25);
 
-    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, rank_max));
     // Mostly small tensors so real memory backs them; now and then a hostile extent.
     const hostile_shape = chance(r, 12);
     for (0..rank) |d| {
@@ -338,7 +338,7 @@ fn generateHostile(r: std.Random, f: *Fields) void {
         else => {},
     }
     // An array of one int64 placed across the page boundary would be readable after all.
-    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, rank_max));
     if (rank <= 1 and f.shape_at == .straddle) f.shape_at = .prot_none;
     if (rank <= 1 and f.strides_at == .straddle) f.strides_at = .prot_none;
 }
@@ -400,7 +400,7 @@ const Model = struct {
     /// Byte span relative to element 0: [lo, hi).
     lo: i256 = 0,
     hi: i256 = 0,
-    strides: [MAX_RANK]i64 = undefined,
+    strides: [rank_max]i64 = undefined,
 
     fn refuse(self: *Model, status: abi.Status) void {
         self.refusals |= @as(u32, 1) << @intCast(@intFromEnum(status));
@@ -454,7 +454,7 @@ fn modelLayout(f: *const Fields) Model {
     if (f.versioned and f.flags & ~@as(u64, 7) != 0) m.refuse(.flags);
     if (!dtypeSupported(f.code, f.bits, f.lanes)) m.refuse(.dtype);
     if (!deviceKnown(f.device_type) or f.device_id < 0) m.refuse(.device);
-    if (f.ndim < 0 or f.ndim > MAX_RANK) {
+    if (f.ndim < 0 or f.ndim > rank_max) {
         m.refuse(.rank);
         return m;
     }
@@ -488,12 +488,12 @@ fn modelLayout(f: *const Fields) Model {
     };
     m.empty = size == 0;
     m.size = size;
-    if (!m.empty and size > MAX_EXACT) {
+    if (!m.empty and size > exact_max) {
         m.refuse(.overflow);
         return m;
     }
     // Every extent reaches JS as an exact f64, empty tensors included.
-    for (f.shape[0..rank]) |e| if (e > MAX_EXACT) {
+    for (f.shape[0..rank]) |e| if (e > exact_max) {
         m.refuse(.overflow);
         return m;
     };
@@ -511,12 +511,12 @@ fn modelLayout(f: *const Fields) Model {
         const reach = @as(i256, f.shape[d] - 1) * m.strides[d];
         if (reach < 0) m.min += reach else m.max += reach;
     }
-    const padded = f.versioned and f.flags & abi.FLAG_SUBBYTE_PADDED != 0;
+    const padded = f.versioned and f.flags & abi.flag_subbyte_padded != 0;
     m.slot_bits = if (f.bits < 8 and padded) 8 else f.bits;
     m.lo = @divFloor(m.min * m.slot_bits, 8);
     m.hi = @divFloor((m.max + 1) * m.slot_bits + 7, 8);
-    if (!m.empty and (m.hi - m.lo > MAX_EXACT or -m.lo > MAX_EXACT or m.hi > MAX_EXACT or
-        -m.min > MAX_EXACT or m.max > MAX_EXACT))
+    if (!m.empty and (m.hi - m.lo > exact_max or -m.lo > exact_max or m.hi > exact_max or
+        -m.min > exact_max or m.max > exact_max))
     {
         m.refuse(.overflow);
         return m;
@@ -531,11 +531,11 @@ fn modelPlacement(f: *const Fields, m: *Model) void {
     if (f.data == 0 and m.size != 0) m.refuse(.null_data);
     if (f.strict and f.byte_offset != 0) m.refuse(.byte_offset);
     const address = @as(i256, f.data) + f.byte_offset;
-    if (address > U64_MAX) {
+    if (address > u64_max) {
         m.refuse(.overflow);
         return;
     }
-    if (!m.empty and (address + m.lo < 0 or address + m.hi > U64_MAX)) m.refuse(.overflow);
+    if (!m.empty and (address + m.lo < 0 or address + m.hi > u64_max)) m.refuse(.overflow);
 }
 
 fn fakeAddress(r: std.Random) usize {
@@ -554,7 +554,7 @@ fn fakeAddress(r: std.Random) usize {
 fn place(r: std.Random, f: *Fields, m: *const Model) !void {
     f.allocated = false;
     f.byte_offset = 0;
-    if (m.layout_known and !m.empty and m.hi - m.lo <= MAX_ALLOC and chance(r, 85)) {
+    if (m.layout_known and !m.empty and m.hi - m.lo <= alloc_bytes_max and chance(r, 85)) {
         const len: usize = @intCast(m.hi - m.lo);
         const base = try mallocExact(len);
         // Non-zero contents, so the element reads below are not reading freshly mapped zeros only.
@@ -601,8 +601,8 @@ fn build(f: *const Fields) !*Produced {
     };
     errdefer p.free();
     // Arrays hold exactly ndim entries (one spare-free byte for ndim 0, two for a refused rank).
-    const entries: usize = if (f.ndim >= 0 and f.ndim <= MAX_RANK) @intCast(f.ndim) else 2;
-    const rank: usize = @min(entries, MAX_RANK);
+    const entries: usize = if (f.ndim >= 0 and f.ndim <= rank_max) @intCast(f.ndim) else 2;
+    const rank: usize = @min(entries, rank_max);
     if (!f.shape_null) {
         const s: [*]i64 = @ptrCast(@alignCast(try mallocExact(entries * 8)));
         for (0..rank) |d| s[d] = f.shape[d];
@@ -692,7 +692,7 @@ pub fn failureNote() []const u8 {
 }
 
 fn exactF(value: i256) ?f64 {
-    if (value > MAX_EXACT or value < -MAX_EXACT) return null;
+    if (value > exact_max or value < -exact_max) return null;
     return @floatFromInt(@as(i64, @intCast(value)));
 }
 
@@ -767,16 +767,16 @@ fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.D
     const rank: usize = @intCast(f.ndim);
     const base = f.alloc_base;
     const slot: i64 = @intCast(m.slot_bits);
-    var shape: [MAX_RANK]i64 = undefined;
-    var strides: [MAX_RANK]i64 = undefined;
+    var shape: [rank_max]i64 = undefined;
+    var strides: [rank_max]i64 = undefined;
     for (0..rank) |i| {
         shape[i] = @intFromFloat(d.shape[i]);
         strides[i] = @intFromFloat(d.strides[i]);
     }
     const size: u64 = @intFromFloat(d.size);
-    if (size <= FULL_CHECK) {
+    if (size <= full_check_elements_max) {
         // Every element, by an odometer over the index; the extremes must be the reported ones.
-        var index = [_]i64{0} ** MAX_RANK;
+        var index = [_]i64{0} ** rank_max;
         var lo: i64 = 0;
         var hi: i64 = 0;
         var k: u64 = 0;
@@ -801,7 +801,7 @@ fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.D
     }
     try touchElement(d, slot, @intFromFloat(d.min_offset), base, f.data_len, tally);
     try touchElement(d, slot, @intFromFloat(d.max_offset), base, f.data_len, tally);
-    for (0..FULL_CHECK) |_| {
+    for (0..full_check_elements_max) |_| {
         var offset: i64 = 0;
         for (0..rank) |i| offset += @as(i64, @intCast(r.uintLessThan(u64, @intCast(shape[i])))) * strides[i];
         try touchElement(d, slot, offset, base, f.data_len, tally);
@@ -812,14 +812,14 @@ fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.D
 /// then the export is first imported as the wrong generation, or imported twice.
 fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description, tally: *Tally) Failure!void {
     var spec = d.*;
-    const padded = f.flags & abi.FLAG_SUBBYTE_PADDED != 0 and f.versioned;
+    const padded = f.flags & abi.flag_subbyte_padded != 0 and f.versioned;
     const versioned = padded or r.boolean();
-    const exported_status = abi.dlpk_export(if (versioned) abi.EXPORT_VERSIONED else 0, @intFromPtr(&spec));
+    const exported_status = abi.dlpk_export(if (versioned) abi.export_versioned else 0, @intFromPtr(&spec));
     if (exported_status != 0) return fail("re-export refused with status {d}", .{exported_status});
     const exported = spec.address();
     if (chance(r, 25)) return wrongGeneration(r, exported, versioned, tally);
     var again: abi.Description = undefined;
-    const status = abi.dlpk_import(exported, if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&again));
+    const status = abi.dlpk_import(exported, if (versioned) abi.import_versioned else 0, @intFromPtr(&again));
     if (status != 0) return fail("re-import of our own export refused with {d}", .{status});
     if (again.address() != d.address() or again.ndim != d.ndim or again.size != d.size or
         (again.size != 0 and (again.min_offset != d.min_offset or again.max_offset != d.max_offset)))
@@ -851,8 +851,8 @@ fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description, tally: *Tally
 fn wrongGeneration(r: std.Random, exported: usize, versioned: bool, tally: *Tally) Failure!void {
     const keep = chance(r, 20);
     const exports_before = abi.stat(.exports);
-    var options: u32 = if (versioned) 0 else abi.IMPORT_VERSIONED;
-    if (keep) options |= abi.IMPORT_KEEP_ON_REFUSAL;
+    var options: u32 = if (versioned) 0 else abi.import_versioned;
+    if (keep) options |= abi.import_keep_on_refusal;
     var d: abi.Description = undefined;
     const status = abi.dlpk_import(exported, options, @intFromPtr(&d));
     if (status != @intFromEnum(abi.Status.generation)) {
@@ -871,7 +871,7 @@ fn wrongGeneration(r: std.Random, exported: usize, versioned: bool, tally: *Tall
 fn expectOwnRefusal(exported: usize, versioned: bool, expected: abi.Status, what: []const u8) Failure!void {
     const exports_before = abi.stat(.exports);
     var d: abi.Description = undefined;
-    const status = abi.dlpk_import(exported, if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&d));
+    const status = abi.dlpk_import(exported, if (versioned) abi.import_versioned else 0, @intFromPtr(&d));
     if (status == 0) abi.dlpk_owner_release(d.owner());
     if (status != @intFromEnum(expected)) return fail("{s}: status {d}, expected {d}", .{ what, status, @intFromEnum(expected) });
     if (abi.stat(.exports) != exports_before) return fail("{s} released something", .{what});
@@ -881,7 +881,7 @@ fn expectOwnRefusal(exported: usize, versioned: bool, expected: abi.Status, what
 var current: Fields = undefined;
 
 fn printFields(f: *const Fields) void {
-    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, rank_max));
     std.debug.print(
         "  fields: versioned {} major {d} minor {d} flags 0x{x} ndim {d} dtype {d}/{d}/{d} device {d}:{d} shape {any}{s} strides {any}{s}\n" ++
             "          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} keep {} deleter {} null_managed {} bad_managed 0x{x}\n",
@@ -927,9 +927,9 @@ pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
     const imports_before = abi.stat(.imports);
     const exports_before = abi.stat(.exports);
     const calls_before = deleter_calls;
-    var options: u32 = if (f.versioned != f.mixed) abi.IMPORT_VERSIONED else 0;
-    if (f.strict) options |= abi.IMPORT_STRICT_OFFSET;
-    if (f.keep) options |= abi.IMPORT_KEEP_ON_REFUSAL;
+    var options: u32 = if (f.versioned != f.mixed) abi.import_versioned else 0;
+    if (f.strict) options |= abi.import_strict_offset;
+    if (f.keep) options |= abi.import_keep_on_refusal;
     var d: abi.Description = undefined;
     const status = abi.dlpk_import(managed, options, @intFromPtr(&d));
     tally.cases += 1;

@@ -105,7 +105,7 @@ fn consumeAll(items: []const Exported, threads: usize) !void {
 
 fn exportOf(d: *abi.Description, versioned: bool) !Exported {
     var spec = d.*;
-    const status = abi.dlpk_export(if (versioned) abi.EXPORT_VERSIONED else 0, @intFromPtr(&spec));
+    const status = abi.dlpk_export(if (versioned) abi.export_versioned else 0, @intFromPtr(&spec));
     if (status != 0) return error.ExportFailed;
     return .{ .managed = @intCast(spec.address()), .versioned = versioned };
 }
@@ -155,7 +155,7 @@ fn importsReleasedOnThreads(n: usize, threads: usize) !void {
     var d: abi.Description = undefined;
     for (records, 0..) |*r, i| {
         const versioned = i % 2 == 0;
-        if (abi.dlpk_import(@intFromPtr(&r.managed), if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&d)) != 0) {
+        if (abi.dlpk_import(@intFromPtr(&r.managed), if (versioned) abi.import_versioned else 0, @intFromPtr(&d)) != 0) {
             return error.ImportRefused;
         }
         exported[i] = try exportOf(&d, i % 3 == 0);
@@ -181,7 +181,7 @@ fn oneOwnerManyExports(n: usize, threads: usize) !void {
     producer_calls = &calls;
     makeForeign(&record);
     var d: abi.Description = undefined;
-    if (abi.dlpk_import(@intFromPtr(&record[0].managed), abi.IMPORT_VERSIONED, @intFromPtr(&d)) != 0) return error.ImportRefused;
+    if (abi.dlpk_import(@intFromPtr(&record[0].managed), abi.import_versioned, @intFromPtr(&d)) != 0) return error.ImportRefused;
     const exported = try std.heap.c_allocator.alloc(Exported, n);
     defer std.heap.c_allocator.free(exported);
     for (exported, 0..) |*e, i| e.* = try exportOf(&d, i % 2 == 0);

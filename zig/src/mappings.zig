@@ -13,7 +13,7 @@
 //! again); the one refresher at a time (a mutex) makes it odd while it rewrites the table in
 //! place. A table too small for a refresh is replaced by one with room to spare; replaced tables
 //! stay allocated (a reader may still be searching them) and are never written again. Capacity
-//! grows geometrically up to `MAX_ENTRIES`, so all tables together stay within about twice the
+//! grows geometrically up to `entries_max`, so all tables together stay within about twice the
 //! largest.
 //!
 //! What the table cannot know: memory unmapped after the table was last read still counts as
@@ -23,16 +23,16 @@
 const std = @import("std");
 const builtin = @import("builtin");
 
-pub const READ: u64 = 1;
-pub const EXEC: u64 = 2;
-const PERMS: u64 = READ | EXEC;
+pub const perm_read: u64 = 1;
+pub const perm_exec: u64 = 2;
+const perms_mask: u64 = perm_read | perm_exec;
 
 /// Merged ranges at most; a process with more turns the checks off rather than refuse good
 /// addresses (Linux allows 65530 mappings by default).
-pub const MAX_ENTRIES: usize = 1 << 18;
-const MIN_CAPACITY: usize = 1024;
+pub const entries_max: usize = 1 << 18;
+const capacity_min: usize = 1024;
 /// Regions a macOS or Windows walk visits at most (free and reserved ones count there too).
-const MAX_STEPS: usize = 1 << 22;
+const steps_max: usize = 1 << 22;
 
 pub const Error = error{
     /// The platform offers no listing (no /proc, an unknown OS, a format this parser does not know).
@@ -49,7 +49,7 @@ const Entry = extern struct {
     hi: u64,
 
     fn start(self: Entry) u64 {
-        return self.lo & ~PERMS;
+        return self.lo & ~perms_mask;
     }
 };
 
@@ -67,7 +67,7 @@ const Table = struct {
 /// Even while no refresh writes the current table; odd during one.
 var sequence = std.atomic.Value(u64).init(0);
 var current = std.atomic.Value(?*Table).init(null);
-/// The last entry a READ and an EXEC lookup found.
+/// The last entry a readable and an executable lookup found.
 var hints = [2]std.atomic.Value(u32){ .init(0), .init(0) };
 /// Held by the one thread that refreshes; readers never take it on a hit.
 var refresh_lock: std.Thread.Mutex = .{};
@@ -120,7 +120,7 @@ pub const Span = struct {
 
 /// Whether a readable mapping covers every byte of [address, address + len).
 pub fn readable(address: usize, len: usize) bool {
-    return covers(address, len, READ);
+    return covers(address, len, perm_read);
 }
 
 /// `readable`, also setting `span` to the mapping found when the lookup took the fast path.
@@ -128,19 +128,19 @@ pub fn readableSpan(address: usize, len: usize, span: *Span) bool {
     span.* = .{};
     if (len == 0) return true;
     const end = std.math.add(u64, address, len) catch return false;
-    if (hit(address, end, READ, span)) return true;
-    return coversSlow(address, end, READ);
+    if (hit(address, end, perm_read, span)) return true;
+    return coversSlow(address, end, perm_read);
 }
 
 /// Whether `address` lies in executable memory. (Whether a function starts there cannot be known.)
 pub fn executable(address: usize) bool {
-    return covers(address, 1, EXEC);
+    return covers(address, 1, perm_exec);
 }
 
 /// Whether mappings with every permission in `perms` cover [address, address + len). Looks in the
 /// table; on a miss reads the listing again (once) and looks again.
 pub fn covers(address: usize, len: usize, perms: u64) bool {
-    std.debug.assert(perms != 0 and perms & ~PERMS == 0);
+    std.debug.assert(perms != 0 and perms & ~perms_mask == 0);
     if (len == 0) return true;
     const end = std.math.add(u64, address, len) catch return false;
     if (hit(address, end, perms, null)) return true;
@@ -148,7 +148,7 @@ pub fn covers(address: usize, len: usize, perms: u64) bool {
 }
 
 fn hintFor(perms: u64) *std.atomic.Value(u32) {
-    return &hints[if (perms & EXEC != 0) 1 else 0];
+    return &hints[if (perms & perm_exec != 0) 1 else 0];
 }
 
 /// The hot path: the entry the last lookup of this kind found covers the range (repeated imports
@@ -275,7 +275,7 @@ fn publish(entries: []const Entry) error{OutOfMemory}!void {
     var table = old;
     if (old == null or old.?.capacity < entries.len) {
         if (retired_count == retired.len) return error.OutOfMemory;
-        const wanted = @max(entries.len + entries.len / 2, MIN_CAPACITY, if (old) |o| 2 * o.capacity else 0);
+        const wanted = @max(entries.len + entries.len / 2, capacity_min, if (old) |o| 2 * o.capacity else 0);
         const fresh = std.heap.c_allocator.create(Table) catch return error.OutOfMemory;
         const slots = std.heap.c_allocator.alloc(Entry, wanted) catch {
             std.heap.c_allocator.destroy(fresh);
@@ -308,18 +308,18 @@ const Builder = struct {
     list: *std.ArrayList(Entry),
 
     fn add(self: Builder, start: u64, end: u64, perms: u64) Error!void {
-        if (start >= end or start & PERMS != 0) return error.Unavailable;
+        if (start >= end or start & perms_mask != 0) return error.Unavailable;
         if (perms == 0) return;
         const items = self.list.items;
         if (items.len > 0) {
             const last = &items[items.len - 1];
             if (start < last.hi) return error.Inconsistent;
-            if (start == last.hi and last.lo & PERMS == perms) {
+            if (start == last.hi and last.lo & perms_mask == perms) {
                 last.hi = end;
                 return;
             }
         }
-        if (items.len == MAX_ENTRIES) return error.Unavailable;
+        if (items.len == entries_max) return error.Unavailable;
         self.list.append(std.heap.c_allocator, .{ .lo = start | perms, .hi = end }) catch return error.OutOfMemory;
     }
 };
@@ -383,8 +383,8 @@ const MapsParser = struct {
         const expected = "rwx"[0..];
         if (self.perm_index < 3) {
             if (byte == expected[self.perm_index]) {
-                if (self.perm_index == 0) self.perms |= READ;
-                if (self.perm_index == 2) self.perms |= EXEC;
+                if (self.perm_index == 0) self.perms |= perm_read;
+                if (self.perm_index == 2) self.perms |= perm_exec;
             } else if (byte != '-') return error.Unavailable;
             self.perm_index += 1;
             return;
@@ -461,7 +461,7 @@ fn collectDarwin(out: Builder) Error!void {
     var address: usize = 0;
     var depth: u32 = 0;
     var steps: usize = 0;
-    while (steps < MAX_STEPS) : (steps += 1) {
+    while (steps < steps_max) : (steps += 1) {
         var size: u64 = 0;
         var info: SubmapShortInfo64 = undefined;
         var count: u32 = @sizeOf(SubmapShortInfo64) / @sizeOf(i32);
@@ -473,8 +473,8 @@ fn collectDarwin(out: Builder) Error!void {
         }
         const end = std.math.add(u64, address, size) catch return;
         var perms: u64 = 0;
-        if (info.protection & VM_PROT_READ != 0) perms |= READ;
-        if (info.protection & VM_PROT_EXECUTE != 0) perms |= EXEC;
+        if (info.protection & VM_PROT_READ != 0) perms |= perm_read;
+        if (info.protection & VM_PROT_EXECUTE != 0) perms |= perm_exec;
         try out.add(address, end, perms);
         address = @intCast(end);
     }
@@ -490,7 +490,7 @@ fn collectWindows(out: Builder) Error!void {
     const executable_protections: u32 = 0x10 | 0x20 | 0x40 | 0x80;
     var address: usize = 0;
     var steps: usize = 0;
-    while (steps < MAX_STEPS) : (steps += 1) {
+    while (steps < steps_max) : (steps += 1) {
         var info: w.MEMORY_BASIC_INFORMATION = undefined;
         if (w.kernel32.VirtualQuery(@ptrFromInt(address), &info, @sizeOf(w.MEMORY_BASIC_INFORMATION)) == 0) return;
         const base = @intFromPtr(info.BaseAddress);
@@ -499,8 +499,8 @@ fn collectWindows(out: Builder) Error!void {
         const protect: u32 = info.Protect;
         if (info.State == w.MEM_COMMIT and protect & (w.PAGE_NOACCESS | w.PAGE_GUARD) == 0) {
             var perms: u64 = 0;
-            if (protect & readable_protections != 0) perms |= READ;
-            if (protect & executable_protections != 0) perms |= EXEC;
+            if (protect & readable_protections != 0) perms |= perm_read;
+            if (protect & executable_protections != 0) perms |= perm_exec;
             try out.add(base, end, perms);
         }
         address = end;
@@ -550,11 +550,11 @@ test "the maps parser merges equal neighbours and drops inaccessible ranges" {
         &list,
     );
     try testing.expectEqual(@as(usize, 4), list.items.len);
-    try testing.expectEqual(@as(u64, 0x1000 | READ), list.items[0].lo);
+    try testing.expectEqual(@as(u64, 0x1000 | perm_read), list.items[0].lo);
     try testing.expectEqual(@as(u64, 0x3000), list.items[0].hi);
-    try testing.expectEqual(@as(u64, 0x3000 | READ | EXEC), list.items[1].lo);
-    try testing.expectEqual(@as(u64, 0x7fff0000 | READ), list.items[2].lo);
-    try testing.expectEqual(@as(u64, 0xffffffffff600000 | EXEC), list.items[3].lo);
+    try testing.expectEqual(@as(u64, 0x3000 | perm_read | perm_exec), list.items[1].lo);
+    try testing.expectEqual(@as(u64, 0x7fff0000 | perm_read), list.items[2].lo);
+    try testing.expectEqual(@as(u64, 0xffffffffff600000 | perm_exec), list.items[3].lo);
 }
 
 test "the maps parser refuses what it does not understand" {
