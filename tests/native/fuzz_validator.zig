@@ -232,6 +232,19 @@ fn hostileI64(r: std.Random) i64 {
 
 fn generate(r: std.Random) Fields {
     var f: Fields = undefined;
+    // The draws keep one order (header, kinds, layout, then the rest): a seed replays its cases.
+    generateHeader(r, &f);
+    generateKinds(r, &f);
+    generateLayout(r, &f);
+    f.strict = chance(r, 10);
+    f.keep = chance(r, 5);
+    f.has_deleter = !chance(r, 6);
+    generateHostile(r, &f);
+    return f;
+}
+
+/// The address passed, the generation, the version and the flags.
+fn generateHeader(r: std.Random, f: *Fields) void {
     f.null_managed = r.uintLessThan(u16, 400) == 0;
     f.bad_managed = if (r.uintLessThan(u16, 300) != 0) 0 else switch (r.uintLessThan(u8, 4)) {
         0 => r.intRangeAtMost(usize, 1, 7),
@@ -246,11 +259,23 @@ fn generate(r: std.Random) Fields {
         else => r.int(u32),
     };
     f.minor = if (chance(r, 80)) r.uintLessThan(u32, 5) else r.int(u32);
-    f.flags = if (chance(r, 60)) 0 else if (chance(r, 75)) r.uintLessThan(u64, 8) else if (r.boolean())
+    f.flags = if (chance(r, 60))
+        0
+    else if (chance(r, 75))
+        r.uintLessThan(u64, 8)
+    else if (r.boolean())
         @as(u64, 1) << r.int(u6)
     else
         r.int(u64);
-    f.ndim = if (chance(r, 80)) @as(i32, r.uintLessThan(u8, 6)) else if (chance(r, 60)) r.intRangeAtMost(i32, 6, 64) else switch (r.uintLessThan(u8, 5)) {
+}
+
+/// Rank, dtype and device.
+fn generateKinds(r: std.Random, f: *Fields) void {
+    f.ndim = if (chance(r, 80))
+        @as(i32, r.uintLessThan(u8, 6))
+    else if (chance(r, 60))
+        r.intRangeAtMost(i32, 6, 64)
+    else switch (r.uintLessThan(u8, 5)) {
         0 => 65,
         1 => -1,
         2 => std.math.maxInt(i32),
@@ -272,12 +297,20 @@ fn generate(r: std.Random) Fields {
         r.intRangeAtMost(i32, 0, 20)
     else
         r.int(i32);
-    f.device_id = if (chance(r, 90)) 0 else if (r.boolean()) @as(i32, r.uintLessThan(u8, 8)) else r.int(i32);
+    f.device_id = if (chance(r, 90))
+        0
+    else if (r.boolean())
+        @as(i32, r.uintLessThan(u8, 8))
+    else
+        r.int(i32);
+}
+
+/// Shape and strides: mostly small tensors so real memory backs them; now and then a hostile
+/// extent. Strides in C order, F order, a permutation or random small values, some hostile.
+fn generateLayout(r: std.Random, f: *Fields) void {
     f.shape_null = chance(r, 4);
     f.strides_null = chance(r, 25);
-
     const rank: usize = @intCast(std.math.clamp(f.ndim, 0, rank_max));
-    // Mostly small tensors so real memory backs them; now and then a hostile extent.
     const hostile_shape = chance(r, 12);
     for (0..rank) |d| {
         f.shape[d] = if (hostile_shape and chance(r, 30)) hostileI64(r) else if (chance(r, 8))
@@ -287,7 +320,6 @@ fn generate(r: std.Random) Fields {
         else
             r.intRangeAtMost(i64, 1, 5);
     }
-    // Strides: C order, F order, a permutation or random small values, with some hostile ones.
     const pattern = r.uintLessThan(u8, 6);
     var step: i64 = 1;
     for (0..rank) |i| {
@@ -308,11 +340,6 @@ fn generate(r: std.Random) Fields {
             },
         }
     }
-    f.strict = chance(r, 10);
-    f.keep = chance(r, 5);
-    f.has_deleter = !chance(r, 6);
-    generateHostile(r, &f);
-    return f;
 }
 
 /// One hostile trait in about one case in six.
@@ -424,59 +451,76 @@ fn arrayUnreadable(where: Place, rank: usize) bool {
 
 fn modelLayout(f: *const Fields) Model {
     var m = Model{};
+    if (modelHeader(f, &m)) return m;
+    if (modelArrays(f, &m)) return m;
+    const rank: usize = @intCast(f.ndim);
+    if (modelExtents(f, rank, &m)) return m;
+    modelSpan(f, rank, &m);
+    return m;
+}
+
+/// The refusals decided before any field is read, and the struct-level fields. True when the
+/// model is complete.
+fn modelHeader(f: *const Fields, m: *Model) bool {
     if (f.null_managed) {
         m.refuse(.null_managed);
-        return m;
+        return true;
     }
     if (f.bad_managed != 0) {
         m.refuse(.bad_address);
-        return m;
+        return true;
     }
     // Checked before any field is read.
     if (f.struct_at != .real) {
         m.refuse(.unmapped_struct);
-        return m;
+        return true;
     }
     // Any status may follow from the other generation's bytes; `runCase` checks what matters.
     if (f.mixed) {
         m.any_status = true;
-        return m;
+        return true;
     }
     if (f.bad_deleter != 0) {
         m.refuse(.bad_deleter);
-        return m;
+        return true;
     }
     // A foreign major may lay out everything after `flags` differently.
     if (f.versioned and f.major != 1) {
         m.refuse(.version);
-        return m;
+        return true;
     }
     if (f.versioned and f.flags & ~@as(u64, 7) != 0) m.refuse(.flags);
     if (!dtypeSupported(f.code, f.bits, f.lanes)) m.refuse(.dtype);
     if (!deviceKnown(f.device_type) or f.device_id < 0) m.refuse(.device);
     if (f.ndim < 0 or f.ndim > rank_max) {
         m.refuse(.rank);
-        return m;
+        return true;
     }
+    return false;
+}
+
+/// The shape and strides arrays: present and readable (both checked before either is read).
+fn modelArrays(f: *const Fields, m: *Model) bool {
     const rank: usize = @intCast(f.ndim);
-    if (rank > 0 and f.shape_null) {
+    if (rank == 0) return false;
+    if (f.shape_null or arrayUnreadable(f.shape_at, rank)) {
         m.refuse(.shape);
-        return m;
+        return true;
     }
-    // Both arrays are checked readable before either is read.
-    if (rank > 0 and arrayUnreadable(f.shape_at, rank)) {
-        m.refuse(.shape);
-        return m;
-    }
-    if (rank > 0 and !f.strides_null and arrayUnreadable(f.strides_at, rank)) {
+    if (!f.strides_null and arrayUnreadable(f.strides_at, rank)) {
         m.refuse(.strides);
-        return m;
+        return true;
     }
+    return false;
+}
+
+/// The extents: none negative, the element count and every extent exact below 2^53.
+fn modelExtents(f: *const Fields, rank: usize, m: *Model) bool {
     var size: i256 = 1;
     for (f.shape[0..rank]) |e| {
         if (e < 0) {
             m.refuse(.shape);
-            return m;
+            return true;
         }
         // Saturates far above 2^53 (64 extents of 2^63 would not fit even i256); a zero still wins.
         size = if (e == 0) 0 else @min(size * e, @as(i256, 1) << 128);
@@ -484,19 +528,24 @@ fn modelLayout(f: *const Fields) Model {
     }
     for (f.shape[0..rank]) |e| if (e < 0) {
         m.refuse(.shape);
-        return m;
+        return true;
     };
     m.empty = size == 0;
     m.size = size;
     if (!m.empty and size > exact_max) {
         m.refuse(.overflow);
-        return m;
+        return true;
     }
     // Every extent reaches JS as an exact f64, empty tensors included.
     for (f.shape[0..rank]) |e| if (e > exact_max) {
         m.refuse(.overflow);
-        return m;
+        return true;
     };
+    return false;
+}
+
+/// The strides (C order for NULL ones), the element offsets reached and the byte span.
+fn modelSpan(f: *const Fields, rank: usize, m: *Model) void {
     if (f.strides_null) {
         var step: i256 = 1;
         var d = rank;
@@ -519,10 +568,9 @@ fn modelLayout(f: *const Fields) Model {
         -m.min > exact_max or m.max > exact_max))
     {
         m.refuse(.overflow);
-        return m;
+        return;
     }
     m.layout_known = true;
-    return m;
 }
 
 /// The checks that depend on where the data is.
