@@ -117,7 +117,15 @@ pub const flag_is_copied: u64 = 2;
 pub const flag_subbyte_padded: u64 = 4;
 
 /// Indices into `dlpk_stats` (zig/src/stats.zig `Counter`).
-pub const Stat = enum(usize) { imports, exports, allocations, allocation_bytes, pins, pinned_bytes, deleters_called };
+pub const Stat = enum(usize) {
+    imports,
+    exports,
+    allocations,
+    allocation_bytes,
+    pins,
+    pinned_bytes,
+    deleters_called,
+};
 pub const stats_count = 7;
 
 /// The exported functions as the library declares them: addresses cross as f64 (exact below 2^53;

@@ -60,7 +60,9 @@ const Region = struct {
     }
 
     fn contains(self: Region, address: usize, len: usize) bool {
-        return address >= self.base() and address - self.base() <= self.bytes and len <= self.bytes - (address - self.base());
+        if (address < self.base()) return false;
+        const offset = address - self.base();
+        return offset <= self.bytes and len <= self.bytes - offset;
     }
 };
 
@@ -136,13 +138,18 @@ fn regionIndex(base: usize) ?usize {
 
 fn protect(r: *Region, writable: bool) void {
     if (r.kind != .device) return;
-    const prot: u32 = if (writable) std.posix.PROT.READ | std.posix.PROT.WRITE else std.posix.PROT.NONE;
+    const read_write = std.posix.PROT.READ | std.posix.PROT.WRITE;
+    const prot: u32 = if (writable) read_write else std.posix.PROT.NONE;
     std.posix.mprotect(r.mapping, prot) catch @panic("fakecuda: mprotect failed");
 }
 
 /// The device-side operand of a memory call: inside one device or managed allocation, of the
 /// current context's device when it is device memory.
-fn deviceOperand(address: usize, len: usize, ordinal: c_int) union(enum) { ok: *Region, err: CUresult } {
+fn deviceOperand(
+    address: usize,
+    len: usize,
+    ordinal: c_int,
+) union(enum) { ok: *Region, err: CUresult } {
     const r = regionAt(address, len) orelse return .{ .err = CUDA_ERROR_INVALID_VALUE };
     if (r.kind == .host) return .{ .err = CUDA_ERROR_INVALID_VALUE };
     if (r.kind == .device and r.ordinal != ordinal) {
@@ -156,7 +163,8 @@ fn deviceOperand(address: usize, len: usize, ordinal: c_int) union(enum) { ok: *
 fn hostOperand(address: usize, len: usize) bool {
     if (address == 0 and len > 0) return false;
     for (regions.items) |r| {
-        if (r.kind == .device and address < r.base() + r.mapping.len and r.base() < address + len) return false;
+        const overlaps = address < r.base() + r.mapping.len and r.base() < address + len;
+        if (r.kind == .device and overlaps) return false;
     }
     return true;
 }
@@ -204,14 +212,46 @@ export fn cuDriverGetVersion(version: *c_int) CUresult {
 const ErrorText = struct { code: CUresult, name: [*:0]const u8, text: [*:0]const u8 };
 const error_texts = [_]ErrorText{
     .{ .code = CUDA_SUCCESS, .name = "CUDA_SUCCESS", .text = "no error" },
-    .{ .code = CUDA_ERROR_INVALID_VALUE, .name = "CUDA_ERROR_INVALID_VALUE", .text = "invalid argument" },
-    .{ .code = CUDA_ERROR_OUT_OF_MEMORY, .name = "CUDA_ERROR_OUT_OF_MEMORY", .text = "out of memory" },
-    .{ .code = CUDA_ERROR_NOT_INITIALIZED, .name = "CUDA_ERROR_NOT_INITIALIZED", .text = "initialization error" },
-    .{ .code = CUDA_ERROR_NO_DEVICE, .name = "CUDA_ERROR_NO_DEVICE", .text = "no CUDA-capable device is detected" },
-    .{ .code = CUDA_ERROR_INVALID_DEVICE, .name = "CUDA_ERROR_INVALID_DEVICE", .text = "invalid device ordinal" },
-    .{ .code = CUDA_ERROR_INVALID_CONTEXT, .name = "CUDA_ERROR_INVALID_CONTEXT", .text = "invalid device context" },
-    .{ .code = CUDA_ERROR_INVALID_HANDLE, .name = "CUDA_ERROR_INVALID_HANDLE", .text = "invalid resource handle" },
-    .{ .code = CUDA_ERROR_ILLEGAL_ADDRESS, .name = "CUDA_ERROR_ILLEGAL_ADDRESS", .text = "an illegal memory access was encountered" },
+    .{
+        .code = CUDA_ERROR_INVALID_VALUE,
+        .name = "CUDA_ERROR_INVALID_VALUE",
+        .text = "invalid argument",
+    },
+    .{
+        .code = CUDA_ERROR_OUT_OF_MEMORY,
+        .name = "CUDA_ERROR_OUT_OF_MEMORY",
+        .text = "out of memory",
+    },
+    .{
+        .code = CUDA_ERROR_NOT_INITIALIZED,
+        .name = "CUDA_ERROR_NOT_INITIALIZED",
+        .text = "initialization error",
+    },
+    .{
+        .code = CUDA_ERROR_NO_DEVICE,
+        .name = "CUDA_ERROR_NO_DEVICE",
+        .text = "no CUDA-capable device is detected",
+    },
+    .{
+        .code = CUDA_ERROR_INVALID_DEVICE,
+        .name = "CUDA_ERROR_INVALID_DEVICE",
+        .text = "invalid device ordinal",
+    },
+    .{
+        .code = CUDA_ERROR_INVALID_CONTEXT,
+        .name = "CUDA_ERROR_INVALID_CONTEXT",
+        .text = "invalid device context",
+    },
+    .{
+        .code = CUDA_ERROR_INVALID_HANDLE,
+        .name = "CUDA_ERROR_INVALID_HANDLE",
+        .text = "invalid resource handle",
+    },
+    .{
+        .code = CUDA_ERROR_ILLEGAL_ADDRESS,
+        .name = "CUDA_ERROR_ILLEGAL_ADDRESS",
+        .text = "an illegal memory access was encountered",
+    },
     .{ .code = CUDA_ERROR_UNKNOWN, .name = "CUDA_ERROR_UNKNOWN", .text = "unknown error" },
 };
 
@@ -321,7 +361,9 @@ export fn cuCtxPushCurrent_v2(ctx: usize) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuCtxPushCurrent_v2")) |r| return r;
-    if (ctx < context_base or (ctx - context_base) % 0x100 != 0 or (ctx - context_base) / 0x100 >= device_count) {
+    if (ctx < context_base or (ctx - context_base) % 0x100 != 0 or
+        (ctx - context_base) / 0x100 >= device_count)
+    {
         return CUDA_ERROR_INVALID_CONTEXT;
     }
     if (context_depth == context_stack.len) return CUDA_ERROR_INVALID_VALUE;
@@ -343,7 +385,12 @@ export fn cuCtxPopCurrent_v2(ctx: *usize) CUresult {
 // ---------------------------------------------------------------------------------------------
 // Pointer attributes
 
-export fn cuPointerGetAttributes(count: c_uint, attributes: [*]const c_int, data: [*]const *anyopaque, ptr: u64) CUresult {
+export fn cuPointerGetAttributes(
+    count: c_uint,
+    attributes: [*]const c_int,
+    data: [*]const *anyopaque,
+    ptr: u64,
+) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuPointerGetAttributes")) |r| return r;
@@ -351,7 +398,10 @@ export fn cuPointerGetAttributes(count: c_uint, attributes: [*]const c_int, data
     for (0..count) |i| {
         const slot = data[i];
         switch (attributes[i]) {
-            2 => @as(*u32, @ptrCast(@alignCast(slot))).* = if (found) |r| (if (r.kind == .host) 1 else 2) else 0,
+            2 => {
+                const memory_type: u32 = if (found) |r| (if (r.kind == .host) 1 else 2) else 0;
+                @as(*u32, @ptrCast(@alignCast(slot))).* = memory_type;
+            },
             8 => @as(*bool, @ptrCast(slot)).* = if (found) |r| r.kind == .managed else false,
             9 => @as(*c_int, @ptrCast(@alignCast(slot))).* = if (found) |r| r.ordinal else -2,
             11 => @as(*u64, @ptrCast(@alignCast(slot))).* = if (found) |r| r.base() else 0,
@@ -367,9 +417,20 @@ export fn cuPointerGetAttributes(count: c_uint, attributes: [*]const c_int, data
 
 fn mapRegion(kind: Kind, bytes: usize, ordinal: c_int) ?usize {
     const len = std.mem.alignForward(usize, bytes, page);
-    const prot: u32 = if (kind == .device) std.posix.PROT.NONE else std.posix.PROT.READ | std.posix.PROT.WRITE;
-    const mapping = std.posix.mmap(null, len, prot, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch return null;
-    regions.append(allocator, .{ .mapping = mapping, .bytes = bytes, .kind = kind, .ordinal = ordinal }) catch {
+    const read_write = std.posix.PROT.READ | std.posix.PROT.WRITE;
+    const prot: u32 = if (kind == .device) std.posix.PROT.NONE else read_write;
+    const mapping = std.posix.mmap(
+        null,
+        len,
+        prot,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    ) catch return null;
+    regions.append(
+        allocator,
+        .{ .mapping = mapping, .bytes = bytes, .kind = kind, .ordinal = ordinal },
+    ) catch {
         std.posix.munmap(mapping);
         return null;
     };
@@ -444,7 +505,15 @@ const Side = enum { host, device };
 
 /// One copy, any direction. `dst_ordinal`/`src_ordinal` are the devices the operands must
 /// belong to (the current context's, or the peer contexts given).
-fn copy(dst: usize, dst_side: Side, dst_ordinal: c_int, src: usize, src_side: Side, src_ordinal: c_int, bytes: usize) CUresult {
+fn copy(
+    dst: usize,
+    dst_side: Side,
+    dst_ordinal: c_int,
+    src: usize,
+    src_side: Side,
+    src_ordinal: c_int,
+    bytes: usize,
+) CUresult {
     if (bytes == 0) return CUDA_SUCCESS;
     var dst_region: ?*Region = null;
     var src_region: ?*Region = null;
@@ -464,13 +533,25 @@ fn copy(dst: usize, dst_side: Side, dst_ordinal: c_int, src: usize, src_side: Si
     }
     if (dst_region) |r| protect(r, true);
     if (src_region) |r| protect(r, true);
-    std.mem.copyForwards(u8, @as([*]u8, @ptrFromInt(dst))[0..bytes], @as([*]const u8, @ptrFromInt(src))[0..bytes]);
+    std.mem.copyForwards(
+        u8,
+        @as([*]u8, @ptrFromInt(dst))[0..bytes],
+        @as([*]const u8, @ptrFromInt(src))[0..bytes],
+    );
     if (dst_region) |r| protect(r, false);
     if (src_region) |r| protect(r, false);
     return CUDA_SUCCESS;
 }
 
-fn copyCall(comptime name: []const u8, dst: usize, dst_side: Side, src: usize, src_side: Side, bytes: usize, stream: ?usize) CUresult {
+fn copyCall(
+    comptime name: []const u8,
+    dst: usize,
+    dst_side: Side,
+    src: usize,
+    src_side: Side,
+    bytes: usize,
+    stream: ?usize,
+) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter(name)) |r| return r;
@@ -503,7 +584,15 @@ export fn cuMemcpyDtoHAsync_v2(dst: usize, src: u64, bytes: usize, stream: usize
 }
 
 export fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, bytes: usize, stream: usize) CUresult {
-    return copyCall("cuMemcpyDtoDAsync_v2", @intCast(dst), .device, @intCast(src), .device, bytes, stream);
+    return copyCall(
+        "cuMemcpyDtoDAsync_v2",
+        @intCast(dst),
+        .device,
+        @intCast(src),
+        .device,
+        bytes,
+        stream,
+    );
 }
 
 fn contextOrdinal(ctx: usize) ?c_int {
@@ -512,7 +601,15 @@ fn contextOrdinal(ctx: usize) ?c_int {
     return if (ordinal < device_count) ordinal else null;
 }
 
-fn peerCall(comptime name: []const u8, dst: u64, dst_ctx: usize, src: u64, src_ctx: usize, bytes: usize, stream: ?usize) CUresult {
+fn peerCall(
+    comptime name: []const u8,
+    dst: u64,
+    dst_ctx: usize,
+    src: u64,
+    src_ctx: usize,
+    bytes: usize,
+    stream: ?usize,
+) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter(name)) |r| return r;
@@ -530,7 +627,14 @@ export fn cuMemcpyPeer(dst: u64, dst_ctx: usize, src: u64, src_ctx: usize, bytes
     return peerCall("cuMemcpyPeer", dst, dst_ctx, src, src_ctx, bytes, null);
 }
 
-export fn cuMemcpyPeerAsync(dst: u64, dst_ctx: usize, src: u64, src_ctx: usize, bytes: usize, stream: usize) CUresult {
+export fn cuMemcpyPeerAsync(
+    dst: u64,
+    dst_ctx: usize,
+    src: u64,
+    src_ctx: usize,
+    bytes: usize,
+    stream: usize,
+) CUresult {
     return peerCall("cuMemcpyPeerAsync", dst, dst_ctx, src, src_ctx, bytes, stream);
 }
 
@@ -544,7 +648,10 @@ export fn cuStreamCreate(stream: *usize, flags: c_uint) CUresult {
     const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
     if (flags > 1) return CUDA_ERROR_INVALID_VALUE;
     const id = stream_base + next_handle * 0x10;
-    streams.append(allocator, .{ .id = id, .ordinal = ordinal }) catch return CUDA_ERROR_OUT_OF_MEMORY;
+    streams.append(
+        allocator,
+        .{ .id = id, .ordinal = ordinal },
+    ) catch return CUDA_ERROR_OUT_OF_MEMORY;
     next_handle += 1;
     stream.* = id;
     return CUDA_SUCCESS;
@@ -580,7 +687,10 @@ export fn cuEventCreate(event: *usize, flags: c_uint) CUresult {
     const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
     if (flags & ~@as(c_uint, 7) != 0) return CUDA_ERROR_INVALID_VALUE;
     const id = event_base + next_handle * 0x10;
-    events.append(allocator, .{ .id = id, .ordinal = ordinal }) catch return CUDA_ERROR_OUT_OF_MEMORY;
+    events.append(
+        allocator,
+        .{ .id = id, .ordinal = ordinal },
+    ) catch return CUDA_ERROR_OUT_OF_MEMORY;
     next_handle += 1;
     event.* = id;
     return CUDA_SUCCESS;
@@ -656,10 +766,18 @@ export fn fakecuda_stats(out: *[13]f64) u32 {
     var retained: f64 = 0;
     for (retains) |n| retained += @floatFromInt(n);
     out.* = .{
-        by_kind[0],                      by_kind[1],                       by_kind[2],
-        @floatFromInt(events.items.len), @floatFromInt(streams.items.len), @floatFromInt(waits),
-        @floatFromInt(syncs),            @floatFromInt(records),           @floatFromInt(wrong_context),
-        @floatFromInt(context_depth),    retained,                         @floatFromInt(sync_copies),
+        by_kind[0],
+        by_kind[1],
+        by_kind[2],
+        @floatFromInt(events.items.len),
+        @floatFromInt(streams.items.len),
+        @floatFromInt(waits),
+        @floatFromInt(syncs),
+        @floatFromInt(records),
+        @floatFromInt(wrong_context),
+        @floatFromInt(context_depth),
+        retained,
+        @floatFromInt(sync_copies),
         @floatFromInt(async_copies),
     };
     return out.len;

@@ -155,7 +155,8 @@ const Guard = struct {
     var fresh_next: usize = fresh_base;
     /// Where the heap, the stack or static data are mapped executable (valgrind maps its malloc's
     /// arena read-write-execute; so do kernels that make READ_IMPLIES_EXEC processes), data there
-    /// is code to a check of the mappings. Cases that rely on data not being code are left out then.
+    /// is code to a check of the mappings. Cases that rely on data not being code are left out
+    /// then.
     var data_is_code = false;
 
     fn init() !void {
@@ -163,10 +164,18 @@ const Guard = struct {
         const heap = std.c.malloc(16) orelse return error.OutOfMemory;
         defer std.c.free(heap);
         var on_stack: u64 = 0;
-        for ([_]usize{ @intFromPtr(heap), @intFromPtr(&on_stack), @intFromPtr(&a_static_word) }) |where| {
+        const static = @intFromPtr(&a_static_word);
+        for ([_]usize{ @intFromPtr(heap), @intFromPtr(&on_stack), static }) |where| {
             if (executableHere(where)) data_is_code = true;
         }
-        const region = try std.posix.mmap(@ptrFromInt(base), 3 * page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0);
+        const region = try std.posix.mmap(
+            @ptrFromInt(base),
+            3 * page,
+            std.posix.PROT.READ | std.posix.PROT.WRITE,
+            .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+            -1,
+            0,
+        );
         if (@intFromPtr(region.ptr) != base) return error.GuardRegionTaken;
         try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
         std.posix.munmap(@alignCast(region[2 * page ..]));
@@ -181,7 +190,14 @@ const Guard = struct {
     fn justUnmapped() error{OutOfMemory}!usize {
         const at = fresh_next;
         fresh_next += 2 * page;
-        const region = std.posix.mmap(@ptrFromInt(at), page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch
+        const region = std.posix.mmap(
+            @ptrFromInt(at),
+            page,
+            std.posix.PROT.READ | std.posix.PROT.WRITE,
+            .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+            -1,
+            0,
+        ) catch
             return error.OutOfMemory;
         std.posix.munmap(region);
         return @intFromPtr(region.ptr);
@@ -223,8 +239,20 @@ fn chance(r: std.Random, percent: u8) bool {
 
 fn hostileI64(r: std.Random) i64 {
     const table = [_]i64{
-        -1,            std.math.minInt(i64), std.math.maxInt(i64), 1 << 31,       1 << 32,              1 << 53,
-        (1 << 53) + 1, 1 << 62,              -(1 << 62),           (1 << 53) - 1, std.math.maxInt(i32), std.math.minInt(i32),
+        -1,
+        std.math.minInt(i64),
+        std.math.maxInt(i64),
+        1 << 31,
+        1 << 32,
+        1 << 53,
+        (1 << 53) + 1,
+        1 << 62,
+        -(1 << 62),
+        (1 << 53) - 1,
+        std.math.maxInt(
+            i32,
+        ),
+        std.math.minInt(i32),
     };
     if (chance(r, 70)) return table[r.uintLessThan(usize, table.len)];
     return r.int(i64);
@@ -551,7 +579,9 @@ fn modelSpan(f: *const Fields, rank: usize, m: *Model) void {
         var d = rank;
         while (d > 0) {
             d -= 1;
-            m.strides[d] = @intCast(std.math.clamp(step, std.math.minInt(i64), std.math.maxInt(i64)));
+            m.strides[d] = @intCast(
+                std.math.clamp(step, std.math.minInt(i64), std.math.maxInt(i64)),
+            );
             step = @min(step * f.shape[d], @as(i256, 1) << 128);
         }
     } else @memcpy(m.strides[0..rank], f.strides[0..rank]);
@@ -637,7 +667,7 @@ fn place(r: std.Random, f: *Fields, m: *const Model) !void {
 
 /// Builds the managed struct and its arrays (each exactly as long as `ndim` says).
 fn build(f: *const Fields) !*Produced {
-    const p: *Produced = @ptrCast(@alignCast(std.c.malloc(@sizeOf(Produced)) orelse return error.OutOfMemory));
+    const p: *Produced = @ptrCast(@alignCast(try mallocExact(@sizeOf(Produced))));
     p.* = .{
         .versioned = f.versioned,
         .managed = 0,
@@ -662,8 +692,8 @@ fn build(f: *const Fields) !*Produced {
         p.strides = s;
     }
     // Arrays in hostile places: the struct points there, the real ones are still freed with it.
-    const shape_address = if (p.shape == null or f.shape_at == .real) @intFromPtr(p.shape) else try Guard.address(f.shape_at, entries * 8);
-    const strides_address = if (p.strides == null or f.strides_at == .real) @intFromPtr(p.strides) else try Guard.address(f.strides_at, entries * 8);
+    const shape_address = try arrayAddress(@intFromPtr(p.shape), f.shape_at, entries);
+    const strides_address = try arrayAddress(@intFromPtr(p.strides), f.strides_at, entries);
     const tensor = abi.Tensor{
         .data = f.data,
         .device_type = f.device_type,
@@ -676,6 +706,23 @@ fn build(f: *const Fields) !*Produced {
         .strides = strides_address,
         .byte_offset = f.byte_offset,
     };
+    p.managed = try buildStruct(f, p, tensor);
+    if (f.bad_deleter != 0) {
+        const versioned_slot = @offsetOf(abi.Versioned, "deleter");
+        const slot: usize = if (f.versioned) versioned_slot else @offsetOf(abi.Legacy, "deleter");
+        @as(*u64, @ptrFromInt(p.managed + slot)).* = f.bad_deleter;
+    }
+    return p;
+}
+
+/// Where a struct points for an array: the real one, or a hostile place.
+fn arrayAddress(real: usize, where: Place, entries: usize) error{OutOfMemory}!usize {
+    if (real == 0 or where == .real) return real;
+    return Guard.address(where, entries * 8);
+}
+
+/// The managed struct of either generation, its deleter freeing `p`.
+fn buildStruct(f: *const Fields, p: *Produced, tensor: abi.Tensor) error{OutOfMemory}!usize {
     if (f.versioned) {
         const m: *abi.Versioned = @ptrCast(@alignCast(try mallocExact(@sizeOf(abi.Versioned))));
         m.* = .{
@@ -686,22 +733,20 @@ fn build(f: *const Fields) !*Produced {
             .flags = f.flags,
             .dl_tensor = tensor,
         };
-        p.managed = @intFromPtr(m);
-    } else {
-        // Read as versioned, a legacy struct is 16 bytes short: those bytes exist (zeros), so that
-        // reading them is not an out-of-bounds read valgrind would rightly report.
-        const bytes: usize = if (f.mixed) @sizeOf(abi.Versioned) else @sizeOf(abi.Legacy);
-        const raw = try mallocExact(bytes);
-        @memset(raw[0..bytes], 0);
-        const m: *abi.Legacy = @ptrCast(@alignCast(raw));
-        m.* = .{ .dl_tensor = tensor, .manager_ctx = @intFromPtr(p), .deleter = if (f.has_deleter) legacyDeleter else null };
-        p.managed = @intFromPtr(m);
+        return @intFromPtr(m);
     }
-    if (f.bad_deleter != 0) {
-        const slot: usize = if (f.versioned) @offsetOf(abi.Versioned, "deleter") else @offsetOf(abi.Legacy, "deleter");
-        @as(*u64, @ptrFromInt(p.managed + slot)).* = f.bad_deleter;
-    }
-    return p;
+    // Read as versioned, a legacy struct is 16 bytes short: those bytes exist (zeros), so that
+    // reading them is not an out-of-bounds read valgrind would rightly report.
+    const bytes: usize = if (f.mixed) @sizeOf(abi.Versioned) else @sizeOf(abi.Legacy);
+    const raw = try mallocExact(bytes);
+    @memset(raw[0..bytes], 0);
+    const m: *abi.Legacy = @ptrCast(@alignCast(raw));
+    m.* = .{
+        .dl_tensor = tensor,
+        .manager_ctx = @intFromPtr(p),
+        .deleter = if (f.has_deleter) legacyDeleter else null,
+    };
+    return @intFromPtr(m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -764,12 +809,19 @@ fn layoutBits(f: *const Fields, m: *const Model) u32 {
 fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description) Failure!void {
     const rank: usize = @intCast(f.ndim);
     const address: u64 = f.data +% f.byte_offset;
-    if (d.address() != address) return fail("address 0x{x}, expected 0x{x}", .{ d.address(), address });
+    if (d.address() != address) {
+        return fail("address 0x{x}, expected 0x{x}", .{ d.address(), address });
+    }
     if (d.ndim != f.ndim) return fail("ndim {d}, expected {d}", .{ d.ndim, f.ndim });
-    if (d.code != f.code or d.bits != f.bits or d.lanes != 1) return fail("dtype {d}/{d}", .{ d.code, d.bits });
+    if (d.code != f.code or d.bits != f.bits or d.lanes != 1) {
+        return fail("dtype {d}/{d}", .{ d.code, d.bits });
+    }
     if (d.device_type != f.device_type or d.device_id != f.device_id) return fail("device", .{});
     if (f.versioned) {
-        if (d.version_major != 1 or d.version_minor != @as(i32, @intCast(@min(f.minor, std.math.maxInt(i32)))))
+        if (d.version_major != 1 or d.version_minor != @as(
+            i32,
+            @intCast(@min(f.minor, std.math.maxInt(i32))),
+        ))
             return fail("version {d}.{d}", .{ d.version_major, d.version_minor });
         if (d.flags != f.flags) return fail("flags {d}, expected {d}", .{ d.flags, f.flags });
     } else if (d.version_major != -1 or d.flags != 0) return fail("legacy version/flags", .{});
@@ -777,18 +829,31 @@ fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description
     const nbytes = @divFloor(m.size * m.slot_bits + 7, 8);
     // nbytes may pass 2^53 for broadcasts (size times the item size), but must still be exact.
     const nbytes_f: f64 = @floatFromInt(nbytes);
-    if (@as(i256, @intFromFloat(nbytes_f)) != nbytes or d.nbytes != nbytes_f) return fail("nbytes {d}, expected {d}", .{ d.nbytes, nbytes });
+    if (@as(i256, @intFromFloat(nbytes_f)) != nbytes or d.nbytes != nbytes_f) {
+        return fail("nbytes {d}, expected {d}", .{ d.nbytes, nbytes });
+    }
     if (d.byte_offset != @as(f64, @floatFromInt(f.byte_offset))) return fail("byte_offset", .{});
     if (!m.empty) {
-        const min = exactF(m.min) orelse return fail("min offset {d} beyond 2^53 accepted", .{m.min});
-        const max = exactF(m.max) orelse return fail("max offset {d} beyond 2^53 accepted", .{m.max});
+        const min = exactF(m.min) orelse return fail(
+            "min offset {d} beyond 2^53 accepted",
+            .{m.min},
+        );
+        const max = exactF(m.max) orelse return fail(
+            "max offset {d} beyond 2^53 accepted",
+            .{m.max},
+        );
         if (d.min_offset != min or d.max_offset != max)
-            return fail("offsets {d}..{d}, expected {d}..{d}", .{ d.min_offset, d.max_offset, min, max });
+            return fail(
+                "offsets {d}..{d}, expected {d}..{d}",
+                .{ d.min_offset, d.max_offset, min, max },
+            );
     }
     for (0..rank) |i| {
         if (d.shape[i] != @as(f64, @floatFromInt(f.shape[i]))) return fail("shape[{d}]", .{i});
         const s = std.math.clamp(m.strides[i], -@as(i64, 1 << 53), @as(i64, 1 << 53));
-        if (d.strides[i] != @as(f64, @floatFromInt(s))) return fail("strides[{d}] {d}, expected {d}", .{ i, d.strides[i], s });
+        if (d.strides[i] != @as(f64, @floatFromInt(s))) {
+            return fail("strides[{d}] {d}, expected {d}", .{ i, d.strides[i], s });
+        }
     }
     // Bit 0x100: the device claim was verified. CPU memory always is; with no CUDA driver here
     // (this harness never loads one), nothing else is.
@@ -798,20 +863,36 @@ fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description
 
 /// Checks and reads the bytes of element `offset` (in elements from element 0), using only what the
 /// description says, against the allocation [base, base + len).
-fn touchElement(d: *const abi.Description, slot_bits: i64, offset: i64, base: usize, len: usize, tally: *Tally) Failure!void {
+fn touchElement(
+    d: *const abi.Description,
+    slot_bits: i64,
+    offset: i64,
+    base: usize,
+    len: usize,
+    tally: *Tally,
+) Failure!void {
     const element0: i128 = d.address();
     const bit = @as(i128, offset) * slot_bits;
     const first = element0 + @divFloor(bit, 8);
     const end = element0 + @divFloor(bit + slot_bits + 7, 8);
     if (first < base or end > base + len) {
-        return fail("element at offset {d} covers [0x{x}, 0x{x}), outside the allocation [0x{x}, 0x{x})", .{ offset, first, end, base, base + len });
+        return fail(
+            "element at offset {d} covers [0x{x}, 0x{x}), outside the allocation [0x{x}, 0x{x})",
+            .{ offset, first, end, base, base + len },
+        );
     }
     var a: usize = @intCast(first);
     while (a < end) : (a += 1) tally.checksum +%= @as(*const volatile u8, @ptrFromInt(a)).*;
     tally.elements_checked += 1;
 }
 
-fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.Description, tally: *Tally) Failure!void {
+fn checkMemory(
+    r: std.Random,
+    f: *const Fields,
+    m: *const Model,
+    d: *const abi.Description,
+    tally: *Tally,
+) Failure!void {
     const rank: usize = @intCast(f.ndim);
     const base = f.alloc_base;
     const slot: i64 = @intCast(m.slot_bits);
@@ -842,8 +923,13 @@ fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.D
                 index[i] = 0;
             }
         }
-        if (@as(f64, @floatFromInt(lo)) != d.min_offset or @as(f64, @floatFromInt(hi)) != d.max_offset) {
-            return fail("elements reach {d}..{d}, description says {d}..{d}", .{ lo, hi, d.min_offset, d.max_offset });
+        const lo_f: f64 = @floatFromInt(lo);
+        const hi_f: f64 = @floatFromInt(hi);
+        if (lo_f != d.min_offset or hi_f != d.max_offset) {
+            return fail(
+                "elements reach {d}..{d}, description says {d}..{d}",
+                .{ lo, hi, d.min_offset, d.max_offset },
+            );
         }
         return;
     }
@@ -851,7 +937,10 @@ fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.D
     try touchElement(d, slot, @intFromFloat(d.max_offset), base, f.data_len, tally);
     for (0..full_check_elements_max) |_| {
         var offset: i64 = 0;
-        for (0..rank) |i| offset += @as(i64, @intCast(r.uintLessThan(u64, @intCast(shape[i])))) * strides[i];
+        for (0..rank) |i| offset += @as(
+            i64,
+            @intCast(r.uintLessThan(u64, @intCast(shape[i]))),
+        ) * strides[i];
         try touchElement(d, slot, offset, base, f.data_len, tally);
     }
 }
@@ -862,24 +951,39 @@ fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description, tally: *Tally
     var spec = d.*;
     const padded = f.flags & abi.flag_subbyte_padded != 0 and f.versioned;
     const versioned = padded or r.boolean();
-    const exported_status = abi.dlpk_export(if (versioned) abi.export_versioned else 0, @intFromPtr(&spec));
+    const exported_status = abi.dlpk_export(
+        if (versioned) abi.export_versioned else 0,
+        @intFromPtr(&spec),
+    );
     if (exported_status != 0) return fail("re-export refused with status {d}", .{exported_status});
     const exported = spec.address();
     if (chance(r, 25)) return wrongGeneration(r, exported, versioned, tally);
     var again: abi.Description = undefined;
-    const status = abi.dlpk_import(exported, if (versioned) abi.import_versioned else 0, @intFromPtr(&again));
+    const status = abi.dlpk_import(
+        exported,
+        if (versioned) abi.import_versioned else 0,
+        @intFromPtr(&again),
+    );
     if (status != 0) return fail("re-import of our own export refused with {d}", .{status});
+    const same_span = again.min_offset == d.min_offset and again.max_offset == d.max_offset;
     if (again.address() != d.address() or again.ndim != d.ndim or again.size != d.size or
-        (again.size != 0 and (again.min_offset != d.min_offset or again.max_offset != d.max_offset)))
+        (again.size != 0 and !same_span))
         return fail("re-import describes other memory", .{});
     for (0..@intCast(d.ndim)) |i| {
-        if (again.shape[i] != d.shape[i] or again.strides[i] != d.strides[i]) return fail("re-import layout", .{});
+        if (again.shape[i] != d.shape[i] or again.strides[i] != d.strides[i]) {
+            return fail("re-import layout", .{});
+        }
     }
     if (again.owner() == d.owner()) return fail("re-import shares the owner record", .{});
     const twice = chance(r, 30);
     if (twice) {
         // One export, one import: the second is refused whatever generation it claims.
-        try expectOwnRefusal(exported, r.boolean(), .already_imported, "a second import of one export");
+        try expectOwnRefusal(
+            exported,
+            r.boolean(),
+            .already_imported,
+            "a second import of one export",
+        );
         tally.own_twice += 1;
     }
     // Release the outer import first or last: the producer must wait for both.
@@ -891,7 +995,12 @@ fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description, tally: *Tally
         abi.dlpk_owner_release(d.owner());
     }
     // Released (and still in quarantine): the stale address is refused, nothing is freed twice.
-    if (twice) try expectOwnRefusal(exported, r.boolean(), .released_export, "an import of a released export");
+    if (twice) try expectOwnRefusal(
+        exported,
+        r.boolean(),
+        .released_export,
+        "an import of a released export",
+    );
 }
 
 /// This library's export imported as the other generation: refused, and released once through
@@ -905,23 +1014,43 @@ fn wrongGeneration(r: std.Random, exported: usize, versioned: bool, tally: *Tall
     const status = abi.dlpk_import(exported, options, @intFromPtr(&d));
     if (status != @intFromEnum(abi.Status.generation)) {
         if (status == 0) abi.dlpk_owner_release(d.owner());
-        return fail("our export of the other generation: status {d}, expected generation", .{status});
+        return fail(
+            "our export of the other generation: status {d}, expected generation",
+            .{status},
+        );
     }
-    if (d.detail_limit != @intFromBool(versioned)) return fail("generation refusal names the wrong one", .{});
+    if (d.detail_limit != @intFromBool(versioned)) {
+        return fail("generation refusal names the wrong one", .{});
+    }
     const released: i64 = if (keep) 0 else 1;
-    if (abi.stat(.exports) != exports_before - released) return fail("the refused export was not released once", .{});
+    if (abi.stat(.exports) != exports_before - released) {
+        return fail("the refused export was not released once", .{});
+    }
     if (keep) abi.dlpk_managed_delete(exported, @intFromBool(versioned));
-    if (abi.stat(.exports) != exports_before - 1) return fail("the kept export was not released by its deleter", .{});
+    if (abi.stat(.exports) != exports_before - 1) {
+        return fail("the kept export was not released by its deleter", .{});
+    }
     try expectOwnRefusal(exported, r.boolean(), .released_export, "an import of a released export");
     tally.own_mixed += 1;
 }
 
-fn expectOwnRefusal(exported: usize, versioned: bool, expected: abi.Status, what: []const u8) Failure!void {
+fn expectOwnRefusal(
+    exported: usize,
+    versioned: bool,
+    expected: abi.Status,
+    what: []const u8,
+) Failure!void {
     const exports_before = abi.stat(.exports);
     var d: abi.Description = undefined;
-    const status = abi.dlpk_import(exported, if (versioned) abi.import_versioned else 0, @intFromPtr(&d));
+    const status = abi.dlpk_import(
+        exported,
+        if (versioned) abi.import_versioned else 0,
+        @intFromPtr(&d),
+    );
     if (status == 0) abi.dlpk_owner_release(d.owner());
-    if (status != @intFromEnum(expected)) return fail("{s}: status {d}, expected {d}", .{ what, status, @intFromEnum(expected) });
+    if (status != @intFromEnum(expected)) {
+        return fail("{s}: status {d}, expected {d}", .{ what, status, @intFromEnum(expected) });
+    }
     if (abi.stat(.exports) != exports_before) return fail("{s} released something", .{what});
 }
 
@@ -930,15 +1059,20 @@ var current: Fields = undefined;
 
 fn printFields(f: *const Fields) void {
     const rank: usize = @intCast(std.math.clamp(f.ndim, 0, rank_max));
-    std.debug.print(
-        "  fields: versioned {} major {d} minor {d} flags 0x{x} ndim {d} dtype {d}/{d}/{d} device {d}:{d} shape {any}{s} strides {any}{s}\n" ++
-            "          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} keep {} deleter {} null_managed {} bad_managed 0x{x}\n",
-        .{
-            f.versioned, f.major,          f.minor,                             f.flags,            f.ndim,                                f.code, f.bits,        f.lanes,     f.device_type,
-            f.device_id, f.shape[0..rank], if (f.shape_null) " (NULL)" else "", f.strides[0..rank], if (f.strides_null) " (NULL)" else "", f.data, f.byte_offset, f.allocated, f.data_len,
-            f.strict,    f.keep,           f.has_deleter,                       f.null_managed,     f.bad_managed,
-        },
-    );
+    std.debug.print("  fields: versioned {} major {d} minor {d} flags 0x{x} ndim {d} " ++
+        "dtype {d}/{d}/{d} device {d}:{d}\n", .{
+        f.versioned, f.major, f.minor, f.flags,       f.ndim,
+        f.code,      f.bits,  f.lanes, f.device_type, f.device_id,
+    });
+    std.debug.print("          shape {any}{s} strides {any}{s}\n", .{
+        f.shape[0..rank],   if (f.shape_null) " (NULL)" else "",
+        f.strides[0..rank], if (f.strides_null) " (NULL)" else "",
+    });
+    std.debug.print("          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} " ++
+        "keep {} deleter {} null_managed {} bad_managed 0x{x}\n", .{
+        f.data, f.byte_offset, f.allocated,    f.data_len,    f.strict,
+        f.keep, f.has_deleter, f.null_managed, f.bad_managed,
+    });
     std.debug.print("          struct {s} shape {s} strides {s} bad deleter 0x{x} mixed {}\n", .{
         @tagName(f.struct_at), @tagName(f.shape_at), @tagName(f.strides_at), f.bad_deleter, f.mixed,
     });
@@ -947,16 +1081,23 @@ fn printFields(f: *const Fields) void {
 /// Whether the validator may call the producer's deleter: a struct it can read, with a deleter
 /// that is code, read as the generation it is.
 fn callable(f: *const Fields) bool {
-    return f.has_deleter and f.bad_deleter == 0 and f.struct_at == .real and f.bad_managed == 0 and !f.mixed;
+    return f.has_deleter and f.bad_deleter == 0 and f.struct_at == .real and
+        f.bad_managed == 0 and !f.mixed;
 }
 
 /// The address handed to the import: the struct's, or a hostile one.
 fn passedAddress(f: *const Fields, produced: ?*Produced) Failure!usize {
     const p = produced orelse return 0;
-    if (f.bad_managed != 0) return if (f.bad_managed < 8) p.managed + f.bad_managed else f.bad_managed;
+    if (f.bad_managed != 0) {
+        return if (f.bad_managed < 8) p.managed + f.bad_managed else f.bad_managed;
+    }
     if (f.struct_at == .real) return p.managed;
-    const claimed_size: usize = if (f.versioned != f.mixed) @sizeOf(abi.Versioned) else @sizeOf(abi.Legacy);
-    return Guard.address(f.struct_at, claimed_size) catch fail("could not map a page to unmap", .{});
+    const versioned_size = @sizeOf(abi.Versioned);
+    const claimed_size: usize = if (f.versioned != f.mixed) versioned_size else @sizeOf(abi.Legacy);
+    return Guard.address(f.struct_at, claimed_size) catch fail(
+        "could not map a page to unmap",
+        .{},
+    );
 }
 
 pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
@@ -990,7 +1131,10 @@ pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
         try checkAccepted(r, &f, &m, status, &d, calls_before, imports_before, produced, tally);
     }
     if (abi.stat(.imports) != imports_before or abi.stat(.exports) != exports_before) {
-        return fail("live counters did not return (imports {d} -> {d}, exports {d} -> {d})", .{ imports_before, abi.stat(.imports), exports_before, abi.stat(.exports) });
+        return fail(
+            "live counters did not return (imports {d} -> {d}, exports {d} -> {d})",
+            .{ imports_before, abi.stat(.imports), exports_before, abi.stat(.exports) },
+        );
     }
 }
 
@@ -1002,27 +1146,54 @@ fn tallyHostile(f: *const Fields, tally: *Tally) void {
 
 /// A struct read as the other generation: whatever the status, no deleter may run (its deleter
 /// slot holds a pointer into its arrays, or ndim and dtype: never code).
-fn checkMixed(status: i32, d: *const abi.Description, calls_before: u32, p: *Produced, tally: *Tally) Failure!void {
+fn checkMixed(
+    status: i32,
+    d: *const abi.Description,
+    calls_before: u32,
+    p: *Produced,
+    tally: *Tally,
+) Failure!void {
     if (status == 0) abi.dlpk_owner_release(d.owner());
     defer p.free();
-    if (deleter_calls != calls_before) return fail("a struct of the other generation ran a deleter", .{});
-    if (status != 0 and d.status != status) return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    if (deleter_calls != calls_before) {
+        return fail("a struct of the other generation ran a deleter", .{});
+    }
+    if (status != 0 and d.status != status) {
+        return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    }
     tally.mixed += 1;
     tally.refused[@intCast(std.math.clamp(status, 0, 31))] += 1;
 }
 
-fn checkRefused(f: *const Fields, m: *const Model, status: i32, d: *const abi.Description, calls_before: u32, produced: ?*Produced, managed: usize, tally: *Tally) Failure!void {
-    // The producer's deleter runs on refusal unless the caller kept the tensor or it cannot be called.
+fn checkRefused(
+    f: *const Fields,
+    m: *const Model,
+    status: i32,
+    d: *const abi.Description,
+    calls_before: u32,
+    produced: ?*Produced,
+    managed: usize,
+    tally: *Tally,
+) Failure!void {
+    // The producer's deleter runs on refusal unless the caller kept the tensor or it cannot be
+    // called.
     const expect_deleted: u32 = if (!f.keep and callable(f) and managed != 0) 1 else 0;
     if (status == 0) {
         abi.dlpk_owner_release(d.owner());
         if (produced != null and !f.has_deleter) produced.?.free();
         return fail("accepted a tensor the model refuses (refusal bits 0x{x})", .{m.refusals});
     }
-    if (!m.allows(status)) return fail("refused with status {d}, model allows bits 0x{x}", .{ status, m.refusals });
-    if (d.status != status) return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    if (!m.allows(status)) {
+        return fail("refused with status {d}, model allows bits 0x{x}", .{ status, m.refusals });
+    }
+    if (d.status != status) {
+        return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    }
     if (deleter_calls - calls_before != expect_deleted) {
-        return fail("refusal ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expect_deleted });
+        return fail(
+            "refusal ran the deleter {d} times, expected {d}",
+            .{ deleter_calls - calls_before, expect_deleted },
+        );
     }
     tally.refused[@intCast(@min(status, 31))] += 1;
     // Kept, deleter-less, never-found or uncallable tensors are still ours to free.
@@ -1031,7 +1202,17 @@ fn checkRefused(f: *const Fields, m: *const Model, status: i32, d: *const abi.De
     }
 }
 
-fn checkAccepted(r: std.Random, f: *const Fields, m: *const Model, status: i32, d: *abi.Description, calls_before: u32, imports_before: i64, produced: ?*Produced, tally: *Tally) Failure!void {
+fn checkAccepted(
+    r: std.Random,
+    f: *const Fields,
+    m: *const Model,
+    status: i32,
+    d: *abi.Description,
+    calls_before: u32,
+    imports_before: i64,
+    produced: ?*Produced,
+    tally: *Tally,
+) Failure!void {
     if (status != 0) {
         if (produced) |p| if (!f.has_deleter or f.keep) p.free();
         return fail("refused with status {d} a tensor the model accepts", .{status});
@@ -1050,12 +1231,17 @@ fn checkAccepted(r: std.Random, f: *const Fields, m: *const Model, status: i32, 
     if (chance(r, 12)) {
         try roundTrip(r, f, d, tally);
         tally.round_trips += 1;
-        if (deleter_calls != calls_before) return fail("the deleter ran while the first import was alive", .{});
+        if (deleter_calls != calls_before) {
+            return fail("the deleter ran while the first import was alive", .{});
+        }
     }
     abi.dlpk_owner_release(d.owner());
     const expected: u32 = if (f.has_deleter) 1 else 0;
     if (deleter_calls - calls_before != expected) {
-        return fail("release ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expected });
+        return fail(
+            "release ran the deleter {d} times, expected {d}",
+            .{ deleter_calls - calls_before, expected },
+        );
     }
     if (!f.has_deleter) produced.?.free();
 }
@@ -1069,7 +1255,10 @@ const ByteSource = struct {
     tail: std.Random.DefaultPrng,
 
     fn init(bytes: []const u8) ByteSource {
-        return .{ .bytes = bytes, .tail = std.Random.DefaultPrng.init(std.hash.Wyhash.hash(0, bytes)) };
+        return .{
+            .bytes = bytes,
+            .tail = std.Random.DefaultPrng.init(std.hash.Wyhash.hash(0, bytes)),
+        };
     }
 
     fn fill(self: *ByteSource, buf: []u8) void {
@@ -1095,20 +1284,22 @@ fn casePrng(seed: u64, k: u64) std.Random.DefaultPrng {
 // Drivers
 
 fn printTally(t: *const Tally, seed: u64, seconds: f64) void {
-    std.debug.print(
-        "fuzz: {d} cases (seed {d}) in {d:.1} s: accepted {d} in real memory, {d} at fake addresses, {d} empty; " ++
-            "{d} re-exported; {d} elements checked; refused: version {d}, flags {d}, rank {d}, dtype {d}, device {d}, " ++
-            "shape {d}, strides {d}, overflow {d}, null_data {d}, byte_offset {d}, null_managed {d}, bad_address {d}, " ++
-            "unmapped_struct {d}, bad_deleter {d}; hostile: {d} structs, {d} arrays, {d} deleters, {d} of the other " ++
-            "generation; own exports: {d} as the other generation, {d} imported twice; 0 failures\n",
-        .{
-            t.cases,           seed,               seconds,       t.accepted_in_memory, t.accepted_fake_address, t.accepted_empty,
-            t.round_trips,     t.elements_checked, t.refused[2],  t.refused[3],         t.refused[4],            t.refused[5],
-            t.refused[6],      t.refused[7],       t.refused[13], t.refused[8],         t.refused[9],            t.refused[10],
-            t.refused[1],      t.refused[17],      t.refused[20], t.refused[21],        t.hostile_struct,        t.hostile_arrays,
-            t.hostile_deleter, t.mixed,            t.own_mixed,   t.own_twice,
-        },
-    );
+    const r = &t.refused;
+    std.debug.print("fuzz: {d} cases (seed {d}) in {d:.1} s: accepted {d} in real memory, " ++
+        "{d} at fake addresses, {d} empty; {d} re-exported; {d} elements checked; ", .{
+        t.cases,                 seed,             seconds,       t.accepted_in_memory,
+        t.accepted_fake_address, t.accepted_empty, t.round_trips, t.elements_checked,
+    });
+    std.debug.print("refused: version {d}, flags {d}, rank {d}, dtype {d}, device {d}, " ++
+        "shape {d}, strides {d}, overflow {d}, null_data {d}, byte_offset {d}, " ++
+        "null_managed {d}, bad_address {d}, unmapped_struct {d}, bad_deleter {d}; ", .{
+        r[2], r[3], r[4],  r[5], r[6],  r[7],  r[13],
+        r[8], r[9], r[10], r[1], r[17], r[20], r[21],
+    });
+    std.debug.print("hostile: {d} structs, {d} arrays, {d} deleters, {d} of the other " ++
+        "generation; own exports: {d} as the other generation, {d} imported twice; 0 failures\n", .{
+        t.hostile_struct, t.hostile_arrays, t.hostile_deleter, t.mixed, t.own_mixed, t.own_twice,
+    });
 }
 
 /// `reliability fuzz [--seed N|random] [--cases N | --seconds S] [--case K]`
@@ -1120,7 +1311,9 @@ pub fn run(args: *std.process.ArgIterator) !void {
     while (args.next()) |arg| {
         const value = args.next() orelse return usage();
         if (std.mem.eql(u8, arg, "--seed")) {
-            seed = if (std.mem.eql(u8, value, "random")) @bitCast(std.time.milliTimestamp()) else try std.fmt.parseInt(u64, value, 10);
+            seed = if (std.mem.eql(u8, value, "random")) @bitCast(
+                std.time.milliTimestamp(),
+            ) else try std.fmt.parseInt(u64, value, 10);
         } else if (std.mem.eql(u8, arg, "--cases")) {
             cases = try std.fmt.parseInt(u64, value, 10);
         } else if (std.mem.eql(u8, arg, "--seconds")) {
@@ -1131,7 +1324,10 @@ pub fn run(args: *std.process.ArgIterator) !void {
         } else return usage();
     }
     if (abi.dlpk_description_size() != @sizeOf(abi.Description)) {
-        std.debug.print("fuzz: the library's Description is {d} bytes, this harness reads {d}\n", .{ abi.dlpk_description_size(), @sizeOf(abi.Description) });
+        std.debug.print(
+            "fuzz: the library's Description is {d} bytes, this harness reads {d}\n",
+            .{ abi.dlpk_description_size(), @sizeOf(abi.Description) },
+        );
         std.process.exit(2);
     }
     var tally = Tally{};
@@ -1139,10 +1335,16 @@ pub fn run(args: *std.process.ArgIterator) !void {
     var k: u64 = only orelse 0;
     const last = if (only) |o| o + 1 else cases;
     while (k < last) : (k += 1) {
-        if (seconds > 0 and k % 1024 == 0 and @as(f64, @floatFromInt(timer.read())) / 1e9 >= seconds) break;
+        if (seconds > 0 and k % 1024 == 0 and @as(
+            f64,
+            @floatFromInt(timer.read()),
+        ) / 1e9 >= seconds) break;
         var prng = casePrng(seed, k);
         runCase(prng.random(), &tally) catch |e| {
-            std.debug.print("fuzz: FAILED at case {d} of seed {d}: {s}: {s}\n", .{ k, seed, @errorName(e), failureNote() });
+            std.debug.print(
+                "fuzz: FAILED at case {d} of seed {d}: {s}: {s}\n",
+                .{ k, seed, @errorName(e), failureNote() },
+            );
             printFields(&current);
             std.debug.print("  replay: zig build fuzz -- --seed {d} --case {d}\n", .{ seed, k });
             std.process.exit(1);
@@ -1152,7 +1354,10 @@ pub fn run(args: *std.process.ArgIterator) !void {
 }
 
 fn usage() error{InvalidArguments} {
-    std.debug.print("usage: zig build fuzz -- [--seed N|random] [--cases N | --seconds S] [--case K]\n", .{});
+    std.debug.print(
+        "usage: zig build fuzz -- [--seed N|random] [--cases N | --seconds S] [--case K]\n",
+        .{},
+    );
     return error.InvalidArguments;
 }
 
@@ -1166,7 +1371,10 @@ extern const __stop___sancov_cntrs: u8;
 fn llvmInitialize(argc: *c_int, argv: *[*][*:0]u8) callconv(.c) c_int {
     _ = argc;
     _ = argv;
-    __sanitizer_cov_8bit_counters_init(@ptrCast(@constCast(&__start___sancov_cntrs)), @ptrCast(@constCast(&__stop___sancov_cntrs)));
+    __sanitizer_cov_8bit_counters_init(
+        @ptrCast(@constCast(&__start___sancov_cntrs)),
+        @ptrCast(@constCast(&__stop___sancov_cntrs)),
+    );
     return 0;
 }
 
@@ -1207,7 +1415,12 @@ test "seeded validator fuzz: 3,000 cases" {
 }
 
 test "byte-driven cases (the libFuzzer path) hold the same property" {
-    const inputs = [_][]const u8{ "", "\x00", "\xff" ** 64, "dlpack fuzz corpus seed: a few bytes of everything \x01\x02\x80\xfe" };
+    const inputs = [_][]const u8{
+        "",
+        "\x00",
+        "\xff" ** 64,
+        "dlpack fuzz corpus seed: a few bytes of everything \x01\x02\x80\xfe",
+    };
     for (inputs) |input| {
         var source = ByteSource.init(input);
         var tally = Tally{};

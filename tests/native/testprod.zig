@@ -84,7 +84,10 @@ export fn tp_make(spec: [*]const i64) usize {
     }
     const tensor = dlpack.Tensor{
         .data = data,
-        .device = .{ .device_type = @intCast(spec[Spec.device_type]), .device_id = @intCast(spec[Spec.device_id]) },
+        .device = .{
+            .device_type = @intCast(spec[Spec.device_type]),
+            .device_id = @intCast(spec[Spec.device_id]),
+        },
         .ndim = @intCast(ndim_raw),
         .dtype = .{
             .code = @intCast(spec[Spec.code]),
@@ -99,7 +102,10 @@ export fn tp_make(spec: [*]const i64) usize {
     _ = made.fetchAdd(1, .acq_rel);
     if (spec[Spec.versioned] != 0) {
         block.versioned = .{
-            .version = .{ .major = @intCast(spec[Spec.major]), .minor = @intCast(spec[Spec.minor]) },
+            .version = .{
+                .major = @intCast(spec[Spec.major]),
+                .minor = @intCast(spec[Spec.minor]),
+            },
             .manager_ctx = block,
             .deleter = if (counted) versionedDeleter else null,
             .flags = @bitCast(spec[Spec.flags]),
@@ -107,7 +113,11 @@ export fn tp_make(spec: [*]const i64) usize {
         };
         return @intFromPtr(&block.versioned);
     }
-    block.legacy = .{ .dl_tensor = tensor, .manager_ctx = block, .deleter = if (counted) legacyDeleter else null };
+    block.legacy = .{
+        .dl_tensor = tensor,
+        .manager_ctx = block,
+        .deleter = if (counted) legacyDeleter else null,
+    };
     return @intFromPtr(&block.legacy);
 }
 
@@ -191,7 +201,11 @@ fn consumeWorker(managed: usize, versioned: bool) void {
 
 /// Calls the deleter from a new thread and waits for it: exports must tolerate any thread.
 export fn tp_consume_on_thread(managed: usize, versioned: u32) i32 {
-    const thread = std.Thread.spawn(.{}, consumeWorker, .{ managed, versioned != 0 }) catch return -1;
+    const thread = std.Thread.spawn(
+        .{},
+        consumeWorker,
+        .{ managed, versioned != 0 },
+    ) catch return -1;
     thread.join();
     return 0;
 }
@@ -204,7 +218,8 @@ const Batch = struct {
     }
 };
 
-/// Releases `count` tensors from `threads` threads at once (each thread takes an interleaved share).
+/// Releases `count` tensors from `threads` threads at once (each thread takes an interleaved
+/// share).
 export fn tp_consume_many(managed: [*]const f64, count: u32, versioned: u32, threads: u32) i32 {
     const n_threads: usize = std.math.clamp(threads, 1, 64);
     const all = std.heap.c_allocator.alloc(usize, count) catch return -1;
@@ -216,7 +231,11 @@ export fn tp_consume_many(managed: [*]const f64, count: u32, versioned: u32, thr
     while (started < n_threads) : (started += 1) {
         const lo = @min(started * chunk, all.len);
         const hi = @min(lo + chunk, all.len);
-        handles[started] = std.Thread.spawn(.{}, Batch.run, .{Batch{ .items = all[lo..hi], .versioned = versioned != 0 }}) catch {
+        handles[started] = std.Thread.spawn(
+            .{},
+            Batch.run,
+            .{Batch{ .items = all[lo..hi], .versioned = versioned != 0 }},
+        ) catch {
             Batch.run(.{ .items = all[lo..], .versioned = versioned != 0 });
             break;
         };
@@ -433,7 +452,14 @@ export fn tp_guard_region() usize {
     if (@import("builtin").os.tag != .linux) return 0;
     const page = std.heap.page_size_min;
     const hint: usize = 0x3d00_0000_0000;
-    const region = std.posix.mmap(@ptrFromInt(hint), 3 * page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch return 0;
+    const region = std.posix.mmap(
+        @ptrFromInt(hint),
+        3 * page,
+        std.posix.PROT.READ | std.posix.PROT.WRITE,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    ) catch return 0;
     if (@intFromPtr(region.ptr) != hint) {
         std.posix.munmap(region);
         return 0;

@@ -27,7 +27,8 @@ pub const export_option = struct {
     pub const adopt_owner: u32 = 1 << 1;
 };
 
-/// The flags of the capsules `_native_capsule(holder, flags)` makes (the Python helper passes them).
+/// The flags of the capsules `_native_capsule(holder, flags)` makes (the Python helper passes
+/// them).
 pub const capsule_flag = struct {
     pub const versioned: u32 = 1 << 0;
     pub const copy: u32 = 1 << 1;

@@ -75,7 +75,9 @@ pub const LoadError = error{LoadFailed};
 /// `loadError` says why. Loading again is a no-op.
 pub fn load(path: [*:0]const u8) LoadError!void {
     if (api != null) return;
-    if (builtin.os.tag == .windows) return fail("the embedded-Python bridge is not available on Windows");
+    if (builtin.os.tag == .windows) {
+        return fail("the embedded-Python bridge is not available on Windows");
+    }
     const handle = std.c.dlopen(path, .{ .NOW = true, .GLOBAL = true }) orelse {
         const reason = std.c.dlerror();
         return fail(if (reason) |r| std.mem.span(r) else "dlopen failed");

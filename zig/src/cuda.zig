@@ -57,29 +57,90 @@ const Api = struct {
     cuDeviceGetName: *const fn (name: [*]u8, len: c_int, device: CUdevice) callconv(.c) CUresult,
     cuDeviceGetPCIBusId: *const fn (id: [*]u8, len: c_int, device: CUdevice) callconv(.c) CUresult,
     cuDeviceTotalMem_v2: *const fn (bytes: *usize, device: CUdevice) callconv(.c) CUresult,
-    cuDeviceGetAttribute: *const fn (value: *c_int, attribute: c_int, device: CUdevice) callconv(.c) CUresult,
+    cuDeviceGetAttribute: *const fn (
+        value: *c_int,
+        attribute: c_int,
+        device: CUdevice,
+    ) callconv(.c) CUresult,
     cuDevicePrimaryCtxRetain: *const fn (ctx: *CUcontext, device: CUdevice) callconv(.c) CUresult,
     cuCtxPushCurrent_v2: *const fn (ctx: CUcontext) callconv(.c) CUresult,
     cuCtxPopCurrent_v2: *const fn (ctx: *CUcontext) callconv(.c) CUresult,
-    cuPointerGetAttributes: *const fn (count: c_uint, attributes: [*]const c_int, data: [*]const *anyopaque, ptr: CUdeviceptr) callconv(.c) CUresult,
+    cuPointerGetAttributes: *const fn (
+        count: c_uint,
+        attributes: [*]const c_int,
+        data: [*]const *anyopaque,
+        ptr: CUdeviceptr,
+    ) callconv(.c) CUresult,
     cuMemAlloc_v2: *const fn (ptr: *CUdeviceptr, bytes: usize) callconv(.c) CUresult,
     cuMemFree_v2: *const fn (ptr: CUdeviceptr) callconv(.c) CUresult,
-    cuMemHostAlloc: *const fn (ptr: *?*anyopaque, bytes: usize, flags: c_uint) callconv(.c) CUresult,
+    cuMemHostAlloc: *const fn (
+        ptr: *?*anyopaque,
+        bytes: usize,
+        flags: c_uint,
+    ) callconv(.c) CUresult,
     cuMemFreeHost: *const fn (ptr: ?*anyopaque) callconv(.c) CUresult,
-    cuMemAllocManaged: *const fn (ptr: *CUdeviceptr, bytes: usize, flags: c_uint) callconv(.c) CUresult,
+    cuMemAllocManaged: *const fn (
+        ptr: *CUdeviceptr,
+        bytes: usize,
+        flags: c_uint,
+    ) callconv(.c) CUresult,
     cuMemsetD8_v2: *const fn (ptr: CUdeviceptr, value: u8, count: usize) callconv(.c) CUresult,
-    cuMemcpyHtoD_v2: *const fn (dst: CUdeviceptr, src: ?*const anyopaque, bytes: usize) callconv(.c) CUresult,
-    cuMemcpyDtoH_v2: *const fn (dst: ?*anyopaque, src: CUdeviceptr, bytes: usize) callconv(.c) CUresult,
-    cuMemcpyDtoD_v2: *const fn (dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) callconv(.c) CUresult,
-    cuMemcpyPeer: *const fn (dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, bytes: usize) callconv(.c) CUresult,
-    cuMemcpyHtoDAsync_v2: *const fn (dst: CUdeviceptr, src: ?*const anyopaque, bytes: usize, stream: CUstream) callconv(.c) CUresult,
-    cuMemcpyDtoHAsync_v2: *const fn (dst: ?*anyopaque, src: CUdeviceptr, bytes: usize, stream: CUstream) callconv(.c) CUresult,
-    cuMemcpyDtoDAsync_v2: *const fn (dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) callconv(.c) CUresult,
-    cuMemcpyPeerAsync: *const fn (dst: CUdeviceptr, dst_ctx: CUcontext, src: CUdeviceptr, src_ctx: CUcontext, bytes: usize, stream: CUstream) callconv(.c) CUresult,
+    cuMemcpyHtoD_v2: *const fn (
+        dst: CUdeviceptr,
+        src: ?*const anyopaque,
+        bytes: usize,
+    ) callconv(.c) CUresult,
+    cuMemcpyDtoH_v2: *const fn (
+        dst: ?*anyopaque,
+        src: CUdeviceptr,
+        bytes: usize,
+    ) callconv(.c) CUresult,
+    cuMemcpyDtoD_v2: *const fn (
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: usize,
+    ) callconv(.c) CUresult,
+    cuMemcpyPeer: *const fn (
+        dst: CUdeviceptr,
+        dst_ctx: CUcontext,
+        src: CUdeviceptr,
+        src_ctx: CUcontext,
+        bytes: usize,
+    ) callconv(.c) CUresult,
+    cuMemcpyHtoDAsync_v2: *const fn (
+        dst: CUdeviceptr,
+        src: ?*const anyopaque,
+        bytes: usize,
+        stream: CUstream,
+    ) callconv(.c) CUresult,
+    cuMemcpyDtoHAsync_v2: *const fn (
+        dst: ?*anyopaque,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) callconv(.c) CUresult,
+    cuMemcpyDtoDAsync_v2: *const fn (
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) callconv(.c) CUresult,
+    cuMemcpyPeerAsync: *const fn (
+        dst: CUdeviceptr,
+        dst_ctx: CUcontext,
+        src: CUdeviceptr,
+        src_ctx: CUcontext,
+        bytes: usize,
+        stream: CUstream,
+    ) callconv(.c) CUresult,
     cuStreamCreate: *const fn (stream: *CUstream, flags: c_uint) callconv(.c) CUresult,
     cuStreamDestroy_v2: *const fn (stream: CUstream) callconv(.c) CUresult,
     cuStreamSynchronize: *const fn (stream: CUstream) callconv(.c) CUresult,
-    cuStreamWaitEvent: *const fn (stream: CUstream, event: CUevent, flags: c_uint) callconv(.c) CUresult,
+    cuStreamWaitEvent: *const fn (
+        stream: CUstream,
+        event: CUevent,
+        flags: c_uint,
+    ) callconv(.c) CUresult,
     cuEventCreate: *const fn (event: *CUevent, flags: c_uint) callconv(.c) CUresult,
     cuEventRecord: *const fn (event: CUevent, stream: CUstream) callconv(.c) CUresult,
     cuEventDestroy_v2: *const fn (event: CUevent) callconv(.c) CUresult,
@@ -177,7 +238,10 @@ fn open() State {
     // The CUDA driver this module speaks to is Linux's libcuda.so.1 (macOS has none; Windows'
     // nvcuda.dll is not wired up). Other builds load and work, reporting this reason.
     if (builtin.os.tag != .linux) {
-        setReason("CUDA is supported on Linux only; this build is for {s}", .{@tagName(builtin.os.tag)});
+        setReason(
+            "CUDA is supported on Linux only; this build is for {s}",
+            .{@tagName(builtin.os.tag)},
+        );
         return .unavailable;
     }
     const library = Library.chosen();
@@ -297,7 +361,8 @@ threadlocal var contexts_entered: u32 = 0;
 
 fn primaryContext(ordinal: i32) Error!CUcontext {
     try ready();
-    if (ordinal < 0 or ordinal >= device_count or ordinal >= devices_max) return error.InvalidDevice;
+    if (ordinal < 0 or ordinal >= device_count) return error.InvalidDevice;
+    if (ordinal >= devices_max) return error.InvalidDevice;
     const index: usize = @intCast(ordinal);
     assert(index < devices_max);
     context_mutex.lock();
@@ -565,7 +630,10 @@ fn copySync(c: Copy) Error!void {
     const s: CUdeviceptr = c.src;
     switch (c.direction) {
         .host_to_device => {
-            try call("cuMemcpyHtoD_v2", .{ d, @as(?*const anyopaque, @ptrFromInt(c.src)), c.bytes });
+            try call(
+                "cuMemcpyHtoD_v2",
+                .{ d, @as(?*const anyopaque, @ptrFromInt(c.src)), c.bytes },
+            );
         },
         .device_to_host => {
             try call("cuMemcpyDtoH_v2", .{ @as(?*anyopaque, @ptrFromInt(c.dst)), s, c.bytes });

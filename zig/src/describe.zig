@@ -123,12 +123,19 @@ fn generationHint(managed: usize, versioned: bool) abi.DeleterHint {
 
 /// The shape and strides arrays must be able to hold `ndim` int64 values and lie in readable
 /// memory before either is read.
-fn checkArrays(t: *const dlpack.Tensor, ndim: usize, out: *Description, span: mappings.Span) ?Status {
+fn checkArrays(
+    t: *const dlpack.Tensor,
+    ndim: usize,
+    out: *Description,
+    span: mappings.Span,
+) ?Status {
     assert(ndim <= rank_max);
     if (ndim == 0) return null;
     const bytes = ndim * @sizeOf(i64);
     const shape = @intFromPtr(t.shape orelse return out.refuse(.shape, detail_dim.none, 0, 0));
-    if (!abi.plausible(i64, shape)) return out.refuse(.shape, detail_dim.bad_pointer, asI64(shape), 0);
+    if (!abi.plausible(i64, shape)) {
+        return out.refuse(.shape, detail_dim.bad_pointer, asI64(shape), 0);
+    }
     if (!span.contains(shape, bytes) and !mappings.readable(shape, bytes)) {
         return out.refuse(.shape, detail_dim.unreadable, asI64(shape), @intCast(bytes));
     }
@@ -150,7 +157,9 @@ fn checkKinds(t: *const dlpack.Tensor, out: *Description) ?Status {
     out.device_type = t.device.device_type;
     out.device_id = t.device.device_id;
     out.ndim = t.ndim;
-    if (t.ndim < 0 or t.ndim > rank_max) return out.refuse(.rank, detail_dim.none, t.ndim, rank_max);
+    if (t.ndim < 0 or t.ndim > rank_max) {
+        return out.refuse(.rank, detail_dim.none, t.ndim, rank_max);
+    }
     if (!t.dtype.isSupported()) return out.refuse(.dtype, detail_dim.none, t.dtype.code, 0);
     if (!dlpack.DeviceType.isKnown(t.device.device_type)) {
         return out.refuse(.device, detail_dim.none, t.device.device_type, 0);
@@ -208,7 +217,12 @@ fn readExtents(t: *const dlpack.Tensor, ndim: usize, out: *Description, extents:
         if (product[1] != 0) size_overflowed = true;
         size = product[0];
     }
-    if (too_large) |d| return out.refuse(.overflow, @intCast(d), too_large_extent, @intCast(exact_max));
+    if (too_large) |d| return out.refuse(
+        .overflow,
+        @intCast(d),
+        too_large_extent,
+        @intCast(exact_max),
+    );
     // A zero extent anywhere makes the count 0 even if a partial product overflowed.
     if (empty) size = 0 else if (size_overflowed or size > exact_max) {
         return out.refuse(.overflow, detail_dim.none, 0, @intCast(exact_max));
@@ -273,8 +287,8 @@ fn describeSpan(
     const hi_bytes: i128 = @divFloor((offsets.max + 1) * slot_bits + 7, 8);
     // Element offsets are limited too, not only bytes: packed sub-byte elements fit twice as many
     // offsets into a byte span, and the description carries them as exact f64s.
-    if (!empty and (hi_bytes - lo_bytes > exact_max or -lo_bytes > exact_max or hi_bytes > exact_max or
-        -offsets.min > exact_max or offsets.max > exact_max))
+    if (!empty and (hi_bytes - lo_bytes > exact_max or -lo_bytes > exact_max or
+        hi_bytes > exact_max or -offsets.min > exact_max or offsets.max > exact_max))
     {
         return out.refuse(.overflow, detail_dim.none, 0, @intCast(exact_max));
     }
@@ -286,12 +300,16 @@ fn describeSpan(
         return out.refuse(.byte_offset, detail_dim.none, @bitCast(t.byte_offset), 0);
     }
     const address_sum = @addWithOverflow(data, t.byte_offset);
-    if (address_sum[1] != 0) return out.refuse(.overflow, detail_dim.none, @bitCast(t.byte_offset), 0);
+    if (address_sum[1] != 0) {
+        return out.refuse(.overflow, detail_dim.none, @bitCast(t.byte_offset), 0);
+    }
     const address = address_sum[0];
     if (!empty) {
         const first = @as(i128, address) + lo_bytes;
         const end = @as(i128, address) + hi_bytes;
-        if (first < 0 or end > std.math.maxInt(u64)) return out.refuse(.overflow, detail_dim.none, 0, 0);
+        if (first < 0 or end > std.math.maxInt(u64)) {
+            return out.refuse(.overflow, detail_dim.none, 0, 0);
+        }
     }
     out.setAddress(address);
     out.byte_offset = @floatFromInt(t.byte_offset);
@@ -342,7 +360,12 @@ const Fixture = struct {
     data: [64]u8 align(16) = [_]u8{0} ** 64,
     out: Description = undefined,
 
-    fn init(self: *Fixture, dtype: dlpack.DataType, shape: []const i64, strides: ?[]const i64) void {
+    fn init(
+        self: *Fixture,
+        dtype: dlpack.DataType,
+        shape: []const i64,
+        strides: ?[]const i64,
+    ) void {
         @memcpy(self.shape[0..shape.len], shape);
         if (strides) |s| @memcpy(self.strides[0..s.len], s);
         const tensor = dlpack.Tensor{
@@ -451,7 +474,10 @@ test "byte_offset is folded into the address; strict mode refuses it" {
     try testing.expectEqual(Status.ok, f.run());
     const address = @as(u64, f.out.address_hi) << 32 | f.out.address_lo;
     try testing.expectEqual(@intFromPtr(&f.data) + 8, address);
-    try testing.expectEqual(Status.byte_offset, describe(@intFromPtr(&f.managed), .{ .versioned = true, .strict_offset = true }, &f.out));
+    try testing.expectEqual(
+        Status.byte_offset,
+        describe(@intFromPtr(&f.managed), .{ .versioned = true, .strict_offset = true }, &f.out),
+    );
 }
 
 test "every refusal rule" {
@@ -461,7 +487,8 @@ test "every refusal rule" {
     try testing.expectEqual(Status.null_managed, describe(0, .{ .versioned = true }, &f.out));
     // Pointers that cannot be a struct are refused before anything is read (a misaligned one
     // used to panic, aborting the host: importDLPack({ versioned: 4097 })).
-    for ([_]usize{ 8, 4095, @intFromPtr(&f.managed) + 4, 1 << 56, std.math.maxInt(usize) - 7 }) |bad| {
+    const misaligned = @intFromPtr(&f.managed) + 4;
+    for ([_]usize{ 8, 4095, misaligned, 1 << 56, std.math.maxInt(usize) - 7 }) |bad| {
         try testing.expectEqual(Status.bad_address, describe(bad, .{ .versioned = true }, &f.out));
         try testing.expectEqual(Status.bad_address, describe(bad, .{ .versioned = false }, &f.out));
     }
@@ -612,8 +639,14 @@ test "structs and arrays outside readable memory are refused before they are rea
     try testing.expectEqual(@as(i64, @intCast(last)), f.out.detail_found);
     try testing.expectEqual(@as(i64, 80), f.out.detail_limit);
     for ([_]usize{ base + page, base + 2 * page, (1 << 47) - 4096, (1 << 47) - 64 }) |address| {
-        try testing.expectEqual(Status.unmapped_struct, describe(address, .{ .versioned = true }, &f.out));
-        try testing.expectEqual(Status.unmapped_struct, describe(address, .{ .versioned = false }, &f.out));
+        try testing.expectEqual(
+            Status.unmapped_struct,
+            describe(address, .{ .versioned = true }, &f.out),
+        );
+        try testing.expectEqual(
+            Status.unmapped_struct,
+            describe(address, .{ .versioned = false }, &f.out),
+        );
     }
 
     // Shape and strides arrays: inside the PROT_NONE page, unmapped, or running into them.
@@ -656,13 +689,19 @@ test "a deleter must be executable code; the refusal says which generation the s
     }
     // A versioned struct read as legacy: the legacy deleter slot holds the shape pointer.
     f.managed.deleter = testDeleter;
-    try testing.expectEqual(Status.bad_deleter, describe(@intFromPtr(&f.managed), .{ .versioned = false }, &f.out));
+    try testing.expectEqual(
+        Status.bad_deleter,
+        describe(@intFromPtr(&f.managed), .{ .versioned = false }, &f.out),
+    );
     try testing.expectEqual(@as(i64, @intCast(data)), f.out.detail_found);
     try testing.expectEqual(@intFromEnum(abi.DeleterHint.looks_versioned), f.out.detail_limit);
     // A legacy struct read as versioned: ndim and dtype sit in the versioned deleter slot.
     f.legacy.deleter = testLegacyDeleter;
     try testing.expectEqual(Status.ok, f.runLegacy());
-    try testing.expectEqual(Status.bad_deleter, describe(@intFromPtr(&f.legacy), .{ .versioned = true }, &f.out));
+    try testing.expectEqual(
+        Status.bad_deleter,
+        describe(@intFromPtr(&f.legacy), .{ .versioned = true }, &f.out),
+    );
     try testing.expectEqual(@intFromEnum(abi.DeleterHint.looks_legacy), f.out.detail_limit);
 }
 
@@ -683,24 +722,44 @@ test "this library's exports: the real generation, taken and released ones are r
         });
         var out: Description = undefined;
         try testing.expectEqual(Status.ok, describe(managed, .{ .versioned = versioned }, &out));
-        try testing.expectEqual(Status.generation, describe(managed, .{ .versioned = !versioned }, &out));
+        try testing.expectEqual(
+            Status.generation,
+            describe(managed, .{ .versioned = !versioned }, &out),
+        );
         try testing.expectEqual(@as(i64, @intFromBool(versioned)), out.detail_limit);
 
         // A copy of the struct carries this library's deleter but is not an export.
         var copy: dlpack.ManagedTensorVersioned align(16) = undefined;
-        @memcpy(std.mem.asBytes(&copy)[0..64], @as([*]const u8, @ptrFromInt(managed))[0..64]);
-        if (versioned) @memcpy(std.mem.asBytes(&copy)[64..80], @as([*]const u8, @ptrFromInt(managed))[64..80]);
-        try testing.expectEqual(Status.bad_deleter, describe(@intFromPtr(&copy), .{ .versioned = versioned }, &out));
+        const original: [*]const u8 = @ptrFromInt(managed);
+        @memcpy(std.mem.asBytes(&copy)[0..64], original[0..64]);
+        if (versioned) @memcpy(std.mem.asBytes(&copy)[64..80], original[64..80]);
+        try testing.expectEqual(
+            Status.bad_deleter,
+            describe(@intFromPtr(&copy), .{ .versioned = versioned }, &out),
+        );
         try testing.expectEqual(@intFromEnum(abi.DeleterHint.copied_export), out.detail_limit);
 
         try testing.expect(exports.claim(managed));
         try testing.expect(!exports.claim(managed));
-        try testing.expectEqual(Status.already_imported, describe(managed, .{ .versioned = versioned }, &out));
-        try testing.expectEqual(Status.already_imported, describe(managed, .{ .versioned = !versioned }, &out));
+        try testing.expectEqual(
+            Status.already_imported,
+            describe(managed, .{ .versioned = versioned }, &out),
+        );
+        try testing.expectEqual(
+            Status.already_imported,
+            describe(managed, .{ .versioned = !versioned }, &out),
+        );
         dlpack.deleteManaged(managed, versioned);
-        // Quarantined, poisoned: a stale address is recognised, and a second deleter call is harmless.
-        try testing.expectEqual(Status.released_export, describe(managed, .{ .versioned = versioned }, &out));
-        try testing.expectEqual(Status.released_export, describe(managed, .{ .versioned = !versioned }, &out));
+        // Quarantined, poisoned: a stale address is recognised, and a second deleter call is
+        // harmless.
+        try testing.expectEqual(
+            Status.released_export,
+            describe(managed, .{ .versioned = versioned }, &out),
+        );
+        try testing.expectEqual(
+            Status.released_export,
+            describe(managed, .{ .versioned = !versioned }, &out),
+        );
         dlpack.deleteManaged(managed, versioned);
     }
 }

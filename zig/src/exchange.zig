@@ -80,7 +80,10 @@ pub const attribute: [*:0]const u8 = "__dlpack_c_exchange_api__";
 
 /// The table `DLPackTensor` exposes: static, immutable, alive for the whole process.
 pub const table = ExchangeApi{
-    .header = .{ .version = .{ .major = dlpack.version_major, .minor = dlpack.version_minor }, .prev_api = null },
+    .header = .{
+        .version = .{ .major = dlpack.version_major, .minor = dlpack.version_minor },
+        .prev_api = null,
+    },
     .managed_tensor_allocator = allocate,
     .managed_tensor_from_py_object_no_sync = managedFromObject,
     .managed_tensor_to_py_object_no_sync = managedToObject,
@@ -173,13 +176,23 @@ fn lendable(a: PyApi, object: usize) ?usize {
         return null;
     };
     if (!usable(usize, object)) {
-        _ = raise(a, a.PyExc_TypeError.*, "expected a dlpack_ts.DLPackTensor, got address 0x{x}", .{object});
+        _ = raise(
+            a,
+            a.PyExc_TypeError.*,
+            "expected a dlpack_ts.DLPackTensor, got address 0x{x}",
+            .{object},
+        );
         return null;
     }
     const kind = a.PyObject_Type(@ptrFromInt(object)) orelse return null;
     a.Py_DecRef(kind); // the object holds its type
     if (kind != cls) {
-        _ = raise(a, a.PyExc_TypeError.*, "expected a dlpack_ts.DLPackTensor (this table belongs to that type)", .{});
+        _ = raise(
+            a,
+            a.PyExc_TypeError.*,
+            "expected a dlpack_ts.DLPackTensor (this table belongs to that type)",
+            .{},
+        );
         return null;
     }
     const holder = a.PyObject_GetAttr(@ptrFromInt(object), template_name.?) orelse return null;
@@ -190,14 +203,19 @@ fn lendable(a: PyApi, object: usize) ?usize {
     if (templates.isReadOnlyHolder(a, holder) or flags & dlpack.flag.read_only != 0) {
         // Consumers of this API ignore READ_ONLY (tvm-ffi 0.1 and torch 2.15 make writable
         // tensors of such structs): read-only data goes through __dlpack__, which keeps it so.
-        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not lent through the DLPack C exchange API; " ++
-            "use __dlpack__(max_version=(1, 0)), which marks it read-only", .{});
+        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not lent through the DLPack C " ++
+            "exchange API; use __dlpack__(max_version=(1, 0)), which marks it read-only", .{});
         return null;
     }
     if (exports.hasProducerStream(template)) {
         // Its data becomes ready on a stream of its own: only `__dlpack__(stream=...)` can order a
         // consumer after it (this API never synchronizes, and our current stream is the default).
-        _ = raise(a, a.PyExc_BufferError.*, "this CUDA export has a producer stream; use __dlpack__(stream=...)", .{});
+        _ = raise(
+            a,
+            a.PyExc_BufferError.*,
+            "this CUDA export has a producer stream; use __dlpack__(stream=...)",
+            .{},
+        );
         return null;
     }
     return template;
@@ -209,7 +227,9 @@ fn managedFromObject(object: usize, out: usize) callconv(.c) c_int {
     const a = cpython.api orelse return -1;
     const gil = cpython.Gil.take(a);
     defer gil.release();
-    if (!usable(usize, out)) return raise(a, a.PyExc_TypeError.*, "out must point to a DLManagedTensorVersioned*", .{});
+    if (!usable(usize, out)) {
+        return raise(a, a.PyExc_TypeError.*, "out must point to a DLManagedTensorVersioned*", .{});
+    }
     const slot: *usize = @ptrFromInt(out);
     slot.* = 0;
     const template = lendable(a, object) orelse return -1;
@@ -224,7 +244,9 @@ fn tensorFromObject(object: usize, out: usize) callconv(.c) c_int {
     const a = cpython.api orelse return -1;
     const gil = cpython.Gil.take(a);
     defer gil.release();
-    if (!usable(dlpack.Tensor, out)) return raise(a, a.PyExc_TypeError.*, "out must point to a DLTensor", .{});
+    if (!usable(dlpack.Tensor, out)) {
+        return raise(a, a.PyExc_TypeError.*, "out must point to a DLTensor", .{});
+    }
     const template = lendable(a, object) orelse return -1;
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
     const target: *dlpack.Tensor = @ptrFromInt(out);
@@ -256,11 +278,18 @@ fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
     const a = cpython.api orelse return -1;
     const gil = cpython.Gil.take(a);
     defer gil.release();
-    if (!usable(usize, out)) return raise(a, a.PyExc_TypeError.*, "out_py_object must point to a PyObject*", .{});
+    if (!usable(usize, out)) {
+        return raise(a, a.PyExc_TypeError.*, "out_py_object must point to a PyObject*", .{});
+    }
     const slot: *usize = @ptrFromInt(out);
     slot.* = 0;
     if (!usable(dlpack.ManagedTensorVersioned, tensor)) {
-        return raise(a, a.PyExc_TypeError.*, "tensor must point to a DLManagedTensorVersioned, got 0x{x}", .{tensor});
+        return raise(
+            a,
+            a.PyExc_TypeError.*,
+            "tensor must point to a DLManagedTensorVersioned, got 0x{x}",
+            .{tensor},
+        );
     }
     var d: Description = undefined;
     var own: ?exports.Own = null;
@@ -269,7 +298,12 @@ fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
         // As `dlpk_import` does: released once where that is safe (ownership passed to us).
         const reported = admit.releaseRefused(tensor, true, status, &d, false);
         const reason = std.enums.tagName(abi.Status, reported) orelse "invalid";
-        return raise(a, a.PyExc_BufferError.*, "the tensor was refused ({s}) and released", .{reason});
+        return raise(
+            a,
+            a.PyExc_BufferError.*,
+            "the tensor was refused ({s}) and released",
+            .{reason},
+        );
     }
     const created = admit.record(tensor, true, &d) catch {
         dlpack.deleteManaged(tensor, true);
@@ -335,7 +369,12 @@ const Refusal = struct {
     }
 };
 
-fn allocate(prototype: usize, out: usize, error_ctx: usize, set_error: ?SetError) callconv(.c) c_int {
+fn allocate(
+    prototype: usize,
+    out: usize,
+    error_ctx: usize,
+    set_error: ?SetError,
+) callconv(.c) c_int {
     count(.allocator);
     var refusal: Refusal = .{};
     const made = allocateChecked(prototype, out, &refusal) catch {
@@ -356,7 +395,10 @@ fn allocate(prototype: usize, out: usize, error_ctx: usize, set_error: ?SetError
 
 fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refused}!usize {
     if (!usable(usize, out)) {
-        return refusal.set("ValueError", "dlpack-ts: out must point to a DLManagedTensorVersioned*");
+        return refusal.set(
+            "ValueError",
+            "dlpack-ts: out must point to a DLManagedTensorVersioned*",
+        );
     }
     @as(*usize, @ptrFromInt(out)).* = 0;
     if (!usable(dlpack.Tensor, prototype)) {
@@ -364,7 +406,10 @@ fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refuse
     }
     const p: *const dlpack.Tensor = @ptrFromInt(prototype);
     if (p.device.device_type != @intFromEnum(dlpack.DeviceType.cpu)) {
-        return refusal.set("BufferError", "dlpack-ts: the allocator makes host (kDLCPU) memory only");
+        return refusal.set(
+            "BufferError",
+            "dlpack-ts: the allocator makes host (kDLCPU) memory only",
+        );
     }
     const ndim_raw = p.ndim;
     if (ndim_raw < 0 or ndim_raw > dlpack.rank_max) {
@@ -372,7 +417,10 @@ fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refuse
     }
     const dtype = p.dtype;
     if (!dtype.isSupported() or dtype.bits % 8 != 0) {
-        return refusal.set("ValueError", "dlpack-ts: unsupported dtype (byte-sized DLPack 1.3 types, lanes 1)");
+        return refusal.set(
+            "ValueError",
+            "dlpack-ts: unsupported dtype (byte-sized DLPack 1.3 types, lanes 1)",
+        );
     }
     const ndim: usize = @intCast(ndim_raw);
     if (ndim > 0 and (p.shape == null or !usable(i64, @intFromPtr(p.shape.?)))) {
@@ -398,7 +446,9 @@ fn allocateShaped(p: *const dlpack.Tensor, ndim: usize, refusal: *Refusal) error
             return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
     }
     const bytes = std.math.mul(u64, elements, dtype.bits / 8) catch abi.exact_max + 1;
-    if (bytes > abi.exact_max) return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
+    if (bytes > abi.exact_max) {
+        return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
+    }
     var step: i64 = 1;
     var d = ndim;
     while (d > 0) {
@@ -498,7 +548,10 @@ fn typeName(a: PyApi, kind: *PyObject, out: *[name_bytes_max]u8) usize {
     if (a.PyObject_GetAttr(kind, qualname_name.?)) |qualname| {
         defer a.Py_DecRef(qualname);
         var len: isize = 0;
-        if (a.PyUnicode_AsUTF8AndSize(qualname, &len)) |bytes| written += copyText(out[written..], bytes[0..@intCast(len)]);
+        if (a.PyUnicode_AsUTF8AndSize(qualname, &len)) |bytes| written += copyText(
+            out[written..],
+            bytes[0..@intCast(len)],
+        );
     }
     a.PyErr_Clear(); // a name that is not a str is left out, not reported
     return written;
@@ -566,8 +619,8 @@ fn adopt(
     out: *Description,
 ) ImportError!void {
     if (managed == 0) {
-        _ = raise(a, a.PyExc_BufferError.*, "the producer's managed_tensor_from_py_object_no_sync " ++
-            "returned no tensor", .{});
+        const message = "the producer's managed_tensor_from_py_object_no_sync returned no tensor";
+        _ = raise(a, a.PyExc_BufferError.*, message, .{});
         return error.Raised;
     }
     var own: ?exports.Own = null;
@@ -646,7 +699,12 @@ pub fn wrapAs(template: usize, kind: usize) usize {
     defer gil.release();
     const kind_object: *PyObject = @ptrFromInt(kind);
     if (a.PyObject_IsInstance(kind_object, a.PyType_Type) != 1) {
-        _ = raise(a, a.PyExc_TypeError.*, "`as` must be a type with __dlpack_c_exchange_api__", .{});
+        _ = raise(
+            a,
+            a.PyExc_TypeError.*,
+            "`as` must be a type with __dlpack_c_exchange_api__",
+            .{},
+        );
         return 0;
     }
     var spare: Entry = undefined;
@@ -654,12 +712,22 @@ pub fn wrapAs(template: usize, kind: usize) usize {
     const give = if (entry.api) |t| t.managed_tensor_to_py_object_no_sync else null;
     if (give == null) {
         const shown = entry.name[0..entry.name_len];
-        _ = raise(a, a.PyExc_TypeError.*, "{s} has no DLPack C exchange API (__dlpack_c_exchange_api__)", .{shown});
+        _ = raise(
+            a,
+            a.PyExc_TypeError.*,
+            "{s} has no DLPack C exchange API (__dlpack_c_exchange_api__)",
+            .{shown},
+        );
         return 0;
     }
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
     if (m.flags & dlpack.flag.read_only != 0) {
-        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not handed to managed_tensor_to_py_object_no_sync", .{});
+        _ = raise(
+            a,
+            a.PyExc_BufferError.*,
+            "read-only data is not handed to managed_tensor_to_py_object_no_sync",
+            .{},
+        );
         return 0;
     }
     if (exports.hasProducerStream(template)) {
@@ -671,9 +739,19 @@ pub fn wrapAs(template: usize, kind: usize) usize {
     return lend(give.?, template) catch |failure| {
         switch (failure) {
             error.OutOfMemory => _ = raise(a, a.PyExc_MemoryError.*, "out of memory", .{}),
-            error.NoObject => _ = raise(a, a.PyExc_BufferError.*, "{s} made no object", .{entry.name[0..entry.name_len]}),
+            error.NoObject => _ = raise(
+                a,
+                a.PyExc_BufferError.*,
+                "{s} made no object",
+                .{entry.name[0..entry.name_len]},
+            ),
             error.Failed => if (a.PyErr_Occurred() == null) {
-                _ = raise(a, a.PyExc_BufferError.*, "{s} failed without an exception", .{entry.name[0..entry.name_len]});
+                _ = raise(
+                    a,
+                    a.PyExc_BufferError.*,
+                    "{s} failed without an exception",
+                    .{entry.name[0..entry.name_len]},
+                );
             },
         }
         return 0;
@@ -694,7 +772,8 @@ fn lend(give: ManagedTensorToPyObject, template: usize) LendError!usize {
             .manager_ctx = lent,
             .deleter = lentDeleter,
             .flags = source.flags,
-            .dl_tensor = source.dl_tensor, // its arrays live in the template, which the wrapper keeps
+            // Its arrays live in the template, which the wrapper keeps.
+            .dl_tensor = source.dl_tensor,
         },
         .inner = template,
         .guard = @intFromPtr(&fired),
@@ -789,7 +868,10 @@ test "the allocator makes zeroed C-contiguous host exports that release their me
         .byte_offset = 0,
     };
     var out: usize = 0;
-    try testing.expectEqual(@as(c_int, 0), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, 0),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     const m: *dlpack.ManagedTensorVersioned = @ptrFromInt(out);
     try testing.expectEqual(@as(u32, 1), m.version.major);
     try testing.expectEqual(@as(u64, 0), m.flags);
@@ -818,26 +900,53 @@ test "the allocator refuses what it cannot make through SetError, writing NULL" 
         .byte_offset = 0,
     };
     var out: usize = 0xdead;
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     try TestError.expectKind("BufferError"); // CUDA
     try testing.expectEqual(@as(usize, 0), out);
     prototype.device.device_type = 1;
     prototype.dtype = .{ .code = 17, .bits = 4, .lanes = 1 }; // sub-byte
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     try TestError.expectKind("ValueError");
     prototype.dtype = .{ .code = 2, .bits = 32, .lanes = 1 };
     shape[1] = -1;
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     shape = .{ 1 << 40, 1 << 40 };
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     prototype.ndim = 65;
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     prototype.ndim = 2;
     prototype.shape = null;
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
-    try testing.expectEqual(@as(c_int, -1), allocate(0, @intFromPtr(&out), 0xC0FFEE, TestError.set));
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), 0, 0xC0FFEE, TestError.set));
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), 8, 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(0, @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), 0, 0xC0FFEE, TestError.set),
+    );
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), 8, 0xC0FFEE, TestError.set),
+    );
     try testing.expectEqual(calls + 9, TestError.calls);
 }
 
@@ -905,7 +1014,8 @@ test "a lent export is released exactly once whatever the consumer does" {
     try testing.expectEqual(@as(usize, 0x1000), try lend(Consumers.keep, template));
     try testing.expectEqual(exported + 1, stats.get(.exports));
     var m: *dlpack.ManagedTensorVersioned = @ptrFromInt(Consumers.kept);
-    try testing.expect(m.dl_tensor.data == @as(*dlpack.ManagedTensorVersioned, @ptrFromInt(template)).dl_tensor.data);
+    const lent_template: *dlpack.ManagedTensorVersioned = @ptrFromInt(template);
+    try testing.expect(m.dl_tensor.data == lent_template.dl_tensor.data);
     m.deleter.?(m);
     try testing.expectEqual(exported, stats.get(.exports));
     // Copied and released during the call: the export is released by lend.

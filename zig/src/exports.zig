@@ -461,7 +461,11 @@ test "exports released from many threads" {
         }
     };
     var threads: [8]std.Thread = undefined;
-    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{all[i * count / 8 .. (i + 1) * count / 8]});
+    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(
+        .{},
+        Worker.run,
+        .{all[i * count / 8 .. (i + 1) * count / 8]},
+    );
     for (threads) |t| t.join();
 }
 

@@ -35,7 +35,8 @@ const capacity_min: usize = 1024;
 const steps_max: usize = 1 << 22;
 
 pub const Error = error{
-    /// The platform offers no listing (no /proc, an unknown OS, a format this parser does not know).
+    /// The platform offers no listing (no /proc, an unknown OS, a format this parser does not
+    /// know).
     Unavailable,
     /// The listing changed while it was read (entries out of order): read it again.
     Inconsistent,
@@ -194,7 +195,13 @@ fn entryAt(table: *const Table, index: usize) Entry {
 
 /// Searches one table. Safe on a table a refresh is rewriting: indices stay below its capacity and
 /// every loop is bounded; the caller discards the answer when the sequence moved.
-fn search(table: *const Table, address: u64, end: u64, perms: u64, hint: *std.atomic.Value(u32)) bool {
+fn search(
+    table: *const Table,
+    address: u64,
+    end: u64,
+    perms: u64,
+    hint: *std.atomic.Value(u32),
+) bool {
     const len = @min(@atomicLoad(usize, &table.len, .acquire), table.capacity);
     const guess = hint.load(.monotonic);
     // The last entry starting at or below the address.
@@ -214,7 +221,10 @@ fn search(table: *const Table, address: u64, end: u64, perms: u64, hint: *std.at
         if (e.start() > reached or e.hi <= reached or e.lo & perms != perms) return false;
         reached = e.hi;
         if (reached >= end) {
-            if (guess != first and first <= std.math.maxInt(u32)) hint.store(@intCast(first), .monotonic);
+            if (guess != first and first <= std.math.maxInt(u32)) hint.store(
+                @intCast(first),
+                .monotonic,
+            );
             return true;
         }
     }
@@ -228,14 +238,20 @@ fn registerForkHandler() bool {
     if (builtin.os.tag != .linux and builtin.os.tag != .macos) return true;
     const Handler = ?*const fn () callconv(.c) void;
     // RTLD_DEFAULT: NULL with glibc and musl, (void *)-2 on macOS.
-    const default_handle: ?*anyopaque = if (builtin.os.tag == .macos) @ptrFromInt(std.math.maxInt(usize) - 1) else null;
+    const default_handle: ?*anyopaque = if (builtin.os.tag == .macos) @ptrFromInt(
+        std.math.maxInt(usize) - 1,
+    ) else null;
     if (std.c.dlsym(default_handle, "__register_atfork")) |symbol| {
-        // The last argument names the registering object for dlclose; this library is never unloaded.
-        const register: *const fn (Handler, Handler, Handler, ?*anyopaque) callconv(.c) c_int = @ptrCast(@alignCast(symbol));
+        // The last argument names the registering object for dlclose; this library is never
+        // unloaded.
+        const Register = *const fn (Handler, Handler, Handler, ?*anyopaque) callconv(.c) c_int;
+        const register: Register = @ptrCast(@alignCast(symbol));
         return register(null, null, afterFork, null) == 0;
     }
     const symbol = std.c.dlsym(default_handle, "pthread_atfork") orelse return false;
-    const atfork: *const fn (Handler, Handler, Handler) callconv(.c) c_int = @ptrCast(@alignCast(symbol));
+    const atfork: *const fn (Handler, Handler, Handler) callconv(.c) c_int = @ptrCast(
+        @alignCast(symbol),
+    );
     return atfork(null, null, afterFork) == 0;
 }
 
@@ -244,7 +260,9 @@ fn registerForkHandler() bool {
 noinline fn refresh(began: u64) bool {
     @branchHint(.cold);
     // Before the lock: a fork must never find it held without the handler that resets it.
-    if (!fork_handler.load(.acquire) and fork_handler.cmpxchgStrong(false, true, .acq_rel, .monotonic) == null) {
+    const registering = !fork_handler.load(.acquire) and
+        fork_handler.cmpxchgStrong(false, true, .acq_rel, .monotonic) == null;
+    if (registering) {
         if (!registerForkHandler()) fork_handler.store(false, .release);
     }
     refresh_lock.lock();
@@ -275,7 +293,11 @@ fn publish(entries: []const Entry) error{OutOfMemory}!void {
     var table = old;
     if (old == null or old.?.capacity < entries.len) {
         if (retired_count == retired.len) return error.OutOfMemory;
-        const wanted = @max(entries.len + entries.len / 2, capacity_min, if (old) |o| 2 * o.capacity else 0);
+        const wanted = @max(
+            entries.len + entries.len / 2,
+            capacity_min,
+            if (old) |o| 2 * o.capacity else 0,
+        );
         const fresh = std.heap.c_allocator.create(Table) catch return error.OutOfMemory;
         const slots = std.heap.c_allocator.alloc(Entry, wanted) catch {
             std.heap.c_allocator.destroy(fresh);
@@ -320,7 +342,10 @@ const Builder = struct {
             }
         }
         if (items.len == entries_max) return error.Unavailable;
-        self.list.append(std.heap.c_allocator, .{ .lo = start | perms, .hi = end }) catch return error.OutOfMemory;
+        self.list.append(
+            std.heap.c_allocator,
+            .{ .lo = start | perms, .hi = end },
+        ) catch return error.OutOfMemory;
     }
 };
 
@@ -466,7 +491,9 @@ fn collectDarwin(out: Builder) Error!void {
         var info: SubmapShortInfo64 = undefined;
         var count: u32 = @sizeOf(SubmapShortInfo64) / @sizeOf(i32);
         // KERN_INVALID_ADDRESS past the last region ends the walk.
-        if (std.c.mach_vm_region_recurse(task, &address, &size, &depth, @ptrCast(&info), &count) != 0) return;
+        const info_out: std.c.vm_region_recurse_info_t = @ptrCast(&info);
+        const kern = std.c.mach_vm_region_recurse(task, &address, &size, &depth, info_out, &count);
+        if (kern != 0) return;
         if (info.is_submap != 0) {
             depth += 1;
             continue;
@@ -492,7 +519,8 @@ fn collectWindows(out: Builder) Error!void {
     var steps: usize = 0;
     while (steps < steps_max) : (steps += 1) {
         var info: w.MEMORY_BASIC_INFORMATION = undefined;
-        if (w.kernel32.VirtualQuery(@ptrFromInt(address), &info, @sizeOf(w.MEMORY_BASIC_INFORMATION)) == 0) return;
+        const info_bytes = @sizeOf(w.MEMORY_BASIC_INFORMATION);
+        if (w.kernel32.VirtualQuery(@ptrFromInt(address), &info, info_bytes) == 0) return;
         const base = @intFromPtr(info.BaseAddress);
         const end = std.math.add(usize, base, info.RegionSize) catch return;
         if (end <= address) return;
@@ -523,7 +551,14 @@ pub fn freshRegion(pages: usize) ![]align(std.heap.page_size_min) u8 {
     const bytes = pages * page;
     // A guard gap between regions, so two of them never merge into one mapping.
     const at = Hint.next.fetchAdd(bytes + 16 * page, .monotonic);
-    const region = try std.posix.mmap(@ptrFromInt(at), bytes, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0);
+    const region = try std.posix.mmap(
+        @ptrFromInt(at),
+        bytes,
+        std.posix.PROT.READ | std.posix.PROT.WRITE,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    );
     if (@intFromPtr(region.ptr) != at) {
         std.posix.munmap(region);
         return error.SkipZigTest;
@@ -573,7 +608,10 @@ test "the maps parser refuses what it does not understand" {
         try testing.expectError(error.Unavailable, parseForTest(text, &list));
     }
     list.clearRetainingCapacity();
-    try testing.expectError(error.Inconsistent, parseForTest("3000-4000 r--p 0 0:0 0\n1000-2000 r--p 0 0:0 0\n", &list));
+    try testing.expectError(
+        error.Inconsistent,
+        parseForTest("3000-4000 r--p 0 0:0 0\n1000-2000 r--p 0 0:0 0\n", &list),
+    );
     list.clearRetainingCapacity();
     try testing.expectError(error.Inconsistent, parseForTest("1000-2000 r-", &list));
 }
@@ -625,12 +663,16 @@ test "lookups from many threads while others force refreshes" {
     const Worker = struct {
         fn look(heap: usize, failures: *std.atomic.Value(u32)) void {
             for (0..20_000) |_| {
-                if (!readable(heap, 64) or !executable(@intFromPtr(&readable))) _ = failures.fetchAdd(1, .monotonic);
+                const code = @intFromPtr(&readable);
+                if (!readable(heap, 64) or !executable(code)) _ = failures.fetchAdd(1, .monotonic);
             }
         }
         fn miss(done: *std.atomic.Value(bool)) void {
             var k: usize = 0;
-            while (!done.load(.acquire) and k < 200) : (k += 1) _ = readable((1 << 46) + k * 4096, 8);
+            while (!done.load(.acquire) and k < 200) : (k += 1) _ = readable(
+                (1 << 46) + k * 4096,
+                8,
+            );
         }
     };
     const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
@@ -638,7 +680,11 @@ test "lookups from many threads while others force refreshes" {
     var failures = std.atomic.Value(u32).init(0);
     var done = std.atomic.Value(bool).init(false);
     var threads: [4]std.Thread = undefined;
-    for (threads[0..3]) |*t| t.* = try std.Thread.spawn(.{}, Worker.look, .{ @intFromPtr(heap), &failures });
+    for (threads[0..3]) |*t| t.* = try std.Thread.spawn(
+        .{},
+        Worker.look,
+        .{ @intFromPtr(heap), &failures },
+    );
     threads[3] = try std.Thread.spawn(.{}, Worker.miss, .{&done});
     for (threads[0..3]) |t| t.join();
     done.store(true, .release);
@@ -652,7 +698,10 @@ test "a fork while another thread refreshes leaves the child a working table" {
     const Refresher = struct {
         fn run(stop: *std.atomic.Value(bool)) void {
             var k: usize = 0;
-            while (!stop.load(.acquire)) : (k +%= 1) _ = readable(0x3f00_0000_0000 + (k % 1024) * 4096, 8);
+            while (!stop.load(.acquire)) : (k +%= 1) _ = readable(
+                0x3f00_0000_0000 + (k % 1024) * 4096,
+                8,
+            );
         }
     };
     const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;

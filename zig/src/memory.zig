@@ -162,7 +162,15 @@ const Kernel = struct {
     fn copy(self: Kernel, dst: [*]u8, src: [*]const u8) void {
         assert(self.rows > 0 and self.cols > 0);
         if (self.tiled) {
-            copyTiled(dst, src, self.itemsize, self.rows, self.cols, self.row_stride_bytes, self.col_stride_bytes);
+            copyTiled(
+                dst,
+                src,
+                self.itemsize,
+                self.rows,
+                self.cols,
+                self.row_stride_bytes,
+                self.col_stride_bytes,
+            );
         } else if (self.col_stride_bytes == @as(i64, @intCast(self.itemsize))) {
             const bytes = self.blockBytes();
             @memcpy(dst[0..bytes], src[0..bytes]);
@@ -179,17 +187,41 @@ const Kernel = struct {
 // one line of each) thrashes that set; through the buffer only one line of each side is live.
 const cache_line_bytes = 64;
 
-fn copyTiled(dst: [*]u8, src: [*]const u8, itemsize: usize, rows: usize, cols: usize, row_stride: i64, col_stride: i64) void {
+fn copyTiled(
+    dst: [*]u8,
+    src: [*]const u8,
+    itemsize: usize,
+    rows: usize,
+    cols: usize,
+    row_stride: i64,
+    col_stride: i64,
+) void {
     inline for (.{ 1, 2, 4, 8, 16 }) |size| {
-        if (itemsize == size) return copyTiledSized(size, dst, src, rows, cols, row_stride, col_stride);
+        if (itemsize == size) {
+            return copyTiledSized(size, dst, src, rows, cols, row_stride, col_stride);
+        }
     }
     // Other item sizes (never produced by the dtype table) fall back to element runs.
     for (0..rows) |i| {
-        copyRun(dst + i * cols * itemsize, offsetPtr(src, @as(i64, @intCast(i)) * row_stride), itemsize, cols, col_stride);
+        copyRun(
+            dst + i * cols * itemsize,
+            offsetPtr(src, @as(i64, @intCast(i)) * row_stride),
+            itemsize,
+            cols,
+            col_stride,
+        );
     }
 }
 
-fn copyTiledSized(comptime size: usize, dst: [*]u8, src: [*]const u8, rows: usize, cols: usize, row_stride: i64, col_stride: i64) void {
+fn copyTiledSized(
+    comptime size: usize,
+    dst: [*]u8,
+    src: [*]const u8,
+    rows: usize,
+    cols: usize,
+    row_stride: i64,
+    col_stride: i64,
+) void {
     // The inner loops run on addresses the import validated (the whole span lies in the
     // producer's memory): plain wrapping arithmetic, no per-element checks.
     @setRuntimeSafety(false);
@@ -311,7 +343,10 @@ test "strided copy: transposed, negative, broadcast, 0-d" {
     for (&big, 0..) |*v, k| v.* = @intCast(k);
     var big_dst: [n * n]u32 = undefined;
     copyStrided(@ptrCast(&big_dst), @ptrCast(&big[n - 1]), 4, &.{ n, n }, &.{ n, -1 });
-    for (0..n) |i| for (0..n) |j| try testing.expectEqual(big[i * n + (n - 1 - j)], big_dst[i * n + j]);
+    for (0..n) |i| for (0..n) |j| try testing.expectEqual(
+        big[i * n + (n - 1 - j)],
+        big_dst[i * n + j],
+    );
 
     // 16-byte items (complex128), every other one.
     const wide = [_]u128{ 1, 2, 3, 4 };
@@ -322,9 +357,13 @@ test "strided copy: transposed, negative, broadcast, 0-d" {
 
 test "strided copy: tiled transposes of every item size match element-by-element copies" {
     // Shapes on both sides of a tile's width, positive and negative strides, gaps between rows.
-    const shapes = [_][2]usize{ .{ 37, 70 }, .{ 70, 37 }, .{ 1, 100 }, .{ 100, 3 }, .{ 64, 64 }, .{ 129, 17 }, .{ 300, 1030 } };
+    const shapes = [_][2]usize{
+        .{ 37, 70 }, .{ 70, 37 },  .{ 1, 100 },    .{ 100, 3 },
+        .{ 64, 64 }, .{ 129, 17 }, .{ 300, 1030 },
+    };
     inline for (.{ 1, 2, 4, 8, 16 }) |size| {
-        for (shapes) |shape| for ([_]i64{ 1, 2, -1 }) |step| for ([_]bool{ false, true }) |flip_cols| {
+        const steps = [_]i64{ 1, 2, -1 };
+        for (shapes) |shape| for (steps) |step| for ([_]bool{ false, true }) |flip_cols| {
             const rows = shape[0];
             const cols = shape[1];
             // Source: a rows_src x cols column-major grid, read transposed (row stride `step`).
@@ -343,9 +382,17 @@ test "strided copy: tiled transposes of every item size match element-by-element
                 cs = -col_stride;
             }
             const item: i64 = size;
-            copyStrided(dst.ptr, src.ptr + @as(usize, @intCast(origin * item)), size, &.{ @intCast(rows), @intCast(cols) }, &.{ row_stride, cs });
+            copyStrided(
+                dst.ptr,
+                src.ptr + @as(usize, @intCast(origin * item)),
+                size,
+                &.{ @intCast(rows), @intCast(cols) },
+                &.{ row_stride, cs },
+            );
             for (0..rows) |i| for (0..cols) |j| {
-                const at: usize = @intCast((origin + @as(i64, @intCast(i)) * row_stride + @as(i64, @intCast(j)) * cs) * item);
+                const element = origin + @as(i64, @intCast(i)) * row_stride +
+                    @as(i64, @intCast(j)) * cs;
+                const at: usize = @intCast(element * item);
                 const want = src[at..][0..size];
                 const got = dst[(i * cols + j) * size ..][0..size];
                 try testing.expectEqualSlices(u8, want, got);

@@ -17,8 +17,9 @@ pub const Kind = enum(u8) {
     legacy,
     /// payload: memory from `memory.alloc` (posix_memalign, or _aligned_malloc on Windows).
     native,
-    /// payload: an id the JS side maps to a buffer (or any object) it keeps reachable. Released pins
-    /// are queued for JS to sweep, because a deleter may run on any thread and must never call JS.
+    /// payload: an id the JS side maps to a buffer (or any object) it keeps reachable. Released
+    /// pins are queued for JS to sweep, because a deleter may run on any thread and must never
+    /// call JS.
     pin,
     /// payload: CUDA device memory from `cuMemAlloc_v2` on device `Owner.device` (cuda.zig).
     cuda_device,
@@ -399,11 +400,17 @@ test "pins released from many threads are all drained" {
     const Worker = struct {
         fn run(d: *Realm, base: usize) void {
             var i: usize = 0;
-            while (i < per_thread) : (i += 1) release(createIn(d, .pin, base + i, 0) catch unreachable);
+            while (i < per_thread) : (i += 1) release(
+                createIn(d, .pin, base + i, 0) catch unreachable,
+            );
         }
     };
     var threads: [thread_count]std.Thread = undefined;
-    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{ &domain, i * per_thread });
+    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(
+        .{},
+        Worker.run,
+        .{ &domain, i * per_thread },
+    );
     for (threads) |t| t.join();
     var out: [256]f64 = undefined;
     var seen: usize = 0;
@@ -450,8 +457,9 @@ test "a realm ends with its thread: queued and later releases free their records
         fn run(out: **Realm, held: **Owner) void {
             const realm = createRealm() catch unreachable;
             out.* = realm;
-            release(createIn(realm, .pin, 1, 8) catch unreachable); // queued, never drained by its JS
-            held.* = createIn(realm, .pin, 2, 8) catch unreachable; // still held by a consumer
+            // One pin queued (never drained by its JS), one still held by a consumer.
+            release(createIn(realm, .pin, 1, 8) catch unreachable);
+            held.* = createIn(realm, .pin, 2, 8) catch unreachable;
         }
     };
     const pins_before = stats.get(.pins);

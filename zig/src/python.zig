@@ -81,7 +81,11 @@ var capsule_of: ?*PyObject = null;
 /// Keeps the helper module's `_capsule_of` and `_make_tensor` for the fast paths, and installs the
 /// native functions `_native_capsule(holder, flags)` and `_native_fence(holder, stream)` on the
 /// module (`holder` is a DLPackTensor's template capsule; no raw address is taken from Python).
-pub fn install(module: usize, capsule_of_fn: usize, make_tensor_fn: usize) error{ NotLoaded, Raised }!void {
+pub fn install(
+    module: usize,
+    capsule_of_fn: usize,
+    make_tensor_fn: usize,
+) error{ NotLoaded, Raised }!void {
     const a = cpython.api orelse return error.NotLoaded;
     const gil = cpython.Gil.take(a);
     defer gil.release();
@@ -225,7 +229,10 @@ fn negotiationArgs(a: Api, obj: usize, options: FromOptions) ?*PyObject {
         a.PyLong_FromLongLong(options.max_major),
         a.PyLong_FromLongLong(options.max_minor),
     });
-    const copy: ?*PyObject = if (options.copy < 0) cpython.none(a) else cpython.boolean(a, options.copy != 0);
+    const copy: ?*PyObject = if (options.copy < 0) cpython.none(a) else cpython.boolean(
+        a,
+        options.copy != 0,
+    );
     const device = if (options.device_type < 0) cpython.none(a) else cpython.newTuple(a, &.{
         a.PyLong_FromLongLong(options.device_type),
         a.PyLong_FromLongLong(options.device_id),

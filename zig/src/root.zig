@@ -314,7 +314,12 @@ export fn dlpk_pin_new(realm_address: f64, id: f64, bytes: f64, out_address: f64
     const realm = realmAt(realm_address) orelse return invalid;
     const pin_id = countFromF64(id) orelse return invalid;
     const pin_bytes = countFromF64(bytes) orelse return invalid;
-    const created = owner.createIn(realm, .pin, pin_id, pin_bytes) catch return code(.out_of_memory);
+    const created = owner.createIn(
+        realm,
+        .pin,
+        pin_id,
+        pin_bytes,
+    ) catch return code(.out_of_memory);
     out.setOwner(@intFromPtr(created));
     return 0;
 }
@@ -618,7 +623,12 @@ export fn dlpk_cuda_alloc(kind: u32, ordinal: i32, bytes: f64, zero: u32, out_ad
     const out = descriptionAt(out_address) orelse return cudaStatus(.invalid_argument);
     const size = abi.integerFromF64(bytes) orelse return cudaStatus(.invalid_argument);
     if (size < 0 or kind > 2) return cudaStatus(.invalid_argument);
-    const created = owner.createCuda(@enumFromInt(kind), ordinal, @intCast(size), zero != 0) catch |err|
+    const created = owner.createCuda(
+        @enumFromInt(kind),
+        ordinal,
+        @intCast(size),
+        zero != 0,
+    ) catch |err|
         return cudaStatusOf(err);
     out.setAddress(created.payload);
     out.setOwner(@intFromPtr(created));

@@ -16,7 +16,8 @@ pub const Counter = enum(u8) {
 
 pub const counter_count = @typeInfo(Counter).@"enum".fields.len;
 
-var counters: [counter_count]std.atomic.Value(i64) = [_]std.atomic.Value(i64){std.atomic.Value(i64).init(0)} ** counter_count;
+const Value = std.atomic.Value(i64);
+var counters: [counter_count]Value = [_]Value{Value.init(0)} ** counter_count;
 
 pub fn add(counter: Counter, delta: i64) void {
     _ = counters[@intFromEnum(counter)].fetchAdd(delta, .monotonic);
@@ -38,6 +39,9 @@ test "counters add and snapshot" {
     try std.testing.expectEqual(before + 2, get(.pins));
     var out: [counter_count]f64 = undefined;
     snapshot(&out);
-    try std.testing.expectEqual(@as(f64, @floatFromInt(before + 2)), out[@intFromEnum(Counter.pins)]);
+    try std.testing.expectEqual(
+        @as(f64, @floatFromInt(before + 2)),
+        out[@intFromEnum(Counter.pins)],
+    );
     add(.pins, -2);
 }

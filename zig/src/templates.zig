@@ -177,7 +177,9 @@ pub fn wrapTemplate(template: usize, readonly: bool) usize {
     defer a.Py_DecRef(holder);
     const managed: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
     const read_only = readonly or managed.flags & dlpack.flag.read_only != 0;
-    if (read_only and a.PyCapsule_SetContext(holder, context_readonly) != 0) return disarm(a, holder);
+    if (read_only and a.PyCapsule_SetContext(holder, context_readonly) != 0) {
+        return disarm(a, holder);
+    }
     a.Py_IncRef(holder);
     const args = tensorArgs(a, holder, template, read_only) orelse return disarm(a, holder);
     defer a.Py_DecRef(args);

@@ -71,7 +71,8 @@ pub fn confirms(device_type: i32, device_id: i32, a: cuda.PointerAttributes) boo
         @intFromEnum(DeviceType.cuda) => a.managed or
             (a.memory_type == cuda.CU_MEMORYTYPE_DEVICE and a.ordinal == device_id),
         // Page-locked host memory the driver knows (cuMemHostAlloc / cuMemHostRegister).
-        @intFromEnum(DeviceType.cuda_host) => !a.managed and a.memory_type == cuda.CU_MEMORYTYPE_HOST,
+        @intFromEnum(DeviceType.cuda_host) => !a.managed and
+            a.memory_type == cuda.CU_MEMORYTYPE_HOST,
         @intFromEnum(DeviceType.cuda_managed) => a.managed,
         else => true,
     };

@@ -35,7 +35,13 @@ const File = struct {
 const Violations = struct {
     count: usize = 0,
 
-    fn report(self: *Violations, file: *const File, line: usize, comptime format: []const u8, args: anytype) void {
+    fn report(
+        self: *Violations,
+        file: *const File,
+        line: usize,
+        comptime format: []const u8,
+        args: anytype,
+    ) void {
         self.count += 1;
         std.debug.print("{s}:{d}: " ++ format ++ "\n", .{ file.path, line } ++ args);
     }
@@ -57,13 +63,21 @@ pub fn main() !void {
     for (files.items) |*file| try checkFile(arena, file, &violations);
     try checkCycles(arena, files.items, &violations);
     if (violations.count > 0) {
-        std.debug.print("tidy: {d} violation(s) in {d} files\n", .{ violations.count, files.items.len });
+        std.debug.print(
+            "tidy: {d} violation(s) in {d} files\n",
+            .{ violations.count, files.items.len },
+        );
         std.process.exit(1);
     }
     std.debug.print("tidy: {d} files clean\n", .{files.items.len});
 }
 
-fn collect(arena: std.mem.Allocator, root: []const u8, path: []const u8, files: *std.ArrayList(File)) !void {
+fn collect(
+    arena: std.mem.Allocator,
+    root: []const u8,
+    path: []const u8,
+    files: *std.ArrayList(File),
+) !void {
     if (std.mem.endsWith(u8, path, ".zig")) return add(arena, root, path, files);
     var dir = try std.fs.cwd().openDir(path, .{ .iterate = true });
     defer dir.close();
@@ -84,26 +98,51 @@ fn lessThan(_: void, a: []const u8, b: []const u8) bool {
     return std.mem.lessThan(u8, a, b);
 }
 
-fn add(arena: std.mem.Allocator, root: []const u8, path: []const u8, files: *std.ArrayList(File)) !void {
+fn add(
+    arena: std.mem.Allocator,
+    root: []const u8,
+    path: []const u8,
+    files: *std.ArrayList(File),
+) !void {
     if (files.items.len == files_max) return error.TooManyFiles;
     const absolute = try std.fs.cwd().realpathAlloc(arena, path);
     const root_absolute = try std.fs.cwd().realpathAlloc(arena, root);
     const shown = try std.fs.path.relative(arena, root_absolute, absolute);
-    const source = try std.fs.cwd().readFileAllocOptions(arena, path, file_bytes_max, null, .of(u8), 0);
+    const source = try std.fs.cwd().readFileAllocOptions(
+        arena,
+        path,
+        file_bytes_max,
+        null,
+        .of(u8),
+        0,
+    );
     const library = std.mem.startsWith(u8, shown, "zig" ++ std.fs.path.sep_str ++ "src");
-    try files.append(arena, .{ .path = shown, .absolute = absolute, .source = source, .library = library });
+    try files.append(
+        arena,
+        .{ .path = shown, .absolute = absolute, .source = source, .library = library },
+    );
 }
 
 fn checkFile(arena: std.mem.Allocator, file: *const File, violations: *Violations) !void {
     var tree = try Ast.parse(arena, file.source, .zig);
     if (tree.errors.len > 0) {
         const first = tree.errors[0];
-        violations.report(file, lineOf(file.source, tree.tokenStart(first.token)), "does not parse", .{});
+        violations.report(
+            file,
+            lineOf(file.source, tree.tokenStart(first.token)),
+            "does not parse",
+            .{},
+        );
         return;
     }
     const formatted = try tree.renderAlloc(arena);
     if (!std.mem.eql(u8, formatted, file.source)) {
-        violations.report(file, firstDifference(formatted, file.source), "not zig fmt'ed (run zig fmt)", .{});
+        violations.report(
+            file,
+            firstDifference(formatted, file.source),
+            "not zig fmt'ed (run zig fmt)",
+            .{},
+        );
     }
     checkLines(file, violations);
     checkFunctions(&tree, file, violations);
@@ -129,7 +168,12 @@ fn checkLines(file: *const File, violations: *Violations) void {
         const columns = std.unicode.utf8CountCodepoints(line) catch line.len;
         if (columns <= line_columns_max) continue;
         if (std.mem.indexOf(u8, line, "https://") != null) continue;
-        violations.report(file, number, "line is {d} columns (at most {d})", .{ columns, line_columns_max });
+        violations.report(
+            file,
+            number,
+            "line is {d} columns (at most {d})",
+            .{ columns, line_columns_max },
+        );
     }
 }
 
@@ -145,7 +189,12 @@ fn checkFunctions(tree: *const Ast, file: *const File, violations: *Violations) 
         var buffer: [1]Ast.Node.Index = undefined;
         const proto = tree.fullFnProto(&buffer, node).?;
         const name = if (proto.name_token) |token| tree.tokenSlice(token) else "(anonymous)";
-        violations.report(file, first, "fn {s} is {d} lines (at most {d})", .{ name, lines, function_lines_max });
+        violations.report(
+            file,
+            first,
+            "fn {s} is {d} lines (at most {d})",
+            .{ name, lines, function_lines_max },
+        );
     }
 }
 
