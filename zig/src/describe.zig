@@ -49,6 +49,7 @@ pub fn validate(managed: usize, options: Options, out: *Description, own: *?expo
         return describeTensor(&m.dl_tensor, options, out, span);
     }
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
+    assert(out.status == @intFromEnum(Status.ok));
     // A foreign major may lay out everything after `flags` differently: read nothing more.
     const major = m.version.major;
     if (major != dlpack.version_major) {
@@ -320,6 +321,9 @@ fn describeSpan(
     out.max_offset = @floatFromInt(@as(i64, @intCast(if (empty) 0 else offsets.max)));
     const both = abi.layout.c | abi.layout.f;
     out.layout = if (empty) both else layoutOf(out.shape[0..ndim], out.strides[0..ndim]);
+    // The span holds element 0 and stays within 2^53 bytes; the count fits in it.
+    assert(empty or (lo_bytes <= 0 and hi_bytes > 0 and hi_bytes - lo_bytes <= exact_max));
+    assert(out.layout & ~abi.layout.mask == 0);
     return .ok;
 }
 

@@ -22,6 +22,7 @@
 
 const std = @import("std");
 const builtin = @import("builtin");
+const assert = std.debug.assert;
 
 pub const perm_read: u64 = 1;
 pub const perm_exec: u64 = 2;
@@ -55,7 +56,7 @@ const Entry = extern struct {
 };
 
 comptime {
-    std.debug.assert(@sizeOf(Entry) == 16);
+    assert(@sizeOf(Entry) == 16);
 }
 
 const Table = struct {
@@ -141,7 +142,7 @@ pub fn executable(address: usize) bool {
 /// Whether mappings with every permission in `perms` cover [address, address + len). Looks in the
 /// table; on a miss reads the listing again (once) and looks again.
 pub fn covers(address: usize, len: usize, perms: u64) bool {
-    std.debug.assert(perms != 0 and perms & ~perms_mask == 0);
+    assert(perms != 0 and perms & ~perms_mask == 0);
     if (len == 0) return true;
     const end = std.math.add(u64, address, len) catch return false;
     if (hit(address, end, perms, null)) return true;
@@ -221,10 +222,9 @@ fn search(
         if (e.start() > reached or e.hi <= reached or e.lo & perms != perms) return false;
         reached = e.hi;
         if (reached >= end) {
-            if (guess != first and first <= std.math.maxInt(u32)) hint.store(
-                @intCast(first),
-                .monotonic,
-            );
+            if (guess != first and first <= std.math.maxInt(u32)) {
+                hint.store(@intCast(first), .monotonic);
+            }
             return true;
         }
     }
@@ -289,6 +289,14 @@ noinline fn refresh(began: u64) bool {
 
 /// Writes `entries` into the current table (inside the sequence lock), or into a new, larger one.
 fn publish(entries: []const Entry) error{OutOfMemory}!void {
+    // Built in address order, each range non-empty, page aligned and readable or executable,
+    // neighbours of equal permissions merged: what a binary search over `start` relies on.
+    for (entries, 0..) |e, i| {
+        assert(e.start() < e.hi);
+        assert(e.lo & perms_mask != 0);
+        if (i > 0) assert(entries[i - 1].hi <= e.start());
+    }
+    assert(entries.len <= entries_max);
     const old = current.load(.monotonic);
     var table = old;
     if (old == null or old.?.capacity < entries.len) {
@@ -307,7 +315,10 @@ fn publish(entries: []const Entry) error{OutOfMemory}!void {
         table = fresh;
     }
     const t = table.?;
+    assert(t.capacity >= entries.len);
     const seq = sequence.load(.monotonic);
+    // Only the refresher writes the sequence, and it leaves it even.
+    assert(seq & 1 == 0);
     sequence.store(seq + 1, .monotonic);
     // Release stores: a reader that sees any new value also sees the odd sequence number.
     for (entries, 0..) |e, i| {
@@ -472,9 +483,9 @@ const SubmapShortInfo64 = extern struct {
 };
 
 comptime {
-    std.debug.assert(@offsetOf(SubmapShortInfo64, "offset") == 12);
-    std.debug.assert(@offsetOf(SubmapShortInfo64, "is_submap") == 32);
-    std.debug.assert(@sizeOf(SubmapShortInfo64) == 48);
+    assert(@offsetOf(SubmapShortInfo64, "offset") == 12);
+    assert(@offsetOf(SubmapShortInfo64, "is_submap") == 32);
+    assert(@sizeOf(SubmapShortInfo64) == 48);
 }
 
 const VM_PROT_READ: i32 = 1;
