@@ -26,10 +26,9 @@ pub const Options = struct {
 
 /// Validates `managed` and fills `out`. Never calls a deleter: ownership decisions belong to the
 /// caller, which knows whether a refusal must release the producer (raw import) or leave it to a
-/// capsule destructor (Python). Sets `own` when the struct could be read and is one of this
-/// library's exports, so that an import need not look again.
+/// capsule destructor (Python). Sets `own` (null on entry) when the struct could be read and is
+/// one of this library's exports, so that an import need not look again.
 pub fn validate(managed: usize, options: Options, out: *Description, own: *?exports.Own) Status {
-    own.* = null;
     out.status = @intFromEnum(Status.ok);
     out.detail_dim = detail_dim.none;
     out.detail_found = 0;
@@ -44,13 +43,23 @@ pub fn validate(managed: usize, options: Options, out: *Description, own: *?expo
     // The mapping holding the struct: arrays inside it need no lookup of their own.
     var span: mappings.Span = .{};
     if (checkHeader(managed, options.versioned, out, &span, own)) |refused| return refused;
-    if (!options.versioned) {
+    // One call of `describeTensor`, so that it is inlined here (the import path is hot).
+    var tensor: *const dlpack.Tensor = undefined;
+    if (options.versioned) {
+        const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
+        if (checkVersion(m, out)) |refused| return refused;
+        tensor = &m.dl_tensor;
+    } else {
         const m: *const dlpack.ManagedTensor = @ptrFromInt(managed);
-        return describeTensor(&m.dl_tensor, options, out, span);
+        tensor = &m.dl_tensor;
     }
-    const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
+    return describeTensor(tensor, options, out, span);
+}
+
+/// The version and flags of a versioned struct. A foreign major may lay out everything after
+/// `flags` differently: nothing more is read then.
+fn checkVersion(m: *const dlpack.ManagedTensorVersioned, out: *Description) ?Status {
     assert(out.status == @intFromEnum(Status.ok));
-    // A foreign major may lay out everything after `flags` differently: read nothing more.
     const major = m.version.major;
     if (major != dlpack.version_major) {
         return out.refuse(.version, detail_dim.none, major, dlpack.version_major);
@@ -62,7 +71,7 @@ pub fn validate(managed: usize, options: Options, out: *Description, own: *?expo
         return out.refuse(.flags, detail_dim.none, @bitCast(flags), @bitCast(dlpack.flags_known));
     }
     out.flags = @truncate(flags);
-    return describeTensor(&m.dl_tensor, options, out, span);
+    return null;
 }
 
 fn asI64(address: usize) i64 {
@@ -183,7 +192,6 @@ fn describeTensor(
     // From here on, in a non-empty tensor every extent is at most 2^53: exact as f64.
     assert(extents.empty or extents.size <= exact_max);
     const offsets = readStrides(t, ndim, extents, out);
-    assert(offsets.min <= 0 and offsets.max >= 0);
     return describeSpan(t, options, out, ndim, extents, offsets);
 }
 
@@ -201,29 +209,23 @@ fn readExtents(t: *const dlpack.Tensor, ndim: usize, out: *Description, extents:
     var size_overflowed = false;
     var empty = false;
     var too_large: ?usize = null;
-    var too_large_extent: i64 = 0;
     for (0..ndim) |d| {
         const extent = t.shape.?[d];
         if (extent < 0) return out.refuse(.shape, @intCast(d), extent, 0);
         // Even in an empty tensor, an extent the description cannot carry exactly would reach JS
         // rounded (and could not be exported again). Refused after the loop: a negative extent
         // anywhere is the first thing to report.
-        if (extent > exact_max and too_large == null) {
-            too_large = d;
-            too_large_extent = extent;
-        }
+        if (extent > exact_max and too_large == null) too_large = d;
         out.shape[d] = @floatFromInt(extent);
         if (extent == 0) empty = true;
         const product = @mulWithOverflow(size, @as(u64, @intCast(extent)));
         if (product[1] != 0) size_overflowed = true;
         size = product[0];
     }
-    if (too_large) |d| return out.refuse(
-        .overflow,
-        @intCast(d),
-        too_large_extent,
-        @intCast(exact_max),
-    );
+    if (too_large) |d| {
+        // Read again for the message only.
+        return out.refuse(.overflow, @intCast(d), t.shape.?[d], @intCast(exact_max));
+    }
     // A zero extent anywhere makes the count 0 even if a partial product overflowed.
     if (empty) size = 0 else if (size_overflowed or size > exact_max) {
         return out.refuse(.overflow, detail_dim.none, 0, @intCast(exact_max));
@@ -321,8 +323,6 @@ fn describeSpan(
     out.max_offset = @floatFromInt(@as(i64, @intCast(if (empty) 0 else offsets.max)));
     const both = abi.layout.c | abi.layout.f;
     out.layout = if (empty) both else layoutOf(out.shape[0..ndim], out.strides[0..ndim]);
-    // The span holds element 0 and stays within 2^53 bytes; the count fits in it.
-    assert(empty or (lo_bytes <= 0 and hi_bytes > 0 and hi_bytes - lo_bytes <= exact_max));
     assert(out.layout & ~abi.layout.mask == 0);
     return .ok;
 }

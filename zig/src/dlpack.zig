@@ -145,8 +145,8 @@ fn widthIndex(bits: u8) ?u3 {
     };
 }
 
-/// `dtypes` as one mask of width indices per type code, built at compile time, so the check on
-/// the import path is a lookup rather than a search.
+/// `dtypes` as one mask of width bits per type code, and each bit count's width bit (0 for a
+/// width no dtype has), built at compile time: the check on the import path is two lookups.
 const widths_of_code: [256]u8 = blk: {
     var table = [_]u8{0} ** 256;
     for (dtypes) |d| {
@@ -154,6 +154,13 @@ const widths_of_code: [256]u8 = blk: {
         // Each (code, bits) pair once.
         assert(table[@intFromEnum(d.code)] & bit == 0);
         table[@intFromEnum(d.code)] |= bit;
+    }
+    break :blk table;
+};
+const width_bit: [256]u8 = blk: {
+    var table = [_]u8{0} ** 256;
+    for (0..256) |bits| {
+        if (widthIndex(bits)) |index| table[bits] = @as(u8, 1) << index;
     }
     break :blk table;
 };
@@ -166,8 +173,7 @@ pub const DataType = extern struct {
     /// Whether (code, bits, lanes) is a dtype of the table (`dtypes`).
     pub fn isSupported(self: DataType) bool {
         if (self.lanes != 1) return false;
-        const index = widthIndex(self.bits) orelse return false;
-        return widths_of_code[self.code] & (@as(u8, 1) << index) != 0;
+        return widths_of_code[self.code] & width_bit[self.bits] != 0;
     }
 };
 

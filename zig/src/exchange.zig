@@ -18,6 +18,7 @@ const admit = @import("admit.zig");
 const cpython = @import("cpython.zig");
 const dlpack = @import("dlpack.zig");
 const exports = @import("exports.zig");
+const memory = @import("memory.zig");
 const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
 const templates = @import("templates.zig");
@@ -681,7 +682,7 @@ fn lentDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
     const lent: *Lent = @fieldParentPtr("managed", self);
     const guard = @atomicRmw(usize, &lent.guard, .Xchg, 0, .acq_rel);
     const inner = lent.inner;
-    std.heap.c_allocator.destroy(lent);
+    memory.destroy(lent);
     if (guard != 0) {
         @as(*std.atomic.Value(bool), @ptrFromInt(guard)).store(true, .release);
         return; // during the call: the caller decides about `inner`
@@ -763,7 +764,7 @@ const LendError = error{ OutOfMemory, Failed, NoObject };
 /// Hands `template` to `give` inside a wrapper; on success the consumer owns it, on failure it is
 /// still the caller's (whatever the consumer did with the wrapper).
 fn lend(give: ManagedTensorToPyObject, template: usize) LendError!usize {
-    const lent = try std.heap.c_allocator.create(Lent);
+    const lent = try memory.create(Lent);
     var fired = std.atomic.Value(bool).init(false);
     const source: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
     lent.* = .{

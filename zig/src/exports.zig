@@ -10,6 +10,7 @@ const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
 const cuda = @import("cuda.zig");
 const mappings = @import("mappings.zig");
+const memory = @import("memory.zig");
 
 const Owner = owner_mod.Owner;
 const DeviceType = dlpack.DeviceType;
@@ -98,7 +99,7 @@ pub fn create(spec: Spec) error{OutOfMemory}!usize {
     assert(spec.shape.len <= dlpack.rank_max);
     for (spec.shape) |extent| assert(extent >= 0);
     const ndim = spec.shape.len;
-    const bytes = try std.heap.c_allocator.alignedAlloc(u8, .of(Record), recordBytes(ndim));
+    const bytes = try memory.createBytes(Record, recordBytes(ndim));
     const record: *Record = @ptrCast(bytes.ptr);
     const dims = record.dims();
     @memcpy(dims[0..ndim], spec.shape);
@@ -106,16 +107,15 @@ pub fn create(spec: Spec) error{OutOfMemory}!usize {
     if (spec.owner) |o| {
         if (!spec.adopt_owner) owner_mod.retain(o);
     }
-    record.* = .{
-        .managed = undefined,
-        .owner = spec.owner,
-        .ndim = @intCast(ndim),
-        .versioned = @intFromBool(spec.versioned),
-        .cuda_stream = 0,
-        .cuda_event = 0,
-        .cuda_device = 0,
-        .state = @intFromEnum(State.live),
-    };
+    // Field by field: `managed` is written below, and an `undefined` in a struct literal costs a
+    // memset in safe builds (this is the export path).
+    record.owner = spec.owner;
+    record.ndim = @intCast(ndim);
+    record.versioned = @intFromBool(spec.versioned);
+    record.cuda_stream = 0;
+    record.cuda_event = 0;
+    record.cuda_device = 0;
+    record.state = @intFromEnum(State.live);
     const tensor = dlpack.Tensor{
         .data = @ptrFromInt(spec.data),
         .device = spec.device,
@@ -213,7 +213,7 @@ fn quarantine(record: *Record) void {
     if (evicted == 0) return;
     assert(evicted != @intFromPtr(record));
     const old: *Record = @ptrFromInt(evicted);
-    std.heap.c_allocator.free(old.allocation());
+    memory.destroyBytes(Record, old.allocation());
 }
 
 /// One of this library's exports, found at an address whatever generation the caller claimed.
@@ -387,12 +387,12 @@ const testing = std.testing;
 
 test "an export holds its owner until the consumer calls the deleter" {
     const o = try owner_mod.createNative(64, 64, false);
-    const memory = o.payload;
+    const payload = o.payload;
     const shape = [_]i64{ 4, 4 };
     const strides = [_]i64{ 4, 1 };
     const exports_before = stats.get(.exports);
     const managed = try create(.{
-        .data = memory,
+        .data = payload,
         .device = .{ .device_type = 1, .device_id = 0 },
         .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
         .shape = &shape,

@@ -306,9 +306,9 @@ fn publish(entries: []const Entry) error{OutOfMemory}!void {
             capacity_min,
             if (old) |o| 2 * o.capacity else 0,
         );
-        const fresh = std.heap.c_allocator.create(Table) catch return error.OutOfMemory;
-        const slots = std.heap.c_allocator.alloc(Entry, wanted) catch {
-            std.heap.c_allocator.destroy(fresh);
+        const fresh = std.heap.raw_c_allocator.create(Table) catch return error.OutOfMemory;
+        const slots = std.heap.raw_c_allocator.alloc(Entry, wanted) catch {
+            std.heap.raw_c_allocator.destroy(fresh);
             return error.OutOfMemory;
         };
         fresh.* = .{ .capacity = wanted, .len = 0, .entries = slots.ptr };
@@ -354,7 +354,7 @@ const Builder = struct {
         }
         if (items.len == entries_max) return error.Unavailable;
         self.list.append(
-            std.heap.c_allocator,
+            std.heap.raw_c_allocator,
             .{ .lo = start | perms, .hi = end },
         ) catch return error.OutOfMemory;
     }
@@ -585,7 +585,7 @@ fn parseForTest(text: []const u8, list: *std.ArrayList(Entry)) Error!void {
 
 test "the maps parser merges equal neighbours and drops inaccessible ranges" {
     var list: std.ArrayList(Entry) = .empty;
-    defer list.deinit(std.heap.c_allocator);
+    defer list.deinit(std.heap.raw_c_allocator);
     try parseForTest(
         "1000-2000 r--p 00000000 08:01 12 /usr/lib/a.so\n" ++
             "2000-3000 r--p 00001000 08:01 12 /usr/lib/a.so\n" ++
@@ -605,7 +605,7 @@ test "the maps parser merges equal neighbours and drops inaccessible ranges" {
 
 test "the maps parser refuses what it does not understand" {
     var list: std.ArrayList(Entry) = .empty;
-    defer list.deinit(std.heap.c_allocator);
+    defer list.deinit(std.heap.raw_c_allocator);
     const bad = [_][]const u8{
         "1000 r--p\n",
         "1000-2000 rq-p 0 0:0 0\n",
@@ -629,8 +629,8 @@ test "the maps parser refuses what it does not understand" {
 
 test "this process: heap, stack and code are found; unmapped and PROT_NONE pages are not" {
     if (builtin.os.tag != .linux) return error.SkipZigTest;
-    const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
-    defer std.heap.c_allocator.free(heap[0..64]);
+    const heap = (try std.heap.raw_c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.raw_c_allocator.free(heap[0..64]);
     var local: u64 = 7;
     try testing.expect(readable(@intFromPtr(heap), 64));
     try testing.expect(readable(@intFromPtr(&local), 8));
@@ -658,8 +658,8 @@ test "this process: heap, stack and code are found; unmapped and PROT_NONE pages
 
 test "hits do not read the listing again" {
     if (builtin.os.tag != .linux) return error.SkipZigTest;
-    const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
-    defer std.heap.c_allocator.free(heap[0..64]);
+    const heap = (try std.heap.raw_c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.raw_c_allocator.free(heap[0..64]);
     try testing.expect(readable(@intFromPtr(heap), 64));
     const before = refreshes();
     for (0..10_000) |_| {
@@ -686,8 +686,8 @@ test "lookups from many threads while others force refreshes" {
             );
         }
     };
-    const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
-    defer std.heap.c_allocator.free(heap[0..64]);
+    const heap = (try std.heap.raw_c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.raw_c_allocator.free(heap[0..64]);
     var failures = std.atomic.Value(u32).init(0);
     var done = std.atomic.Value(bool).init(false);
     var threads: [4]std.Thread = undefined;
@@ -715,8 +715,8 @@ test "a fork while another thread refreshes leaves the child a working table" {
             );
         }
     };
-    const heap = (try std.heap.c_allocator.alloc(u8, 64)).ptr;
-    defer std.heap.c_allocator.free(heap[0..64]);
+    const heap = (try std.heap.raw_c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.raw_c_allocator.free(heap[0..64]);
     var stop = std.atomic.Value(bool).init(false);
     const thread = try std.Thread.spawn(.{}, Refresher.run, .{&stop});
     defer {

@@ -6,6 +6,43 @@ const builtin = @import("builtin");
 const assert = std.debug.assert;
 const dlpack = @import("dlpack.zig");
 
+// ---------------------------------------------------------------------------------------------
+// Records (owners, exports, wrappers): the C heap through `std.heap.raw_c_allocator`, with error
+// unions. Raw calls: the safe-build fill of new and of freed memory would cost the import and
+// export paths a memset each, and every field of a record is written right after `create`.
+
+/// A record of type `T`, its fields not yet written. Give it back with `destroy`.
+pub fn create(comptime T: type) error{OutOfMemory}!*T {
+    comptime assert(@alignOf(T) <= @alignOf(std.c.max_align_t));
+    const allocator = std.heap.raw_c_allocator;
+    const bytes = allocator.rawAlloc(@sizeOf(T), .of(T), @returnAddress()) orelse
+        return error.OutOfMemory;
+    return @ptrCast(@alignCast(bytes));
+}
+
+pub fn destroy(record: anytype) void {
+    const T = @typeInfo(@TypeOf(record)).pointer.child;
+    const bytes: [*]u8 = @ptrCast(record);
+    std.heap.raw_c_allocator.rawFree(bytes[0..@sizeOf(T)], .of(T), @returnAddress());
+}
+
+/// `len` bytes for a record of variable size aligned like `T`. Give them back with `destroyBytes`.
+pub fn createBytes(comptime T: type, len: usize) error{OutOfMemory}![]align(@alignOf(T)) u8 {
+    comptime assert(@alignOf(T) <= @alignOf(std.c.max_align_t));
+    assert(len >= @sizeOf(T));
+    const allocator = std.heap.raw_c_allocator;
+    const bytes = allocator.rawAlloc(len, .of(T), @returnAddress()) orelse return error.OutOfMemory;
+    const aligned: [*]align(@alignOf(T)) u8 = @alignCast(bytes);
+    return aligned[0..len];
+}
+
+pub fn destroyBytes(comptime T: type, bytes: []align(@alignOf(T)) u8) void {
+    std.heap.raw_c_allocator.rawFree(bytes, .of(T), @returnAddress());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor memory
+
 /// The largest alignment `alloc` takes (`dlpk_alloc` refuses larger ones).
 pub const alignment_max_bytes: usize = 1 << 20;
 

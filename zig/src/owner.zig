@@ -78,7 +78,7 @@ pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) error{O
     // Only pins belong to a realm.
     assert(kind == .pin or realm == &default_realm);
     assert(bytes <= std.math.maxInt(i64));
-    const owner = try std.heap.c_allocator.create(Owner);
+    const owner = try memory.create(Owner);
     owner.* = .{
         .refs = std.atomic.Value(u32).init(1),
         .kind = kind,
@@ -153,19 +153,19 @@ pub fn release(owner: *Owner) void {
             dlpack.deleteManaged(owner.payload, owner.kind == .versioned);
             stats.add(.imports, -1);
             stats.add(.deleters_called, 1);
-            std.heap.c_allocator.destroy(owner);
+            memory.destroy(owner);
         },
         .native => {
             memory.free(@ptrFromInt(owner.payload));
             stats.add(.allocations, -1);
             stats.add(.allocation_bytes, -bytes);
-            std.heap.c_allocator.destroy(owner);
+            memory.destroy(owner);
         },
         .cuda_device, .cuda_host, .cuda_managed => {
             cuda.free(allocKind(owner.kind), owner.device, owner.payload, owner.bytes);
             stats.add(.allocations, -1);
             stats.add(.allocation_bytes, -bytes);
-            std.heap.c_allocator.destroy(owner);
+            memory.destroy(owner);
         },
         // The record lives on until JS has read its id off the stack.
         .pin => {
@@ -220,7 +220,7 @@ pub fn drainRealm(realm: *Realm, out: []f64) usize {
         written += 1;
         stats.add(.pins, -1);
         stats.add(.pinned_bytes, -@as(i64, @intCast(owner.bytes)));
-        std.heap.c_allocator.destroy(owner);
+        memory.destroy(owner);
     }
     assert(written <= out.len);
     return written;
@@ -243,7 +243,7 @@ pub fn share(pin: *Owner) error{OutOfMemory}!u64 {
     const token = next_token;
     assert(token > 0);
     assert(!shared_pins.contains(token));
-    try shared_pins.put(std.heap.c_allocator, token, pin);
+    try shared_pins.put(std.heap.raw_c_allocator, token, pin);
     next_token += 1;
     pin.shared_token = token;
     return token;
@@ -281,7 +281,7 @@ fn unshare(pin: *Owner) ?*Owner {
     const removed = shared_pins.remove(pin.shared_token);
     assert(removed);
     // Shared pins are rare (SharedArrayBuffers exported on Workers): no table while there is none.
-    if (shared_pins.count() == 0) shared_pins.clearAndFree(std.heap.c_allocator);
+    if (shared_pins.count() == 0) shared_pins.clearAndFree(std.heap.raw_c_allocator);
     const keeper = pin.keeper;
     pin.keeper = null;
     return keeper;
@@ -334,7 +334,7 @@ fn threadExited(value: *anyopaque) callconv(.c) void {
 /// release a pin long after the realm's JS side (a terminated Worker) is gone, and the record is a
 /// few words.
 pub fn createRealm() error{OutOfMemory}!*Realm {
-    const realm = try std.heap.c_allocator.create(Realm);
+    const realm = try std.heap.raw_c_allocator.create(Realm);
     realm.* = .{};
     _ = live_realms.fetchAdd(1, .monotonic);
     if (thread_exit_hook) {
@@ -355,12 +355,12 @@ var test_deleted: std.atomic.Value(u32) = std.atomic.Value(u32).init(0);
 
 fn testDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
     _ = test_deleted.fetchAdd(1, .monotonic);
-    std.heap.c_allocator.destroy(self);
+    std.heap.raw_c_allocator.destroy(self);
 }
 
 test "last release calls the deleter exactly once" {
     test_deleted.store(0, .monotonic);
-    const m = try std.heap.c_allocator.create(dlpack.ManagedTensorVersioned);
+    const m = try std.heap.raw_c_allocator.create(dlpack.ManagedTensorVersioned);
     m.* = std.mem.zeroes(dlpack.ManagedTensorVersioned);
     m.deleter = testDeleter;
     const owner = try create(.versioned, @intFromPtr(m), 0);

@@ -5,8 +5,9 @@
 //! - no function is longer than 70 lines, from `fn` to its closing brace;
 //! - constants and variables are not SCREAMING_CASE, unless they keep a foreign API's name
 //!   (NVIDIA's CUDA, CPython, Apple, Windows);
-//! - library code (zig/src) allocates through `std.heap.c_allocator` (error unions), not
-//!   `std.c.malloc` (optionals);
+//! - library code (zig/src) allocates through `std.heap.raw_c_allocator` (error unions; malloc
+//!   and free underneath), not `std.c.malloc` (optionals) nor `std.heap.c_allocator`
+//!   (posix_memalign for every record, slower on the hot paths);
 //! - no `@import` cycle among the files (only "x.zig" path imports are edges; modules such as
 //!   "std" or "libdlpack" are not files of these trees).
 //! Every violation is printed as `path:line: message`; the exit status is 1 when there is any.
@@ -227,10 +228,12 @@ fn isForeign(name: []const u8) bool {
 }
 
 fn checkAllocations(file: *const File, violations: *Violations) void {
-    const banned = "std.c." ++ "malloc(";
-    var from: usize = 0;
-    while (std.mem.indexOfPos(u8, file.source, from, banned)) |at| : (from = at + banned.len) {
-        violations.report(file, lineOf(file.source, at), "allocate with std.heap.c_allocator", .{});
+    for ([_][]const u8{ "std.c." ++ "malloc(", "std.heap." ++ "c_allocator" }) |banned| {
+        var from: usize = 0;
+        while (std.mem.indexOfPos(u8, file.source, from, banned)) |at| : (from = at + banned.len) {
+            const line = lineOf(file.source, at);
+            violations.report(file, line, "allocate with std.heap.raw_c_allocator", .{});
+        }
     }
 }
 
