@@ -97,3 +97,46 @@ pub fn releaseRefused(
     stats.add(.deleters_called, 1);
     return status;
 }
+
+const testing = std.testing;
+
+var test_deleter_calls: u32 = 0;
+
+fn countingDeleter(_: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    test_deleter_calls += 1;
+}
+
+test "a refused tensor is released once, and only where that is safe" {
+    var out = std.mem.zeroes(Description);
+    var foreign = std.mem.zeroes(dlpack.ManagedTensorVersioned);
+    foreign.deleter = countingDeleter;
+    const managed = @intFromPtr(&foreign);
+    const before = test_deleter_calls;
+    // Refusals made before the struct or its deleter could be trusted call nothing.
+    for ([_]Status{ .bad_address, .unmapped_struct, .bad_deleter, .already_imported }) |status| {
+        try testing.expectEqual(status, releaseRefused(managed, true, status, &out, false));
+    }
+    try testing.expectEqual(before, test_deleter_calls);
+    // A refusal of a readable struct with a code deleter hands it back once.
+    try testing.expectEqual(Status.dtype, releaseRefused(managed, true, .dtype, &out, false));
+    try testing.expectEqual(before + 1, test_deleter_calls);
+
+    // One of this library's exports that an import took is not released again.
+    var data = [_]f32{ 1, 2 };
+    const export_managed = try exports.create(.{
+        .data = @intFromPtr(&data),
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+        .shape = &.{2},
+        .strides = &.{1},
+        .flags = 0,
+        .versioned = true,
+        .adopt_owner = false,
+        .owner = null,
+    });
+    try testing.expect(exports.claim(export_managed));
+    const status = releaseRefused(export_managed, false, .generation, &out, false);
+    try testing.expectEqual(Status.already_imported, status);
+    try testing.expectEqual(exports.State.taken, exports.recognize(export_managed).?.state);
+    dlpack.deleteManaged(export_managed, true);
+}
