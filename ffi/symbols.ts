@@ -5,11 +5,9 @@
  */
 import type { SymbolTable } from "./types.ts";
 
-/** The native ABI this TypeScript expects; bumped together with zig/src/root.zig. */
-export const ABI_VERSION = 10;
-
-/** Bytes of the native `Description` struct every call reads or writes (zig/src/describe.zig). */
-export const DESCRIPTION_BYTES = 120 + 16 * 64;
+// The native ABI this TypeScript expects and the size of the `Description` record, generated from
+// zig/src/abi.zig (`zig build abi`).
+export { ABI_VERSION, DESCRIPTION_BYTES } from "../src/facts/abi.ts";
 
 /** libdlpack's functions. */
 export const symbols = {

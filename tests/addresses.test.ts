@@ -205,8 +205,8 @@ view.dispose();
 `);
 });
 
-test("every native status has its own message, and describe.zig and description.ts agree on the numbers", () => {
-  const zig = readFileSync(`${repoRoot}/zig/src/describe.zig`, "utf8");
+test("every native status has its own message, and abi.zig and description.ts agree on the numbers", () => {
+  const zig = readFileSync(`${repoRoot}/zig/src/abi.zig`, "utf8");
   const body = zig.slice(zig.indexOf("pub const Status = enum(i32) {"));
   const native: Record<string, number> = {};
   for (const m of body.slice(0, body.indexOf("_,")).matchAll(/^\s+([a-z_]+) = (\d+),/gm)) {

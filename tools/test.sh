@@ -43,6 +43,10 @@ check() { # <name> <command...>: a step that is one check of its own (counted as
 }
 
 step zig-test sh -c 'cd zig && zig build test --summary all'
+# Style and ABI checks: zig fmt, 100 columns, 70-line functions, snake_case constants and no import
+# cycle (zig/tools/tidy.zig); src/facts/abi.ts as `zig build abi` writes it from the Zig declarations.
+check zig-tidy sh -c 'cd zig && zig build tidy'
+check zig-abi sh -c 'cd zig && zig build abi-check'
 # Reliability (docs/reliability.md): the seeded validator fuzzer, releases from
 # 8 threads, and valgrind memcheck over the unit tests, a fuzz run and the thread stress test.
 check zig-fuzz sh -c 'cd zig && zig build fuzz -- --seed 1 --cases 1000000'

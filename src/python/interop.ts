@@ -6,6 +6,7 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
+import { PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
 import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
@@ -48,10 +49,10 @@ export interface FromPythonOptions {
   readonly stream?: number | bigint | null;
 }
 
-const STATUS_CONSUMED = 14;
-const STATUS_CAPSULE_NAME = 15;
-const STATUS_INTERFACE = 20;
-const STATUS_RAISED = 21;
+const STATUS_CONSUMED = PythonStatus.consumed;
+const STATUS_CAPSULE_NAME = PythonStatus.capsuleName;
+const STATUS_INTERFACE = PythonStatus.arrayInterface;
+const STATUS_RAISED = PythonStatus.raised;
 /** `detail_limit` of a description filled through a producer's C exchange table (exchange.zig). */
 const EXCHANGE_MARK = 0x4558n;
 const READ_ONLY = 1;

@@ -4,8 +4,8 @@
 
 const std = @import("std");
 
-pub const MAX_RANK = 64;
-pub const MAX_EXACT: u64 = 1 << 53;
+pub const rank_max = 64;
+pub const exact_max: u64 = 1 << 53;
 
 pub const Tensor = extern struct {
     data: usize,
@@ -60,8 +60,8 @@ pub const Description = extern struct {
     nbytes: f64,
     min_offset: f64,
     max_offset: f64,
-    shape: [MAX_RANK]f64,
-    strides: [MAX_RANK]f64,
+    shape: [rank_max]f64,
+    strides: [rank_max]f64,
 
     pub fn address(self: *const Description) u64 {
         return @as(u64, self.address_hi) << 32 | self.address_lo;
@@ -77,7 +77,7 @@ comptime {
     std.debug.assert(@sizeOf(Legacy) == 64);
     std.debug.assert(@sizeOf(Versioned) == 80);
     std.debug.assert(@offsetOf(Versioned, "dl_tensor") == 32);
-    std.debug.assert(@sizeOf(Description) == 120 + 16 * MAX_RANK);
+    std.debug.assert(@sizeOf(Description) == 120 + 16 * rank_max);
 }
 
 /// Status codes (zig/src/describe.zig `Status`).
@@ -107,18 +107,26 @@ pub const Status = enum(i32) {
     _,
 };
 
-pub const IMPORT_VERSIONED: u32 = 1;
-pub const IMPORT_STRICT_OFFSET: u32 = 2;
-pub const IMPORT_KEEP_ON_REFUSAL: u32 = 4;
-pub const EXPORT_VERSIONED: u32 = 1;
+pub const import_versioned: u32 = 1;
+pub const import_strict_offset: u32 = 2;
+pub const import_keep_on_refusal: u32 = 4;
+pub const export_versioned: u32 = 1;
 
-pub const FLAG_READ_ONLY: u64 = 1;
-pub const FLAG_IS_COPIED: u64 = 2;
-pub const FLAG_SUBBYTE_PADDED: u64 = 4;
+pub const flag_read_only: u64 = 1;
+pub const flag_is_copied: u64 = 2;
+pub const flag_subbyte_padded: u64 = 4;
 
 /// Indices into `dlpk_stats` (zig/src/stats.zig `Counter`).
-pub const Stat = enum(usize) { imports, exports, allocations, allocation_bytes, pins, pinned_bytes, deleters_called };
-pub const STATS = 7;
+pub const Stat = enum(usize) {
+    imports,
+    exports,
+    allocations,
+    allocation_bytes,
+    pins,
+    pinned_bytes,
+    deleters_called,
+};
+pub const stats_count = 7;
 
 /// The exported functions as the library declares them: addresses cross as f64 (exact below 2^53;
 /// see zig/src/describe.zig). The wrappers below keep the harnesses in terms of addresses.
@@ -163,7 +171,7 @@ pub fn dlpk_owner_release(address: usize) void {
 pub fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: usize) i32 {
     return raw.dlpk_alloc(bytes, alignment, zero, f(out_address));
 }
-pub fn dlpk_stats(out: *[STATS]f64) u32 {
+pub fn dlpk_stats(out: *[stats_count]f64) u32 {
     return raw.dlpk_stats(f(@intFromPtr(out)));
 }
 pub fn dlpk_realm_new() usize {
@@ -177,7 +185,7 @@ pub fn dlpk_pins_drain_in(realm: usize, out: [*]f64, capacity: u32) u32 {
 }
 
 pub fn stat(which: Stat) i64 {
-    var out: [STATS]f64 = undefined;
+    var out: [stats_count]f64 = undefined;
     _ = dlpk_stats(&out);
     return @intFromFloat(out[@intFromEnum(which)]);
 }

@@ -28,17 +28,18 @@
 
 const std = @import("std");
 
+// The driver's own names for its results.
 const CUresult = c_int;
-const SUCCESS: CUresult = 0;
-const INVALID_VALUE: CUresult = 1;
-const OUT_OF_MEMORY: CUresult = 2;
-const NOT_INITIALIZED: CUresult = 3;
-const NO_DEVICE: CUresult = 100;
-const INVALID_DEVICE: CUresult = 101;
-const INVALID_CONTEXT: CUresult = 201;
-const INVALID_HANDLE: CUresult = 400;
-const ILLEGAL_ADDRESS: CUresult = 700;
-const UNKNOWN: CUresult = 999;
+const CUDA_SUCCESS: CUresult = 0;
+const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+const CUDA_ERROR_ILLEGAL_ADDRESS: CUresult = 700;
+const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
 const page = std.heap.page_size_min;
 
@@ -59,7 +60,9 @@ const Region = struct {
     }
 
     fn contains(self: Region, address: usize, len: usize) bool {
-        return address >= self.base() and address - self.base() <= self.bytes and len <= self.bytes - (address - self.base());
+        if (address < self.base()) return false;
+        const offset = address - self.base();
+        return offset <= self.bytes and len <= self.bytes - offset;
     }
 };
 
@@ -89,9 +92,9 @@ var fail_name: [64]u8 = undefined;
 var fail_len: usize = 0;
 var fail_result: CUresult = 0;
 
-const CONTEXT_BASE: usize = 0xC7C0_0000;
-const STREAM_BASE: usize = 0x5700_0000;
-const EVENT_BASE: usize = 0xE700_0000;
+const context_base: usize = 0xC7C0_0000;
+const stream_base: usize = 0x5700_0000;
+const event_base: usize = 0xE700_0000;
 
 threadlocal var context_stack: [16]usize = undefined;
 threadlocal var context_depth: usize = 0;
@@ -105,13 +108,13 @@ fn injected(comptime name: []const u8) ?CUresult {
 /// Common entry checks: injected failure, then initialization.
 fn enter(comptime name: []const u8) ?CUresult {
     if (injected(name)) |r| return r;
-    if (!initialized) return NOT_INITIALIZED;
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
     return null;
 }
 
 fn currentOrdinal() ?c_int {
     if (context_depth == 0) return null;
-    return @intCast((context_stack[context_depth - 1] - CONTEXT_BASE) / 0x100);
+    return @intCast((context_stack[context_depth - 1] - context_base) / 0x100);
 }
 
 fn envInt(name: [*:0]const u8, default: c_int) c_int {
@@ -135,18 +138,23 @@ fn regionIndex(base: usize) ?usize {
 
 fn protect(r: *Region, writable: bool) void {
     if (r.kind != .device) return;
-    const prot: u32 = if (writable) std.posix.PROT.READ | std.posix.PROT.WRITE else std.posix.PROT.NONE;
+    const read_write = std.posix.PROT.READ | std.posix.PROT.WRITE;
+    const prot: u32 = if (writable) read_write else std.posix.PROT.NONE;
     std.posix.mprotect(r.mapping, prot) catch @panic("fakecuda: mprotect failed");
 }
 
 /// The device-side operand of a memory call: inside one device or managed allocation, of the
 /// current context's device when it is device memory.
-fn deviceOperand(address: usize, len: usize, ordinal: c_int) union(enum) { ok: *Region, err: CUresult } {
-    const r = regionAt(address, len) orelse return .{ .err = INVALID_VALUE };
-    if (r.kind == .host) return .{ .err = INVALID_VALUE };
+fn deviceOperand(
+    address: usize,
+    len: usize,
+    ordinal: c_int,
+) union(enum) { ok: *Region, err: CUresult } {
+    const r = regionAt(address, len) orelse return .{ .err = CUDA_ERROR_INVALID_VALUE };
+    if (r.kind == .host) return .{ .err = CUDA_ERROR_INVALID_VALUE };
     if (r.kind == .device and r.ordinal != ordinal) {
         wrong_context += 1;
-        return .{ .err = INVALID_CONTEXT };
+        return .{ .err = CUDA_ERROR_INVALID_CONTEXT };
     }
     return .{ .ok = r };
 }
@@ -155,7 +163,8 @@ fn deviceOperand(address: usize, len: usize, ordinal: c_int) union(enum) { ok: *
 fn hostOperand(address: usize, len: usize) bool {
     if (address == 0 and len > 0) return false;
     for (regions.items) |r| {
-        if (r.kind == .device and address < r.base() + r.mapping.len and r.base() < address + len) return false;
+        const overlaps = address < r.base() + r.mapping.len and r.base() < address + len;
+        if (r.kind == .device and overlaps) return false;
     }
     return true;
 }
@@ -186,32 +195,64 @@ export fn cuInit(flags: c_uint) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (injected("cuInit")) |r| return r;
-    if (flags != 0) return INVALID_VALUE;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     const result = envInt("FAKECUDA_INIT_RESULT", 0);
     if (result != 0) return result;
     device_count = std.math.clamp(envInt("FAKECUDA_DEVICES", 1), 0, 64);
-    if (device_count == 0) return NO_DEVICE;
+    if (device_count == 0) return CUDA_ERROR_NO_DEVICE;
     initialized = true;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuDriverGetVersion(version: *c_int) CUresult {
     version.* = 12080;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 const ErrorText = struct { code: CUresult, name: [*:0]const u8, text: [*:0]const u8 };
 const error_texts = [_]ErrorText{
-    .{ .code = SUCCESS, .name = "CUDA_SUCCESS", .text = "no error" },
-    .{ .code = INVALID_VALUE, .name = "CUDA_ERROR_INVALID_VALUE", .text = "invalid argument" },
-    .{ .code = OUT_OF_MEMORY, .name = "CUDA_ERROR_OUT_OF_MEMORY", .text = "out of memory" },
-    .{ .code = NOT_INITIALIZED, .name = "CUDA_ERROR_NOT_INITIALIZED", .text = "initialization error" },
-    .{ .code = NO_DEVICE, .name = "CUDA_ERROR_NO_DEVICE", .text = "no CUDA-capable device is detected" },
-    .{ .code = INVALID_DEVICE, .name = "CUDA_ERROR_INVALID_DEVICE", .text = "invalid device ordinal" },
-    .{ .code = INVALID_CONTEXT, .name = "CUDA_ERROR_INVALID_CONTEXT", .text = "invalid device context" },
-    .{ .code = INVALID_HANDLE, .name = "CUDA_ERROR_INVALID_HANDLE", .text = "invalid resource handle" },
-    .{ .code = ILLEGAL_ADDRESS, .name = "CUDA_ERROR_ILLEGAL_ADDRESS", .text = "an illegal memory access was encountered" },
-    .{ .code = UNKNOWN, .name = "CUDA_ERROR_UNKNOWN", .text = "unknown error" },
+    .{ .code = CUDA_SUCCESS, .name = "CUDA_SUCCESS", .text = "no error" },
+    .{
+        .code = CUDA_ERROR_INVALID_VALUE,
+        .name = "CUDA_ERROR_INVALID_VALUE",
+        .text = "invalid argument",
+    },
+    .{
+        .code = CUDA_ERROR_OUT_OF_MEMORY,
+        .name = "CUDA_ERROR_OUT_OF_MEMORY",
+        .text = "out of memory",
+    },
+    .{
+        .code = CUDA_ERROR_NOT_INITIALIZED,
+        .name = "CUDA_ERROR_NOT_INITIALIZED",
+        .text = "initialization error",
+    },
+    .{
+        .code = CUDA_ERROR_NO_DEVICE,
+        .name = "CUDA_ERROR_NO_DEVICE",
+        .text = "no CUDA-capable device is detected",
+    },
+    .{
+        .code = CUDA_ERROR_INVALID_DEVICE,
+        .name = "CUDA_ERROR_INVALID_DEVICE",
+        .text = "invalid device ordinal",
+    },
+    .{
+        .code = CUDA_ERROR_INVALID_CONTEXT,
+        .name = "CUDA_ERROR_INVALID_CONTEXT",
+        .text = "invalid device context",
+    },
+    .{
+        .code = CUDA_ERROR_INVALID_HANDLE,
+        .name = "CUDA_ERROR_INVALID_HANDLE",
+        .text = "invalid resource handle",
+    },
+    .{
+        .code = CUDA_ERROR_ILLEGAL_ADDRESS,
+        .name = "CUDA_ERROR_ILLEGAL_ADDRESS",
+        .text = "an illegal memory access was encountered",
+    },
+    .{ .code = CUDA_ERROR_UNKNOWN, .name = "CUDA_ERROR_UNKNOWN", .text = "unknown error" },
 };
 
 fn errorText(result: CUresult) ?ErrorText {
@@ -224,19 +265,19 @@ fn errorText(result: CUresult) ?ErrorText {
 export fn cuGetErrorName(result: CUresult, name: *?[*:0]const u8) CUresult {
     const e = errorText(result) orelse {
         name.* = null;
-        return INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     };
     name.* = e.name;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuGetErrorString(result: CUresult, text: *?[*:0]const u8) CUresult {
     const e = errorText(result) orelse {
         text.* = null;
-        return INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     };
     text.* = e.text;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuDeviceGetCount(count: *c_int) CUresult {
@@ -244,31 +285,31 @@ export fn cuDeviceGetCount(count: *c_int) CUresult {
     defer mutex.unlock();
     if (enter("cuDeviceGetCount")) |r| return r;
     count.* = device_count;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuDeviceGet(device: *c_int, ordinal: c_int) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuDeviceGet")) |r| return r;
-    if (ordinal < 0 or ordinal >= device_count) return INVALID_DEVICE;
+    if (ordinal < 0 or ordinal >= device_count) return CUDA_ERROR_INVALID_DEVICE;
     device.* = ordinal;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 fn writeText(out: [*]u8, len: c_int, comptime fmt: []const u8, args: anytype) CUresult {
-    if (len <= 0) return INVALID_VALUE;
+    if (len <= 0) return CUDA_ERROR_INVALID_VALUE;
     const n: usize = @intCast(len);
-    const text = std.fmt.bufPrintZ(out[0..n], fmt, args) catch return INVALID_VALUE;
+    const text = std.fmt.bufPrintZ(out[0..n], fmt, args) catch return CUDA_ERROR_INVALID_VALUE;
     _ = text;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuDeviceGetName(name: [*]u8, len: c_int, device: c_int) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuDeviceGetName")) |r| return r;
-    if (device < 0 or device >= device_count) return INVALID_DEVICE;
+    if (device < 0 or device >= device_count) return CUDA_ERROR_INVALID_DEVICE;
     return writeText(name, len, "Fake CUDA Device {d} (host memory)", .{device});
 }
 
@@ -276,7 +317,7 @@ export fn cuDeviceGetPCIBusId(id: [*]u8, len: c_int, device: c_int) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuDeviceGetPCIBusId")) |r| return r;
-    if (device < 0 or device >= device_count) return INVALID_DEVICE;
+    if (device < 0 or device >= device_count) return CUDA_ERROR_INVALID_DEVICE;
     return writeText(id, len, "0000:{x:0>2}:00.0", .{@as(u32, @intCast(device + 1))});
 }
 
@@ -284,23 +325,23 @@ export fn cuDeviceTotalMem_v2(bytes: *usize, device: c_int) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuDeviceTotalMem_v2")) |r| return r;
-    if (device < 0 or device >= device_count) return INVALID_DEVICE;
+    if (device < 0 or device >= device_count) return CUDA_ERROR_INVALID_DEVICE;
     bytes.* = 1 << 30;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuDeviceGetAttribute(value: *c_int, attribute: c_int, device: c_int) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuDeviceGetAttribute")) |r| return r;
-    if (device < 0 or device >= device_count) return INVALID_DEVICE;
+    if (device < 0 or device >= device_count) return CUDA_ERROR_INVALID_DEVICE;
     value.* = switch (attribute) {
         16 => 4, // multiprocessors
         75 => 9, // compute capability major
         76 => 0, // compute capability minor
-        else => return INVALID_VALUE,
+        else => return CUDA_ERROR_INVALID_VALUE,
     };
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -310,39 +351,46 @@ export fn cuDevicePrimaryCtxRetain(ctx: *usize, device: c_int) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuDevicePrimaryCtxRetain")) |r| return r;
-    if (device < 0 or device >= device_count) return INVALID_DEVICE;
+    if (device < 0 or device >= device_count) return CUDA_ERROR_INVALID_DEVICE;
     retains[@intCast(device)] += 1;
-    ctx.* = CONTEXT_BASE + @as(usize, @intCast(device)) * 0x100;
-    return SUCCESS;
+    ctx.* = context_base + @as(usize, @intCast(device)) * 0x100;
+    return CUDA_SUCCESS;
 }
 
 export fn cuCtxPushCurrent_v2(ctx: usize) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuCtxPushCurrent_v2")) |r| return r;
-    if (ctx < CONTEXT_BASE or (ctx - CONTEXT_BASE) % 0x100 != 0 or (ctx - CONTEXT_BASE) / 0x100 >= device_count) {
-        return INVALID_CONTEXT;
+    if (ctx < context_base or (ctx - context_base) % 0x100 != 0 or
+        (ctx - context_base) / 0x100 >= device_count)
+    {
+        return CUDA_ERROR_INVALID_CONTEXT;
     }
-    if (context_depth == context_stack.len) return INVALID_VALUE;
+    if (context_depth == context_stack.len) return CUDA_ERROR_INVALID_VALUE;
     context_stack[context_depth] = ctx;
     context_depth += 1;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuCtxPopCurrent_v2(ctx: *usize) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuCtxPopCurrent_v2")) |r| return r;
-    if (context_depth == 0) return INVALID_CONTEXT;
+    if (context_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
     context_depth -= 1;
     ctx.* = context_stack[context_depth];
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Pointer attributes
 
-export fn cuPointerGetAttributes(count: c_uint, attributes: [*]const c_int, data: [*]const *anyopaque, ptr: u64) CUresult {
+export fn cuPointerGetAttributes(
+    count: c_uint,
+    attributes: [*]const c_int,
+    data: [*]const *anyopaque,
+    ptr: u64,
+) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuPointerGetAttributes")) |r| return r;
@@ -350,15 +398,18 @@ export fn cuPointerGetAttributes(count: c_uint, attributes: [*]const c_int, data
     for (0..count) |i| {
         const slot = data[i];
         switch (attributes[i]) {
-            2 => @as(*u32, @ptrCast(@alignCast(slot))).* = if (found) |r| (if (r.kind == .host) 1 else 2) else 0,
+            2 => {
+                const memory_type: u32 = if (found) |r| (if (r.kind == .host) 1 else 2) else 0;
+                @as(*u32, @ptrCast(@alignCast(slot))).* = memory_type;
+            },
             8 => @as(*bool, @ptrCast(slot)).* = if (found) |r| r.kind == .managed else false,
             9 => @as(*c_int, @ptrCast(@alignCast(slot))).* = if (found) |r| r.ordinal else -2,
             11 => @as(*u64, @ptrCast(@alignCast(slot))).* = if (found) |r| r.base() else 0,
             12 => @as(*u64, @ptrCast(@alignCast(slot))).* = if (found) |r| r.bytes else 0,
-            else => return INVALID_VALUE,
+            else => return CUDA_ERROR_INVALID_VALUE,
         }
     }
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -366,9 +417,20 @@ export fn cuPointerGetAttributes(count: c_uint, attributes: [*]const c_int, data
 
 fn mapRegion(kind: Kind, bytes: usize, ordinal: c_int) ?usize {
     const len = std.mem.alignForward(usize, bytes, page);
-    const prot: u32 = if (kind == .device) std.posix.PROT.NONE else std.posix.PROT.READ | std.posix.PROT.WRITE;
-    const mapping = std.posix.mmap(null, len, prot, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch return null;
-    regions.append(allocator, .{ .mapping = mapping, .bytes = bytes, .kind = kind, .ordinal = ordinal }) catch {
+    const read_write = std.posix.PROT.READ | std.posix.PROT.WRITE;
+    const prot: u32 = if (kind == .device) std.posix.PROT.NONE else read_write;
+    const mapping = std.posix.mmap(
+        null,
+        len,
+        prot,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    ) catch return null;
+    regions.append(
+        allocator,
+        .{ .mapping = mapping, .bytes = bytes, .kind = kind, .ordinal = ordinal },
+    ) catch {
         std.posix.munmap(mapping);
         return null;
     };
@@ -379,10 +441,10 @@ fn allocate(comptime name: []const u8, kind: Kind, out: *u64, bytes: usize) CUre
     mutex.lock();
     defer mutex.unlock();
     if (enter(name)) |r| return r;
-    const ordinal = currentOrdinal() orelse return INVALID_CONTEXT;
-    if (bytes == 0) return INVALID_VALUE;
-    out.* = mapRegion(kind, bytes, ordinal) orelse return OUT_OF_MEMORY;
-    return SUCCESS;
+    const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
+    if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    out.* = mapRegion(kind, bytes, ordinal) orelse return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
 }
 
 export fn cuMemAlloc_v2(ptr: *u64, bytes: usize) CUresult {
@@ -390,12 +452,12 @@ export fn cuMemAlloc_v2(ptr: *u64, bytes: usize) CUresult {
 }
 
 export fn cuMemHostAlloc(ptr: *u64, bytes: usize, flags: c_uint) CUresult {
-    if (flags & ~@as(c_uint, 7) != 0) return INVALID_VALUE;
+    if (flags & ~@as(c_uint, 7) != 0) return CUDA_ERROR_INVALID_VALUE;
     return allocate("cuMemHostAlloc", .host, ptr, bytes);
 }
 
 export fn cuMemAllocManaged(ptr: *u64, bytes: usize, flags: c_uint) CUresult {
-    if (flags != 1 and flags != 2) return INVALID_VALUE;
+    if (flags != 1 and flags != 2) return CUDA_ERROR_INVALID_VALUE;
     return allocate("cuMemAllocManaged", .managed, ptr, bytes);
 }
 
@@ -403,17 +465,17 @@ fn free(comptime name: []const u8, address: usize, host: bool) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter(name)) |r| return r;
-    const ordinal = currentOrdinal() orelse return INVALID_CONTEXT;
-    const index = regionIndex(address) orelse return INVALID_VALUE;
+    const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
+    const index = regionIndex(address) orelse return CUDA_ERROR_INVALID_VALUE;
     const r = regions.items[index];
-    if ((r.kind == .host) != host) return INVALID_VALUE;
+    if ((r.kind == .host) != host) return CUDA_ERROR_INVALID_VALUE;
     if (r.kind != .host and r.ordinal != ordinal) {
         wrong_context += 1;
-        return INVALID_CONTEXT;
+        return CUDA_ERROR_INVALID_CONTEXT;
     }
     std.posix.munmap(r.mapping);
     _ = regions.swapRemove(index);
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuMemFree_v2(ptr: u64) CUresult {
@@ -428,7 +490,7 @@ export fn cuMemsetD8_v2(ptr: u64, value: u8, count: usize) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuMemsetD8_v2")) |r| return r;
-    const ordinal = currentOrdinal() orelse return INVALID_CONTEXT;
+    const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
     const r = switch (deviceOperand(@intCast(ptr), count, ordinal)) {
         .ok => |r| r,
         .err => |e| return e,
@@ -436,26 +498,34 @@ export fn cuMemsetD8_v2(ptr: u64, value: u8, count: usize) CUresult {
     protect(r, true);
     defer protect(r, false);
     @memset(@as([*]u8, @ptrFromInt(@as(usize, @intCast(ptr))))[0..count], value);
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 const Side = enum { host, device };
 
 /// One copy, any direction. `dst_ordinal`/`src_ordinal` are the devices the operands must
 /// belong to (the current context's, or the peer contexts given).
-fn copy(dst: usize, dst_side: Side, dst_ordinal: c_int, src: usize, src_side: Side, src_ordinal: c_int, bytes: usize) CUresult {
-    if (bytes == 0) return SUCCESS;
+fn copy(
+    dst: usize,
+    dst_side: Side,
+    dst_ordinal: c_int,
+    src: usize,
+    src_side: Side,
+    src_ordinal: c_int,
+    bytes: usize,
+) CUresult {
+    if (bytes == 0) return CUDA_SUCCESS;
     var dst_region: ?*Region = null;
     var src_region: ?*Region = null;
     switch (dst_side) {
-        .host => if (!hostOperand(dst, bytes)) return INVALID_VALUE,
+        .host => if (!hostOperand(dst, bytes)) return CUDA_ERROR_INVALID_VALUE,
         .device => dst_region = switch (deviceOperand(dst, bytes, dst_ordinal)) {
             .ok => |r| r,
             .err => |e| return e,
         },
     }
     switch (src_side) {
-        .host => if (!hostOperand(src, bytes)) return INVALID_VALUE,
+        .host => if (!hostOperand(src, bytes)) return CUDA_ERROR_INVALID_VALUE,
         .device => src_region = switch (deviceOperand(src, bytes, src_ordinal)) {
             .ok => |r| r,
             .err => |e| return e,
@@ -463,19 +533,31 @@ fn copy(dst: usize, dst_side: Side, dst_ordinal: c_int, src: usize, src_side: Si
     }
     if (dst_region) |r| protect(r, true);
     if (src_region) |r| protect(r, true);
-    std.mem.copyForwards(u8, @as([*]u8, @ptrFromInt(dst))[0..bytes], @as([*]const u8, @ptrFromInt(src))[0..bytes]);
+    std.mem.copyForwards(
+        u8,
+        @as([*]u8, @ptrFromInt(dst))[0..bytes],
+        @as([*]const u8, @ptrFromInt(src))[0..bytes],
+    );
     if (dst_region) |r| protect(r, false);
     if (src_region) |r| protect(r, false);
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
-fn copyCall(comptime name: []const u8, dst: usize, dst_side: Side, src: usize, src_side: Side, bytes: usize, stream: ?usize) CUresult {
+fn copyCall(
+    comptime name: []const u8,
+    dst: usize,
+    dst_side: Side,
+    src: usize,
+    src_side: Side,
+    bytes: usize,
+    stream: ?usize,
+) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter(name)) |r| return r;
-    const ordinal = currentOrdinal() orelse return INVALID_CONTEXT;
+    const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
     if (stream) |s| {
-        if (!validStream(s, ordinal)) return INVALID_HANDLE;
+        if (!validStream(s, ordinal)) return CUDA_ERROR_INVALID_HANDLE;
         async_copies += 1;
     } else sync_copies += 1;
     return copy(dst, dst_side, ordinal, src, src_side, ordinal, bytes);
@@ -502,24 +584,40 @@ export fn cuMemcpyDtoHAsync_v2(dst: usize, src: u64, bytes: usize, stream: usize
 }
 
 export fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, bytes: usize, stream: usize) CUresult {
-    return copyCall("cuMemcpyDtoDAsync_v2", @intCast(dst), .device, @intCast(src), .device, bytes, stream);
+    return copyCall(
+        "cuMemcpyDtoDAsync_v2",
+        @intCast(dst),
+        .device,
+        @intCast(src),
+        .device,
+        bytes,
+        stream,
+    );
 }
 
 fn contextOrdinal(ctx: usize) ?c_int {
-    if (ctx < CONTEXT_BASE or (ctx - CONTEXT_BASE) % 0x100 != 0) return null;
-    const ordinal: c_int = @intCast((ctx - CONTEXT_BASE) / 0x100);
+    if (ctx < context_base or (ctx - context_base) % 0x100 != 0) return null;
+    const ordinal: c_int = @intCast((ctx - context_base) / 0x100);
     return if (ordinal < device_count) ordinal else null;
 }
 
-fn peerCall(comptime name: []const u8, dst: u64, dst_ctx: usize, src: u64, src_ctx: usize, bytes: usize, stream: ?usize) CUresult {
+fn peerCall(
+    comptime name: []const u8,
+    dst: u64,
+    dst_ctx: usize,
+    src: u64,
+    src_ctx: usize,
+    bytes: usize,
+    stream: ?usize,
+) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter(name)) |r| return r;
-    const current = currentOrdinal() orelse return INVALID_CONTEXT;
-    const dst_ordinal = contextOrdinal(dst_ctx) orelse return INVALID_CONTEXT;
-    const src_ordinal = contextOrdinal(src_ctx) orelse return INVALID_CONTEXT;
+    const current = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
+    const dst_ordinal = contextOrdinal(dst_ctx) orelse return CUDA_ERROR_INVALID_CONTEXT;
+    const src_ordinal = contextOrdinal(src_ctx) orelse return CUDA_ERROR_INVALID_CONTEXT;
     if (stream) |s| {
-        if (!validStream(s, current)) return INVALID_HANDLE;
+        if (!validStream(s, current)) return CUDA_ERROR_INVALID_HANDLE;
         async_copies += 1;
     } else sync_copies += 1;
     return copy(@intCast(dst), .device, dst_ordinal, @intCast(src), .device, src_ordinal, bytes);
@@ -529,7 +627,14 @@ export fn cuMemcpyPeer(dst: u64, dst_ctx: usize, src: u64, src_ctx: usize, bytes
     return peerCall("cuMemcpyPeer", dst, dst_ctx, src, src_ctx, bytes, null);
 }
 
-export fn cuMemcpyPeerAsync(dst: u64, dst_ctx: usize, src: u64, src_ctx: usize, bytes: usize, stream: usize) CUresult {
+export fn cuMemcpyPeerAsync(
+    dst: u64,
+    dst_ctx: usize,
+    src: u64,
+    src_ctx: usize,
+    bytes: usize,
+    stream: usize,
+) CUresult {
     return peerCall("cuMemcpyPeerAsync", dst, dst_ctx, src, src_ctx, bytes, stream);
 }
 
@@ -540,13 +645,16 @@ export fn cuStreamCreate(stream: *usize, flags: c_uint) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuStreamCreate")) |r| return r;
-    const ordinal = currentOrdinal() orelse return INVALID_CONTEXT;
-    if (flags > 1) return INVALID_VALUE;
-    const id = STREAM_BASE + next_handle * 0x10;
-    streams.append(allocator, .{ .id = id, .ordinal = ordinal }) catch return OUT_OF_MEMORY;
+    const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
+    if (flags > 1) return CUDA_ERROR_INVALID_VALUE;
+    const id = stream_base + next_handle * 0x10;
+    streams.append(
+        allocator,
+        .{ .id = id, .ordinal = ordinal },
+    ) catch return CUDA_ERROR_OUT_OF_MEMORY;
     next_handle += 1;
     stream.* = id;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuStreamDestroy_v2(stream: usize) CUresult {
@@ -556,66 +664,69 @@ export fn cuStreamDestroy_v2(stream: usize) CUresult {
     for (streams.items, 0..) |s, i| {
         if (s.id == stream) {
             _ = streams.swapRemove(i);
-            return SUCCESS;
+            return CUDA_SUCCESS;
         }
     }
-    return INVALID_HANDLE;
+    return CUDA_ERROR_INVALID_HANDLE;
 }
 
 export fn cuStreamSynchronize(stream: usize) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuStreamSynchronize")) |r| return r;
-    const ordinal = currentOrdinal() orelse return INVALID_CONTEXT;
-    if (!validStream(stream, ordinal)) return INVALID_HANDLE;
+    const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
+    if (!validStream(stream, ordinal)) return CUDA_ERROR_INVALID_HANDLE;
     syncs += 1;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuEventCreate(event: *usize, flags: c_uint) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuEventCreate")) |r| return r;
-    const ordinal = currentOrdinal() orelse return INVALID_CONTEXT;
-    if (flags & ~@as(c_uint, 7) != 0) return INVALID_VALUE;
-    const id = EVENT_BASE + next_handle * 0x10;
-    events.append(allocator, .{ .id = id, .ordinal = ordinal }) catch return OUT_OF_MEMORY;
+    const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
+    if (flags & ~@as(c_uint, 7) != 0) return CUDA_ERROR_INVALID_VALUE;
+    const id = event_base + next_handle * 0x10;
+    events.append(
+        allocator,
+        .{ .id = id, .ordinal = ordinal },
+    ) catch return CUDA_ERROR_OUT_OF_MEMORY;
     next_handle += 1;
     event.* = id;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuEventRecord(event: usize, stream: usize) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuEventRecord")) |r| return r;
-    const e = findEvent(event) orelse return INVALID_HANDLE;
+    const e = findEvent(event) orelse return CUDA_ERROR_INVALID_HANDLE;
     // The default streams are the current context's; a created stream must share the event's.
     if (stream <= 2) {
-        const ordinal = currentOrdinal() orelse return INVALID_CONTEXT;
-        if (ordinal != e.ordinal) return INVALID_HANDLE;
-    } else if (!validStream(stream, e.ordinal)) return INVALID_HANDLE;
+        const ordinal = currentOrdinal() orelse return CUDA_ERROR_INVALID_CONTEXT;
+        if (ordinal != e.ordinal) return CUDA_ERROR_INVALID_HANDLE;
+    } else if (!validStream(stream, e.ordinal)) return CUDA_ERROR_INVALID_HANDLE;
     e.recorded_on = normalize(stream);
     records += 1;
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuStreamWaitEvent(stream: usize, event: usize, flags: c_uint) CUresult {
     mutex.lock();
     defer mutex.unlock();
     if (enter("cuStreamWaitEvent")) |r| return r;
-    if (flags != 0) return INVALID_VALUE;
-    const e = findEvent(event) orelse return INVALID_HANDLE;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    const e = findEvent(event) orelse return CUDA_ERROR_INVALID_HANDLE;
     if (stream <= 2) {
-        if (currentOrdinal() == null) return INVALID_CONTEXT;
+        if (currentOrdinal() == null) return CUDA_ERROR_INVALID_CONTEXT;
     } else {
         var known = false;
         for (streams.items) |s| known = known or s.id == stream;
-        if (!known) return INVALID_HANDLE;
+        if (!known) return CUDA_ERROR_INVALID_HANDLE;
     }
     waits += 1;
     last_wait = .{ normalize(stream), event, e.recorded_on };
-    return SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 export fn cuEventDestroy_v2(event: usize) CUresult {
@@ -625,10 +736,10 @@ export fn cuEventDestroy_v2(event: usize) CUresult {
     for (events.items, 0..) |e, i| {
         if (e.id == event) {
             _ = events.swapRemove(i);
-            return SUCCESS;
+            return CUDA_SUCCESS;
         }
     }
-    return INVALID_HANDLE;
+    return CUDA_ERROR_INVALID_HANDLE;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -655,10 +766,18 @@ export fn fakecuda_stats(out: *[13]f64) u32 {
     var retained: f64 = 0;
     for (retains) |n| retained += @floatFromInt(n);
     out.* = .{
-        by_kind[0],                      by_kind[1],                       by_kind[2],
-        @floatFromInt(events.items.len), @floatFromInt(streams.items.len), @floatFromInt(waits),
-        @floatFromInt(syncs),            @floatFromInt(records),           @floatFromInt(wrong_context),
-        @floatFromInt(context_depth),    retained,                         @floatFromInt(sync_copies),
+        by_kind[0],
+        by_kind[1],
+        by_kind[2],
+        @floatFromInt(events.items.len),
+        @floatFromInt(streams.items.len),
+        @floatFromInt(waits),
+        @floatFromInt(syncs),
+        @floatFromInt(records),
+        @floatFromInt(wrong_context),
+        @floatFromInt(context_depth),
+        retained,
+        @floatFromInt(sync_copies),
         @floatFromInt(async_copies),
     };
     return out.len;

@@ -30,18 +30,21 @@ const std = @import("std");
 const builtin = @import("builtin");
 const abi = @import("abi.zig");
 
+/// The library under test, linked into this executable (its `export fn`s are what abi.zig
+/// declares); the model reads nothing else of it but the dtype table.
+const libdlpack = @import("libdlpack");
+
 comptime {
-    // Links the library under test into this executable (its `export fn`s are what abi.zig declares).
-    _ = @import("libdlpack");
+    _ = libdlpack;
 }
 
-const MAX_RANK = abi.MAX_RANK;
-const MAX_EXACT: i256 = abi.MAX_EXACT;
-const U64_MAX: i256 = std.math.maxInt(u64);
+const rank_max = abi.rank_max;
+const exact_max: i256 = abi.exact_max;
+const u64_max: i256 = std.math.maxInt(u64);
 /// Honest cases allocate at most this much; larger spans get a fake (never touched) address.
-const MAX_ALLOC: i256 = 1 << 20;
+const alloc_bytes_max: i256 = 1 << 20;
 /// Up to this many elements every element is checked; beyond it, a sample plus the extremes.
-const FULL_CHECK = 4096;
+const full_check_elements_max = 4096;
 
 // ---------------------------------------------------------------------------------------------
 // The producer: one heap record per tensor, freed by its deleter.
@@ -102,8 +105,8 @@ const Fields = struct {
     device_id: i32,
     shape_null: bool,
     strides_null: bool,
-    shape: [MAX_RANK]i64,
-    strides: [MAX_RANK]i64,
+    shape: [rank_max]i64,
+    strides: [rank_max]i64,
     strict: bool,
     keep: bool,
     has_deleter: bool,
@@ -152,7 +155,8 @@ const Guard = struct {
     var fresh_next: usize = fresh_base;
     /// Where the heap, the stack or static data are mapped executable (valgrind maps its malloc's
     /// arena read-write-execute; so do kernels that make READ_IMPLIES_EXEC processes), data there
-    /// is code to a check of the mappings. Cases that rely on data not being code are left out then.
+    /// is code to a check of the mappings. Cases that rely on data not being code are left out
+    /// then.
     var data_is_code = false;
 
     fn init() !void {
@@ -160,10 +164,18 @@ const Guard = struct {
         const heap = std.c.malloc(16) orelse return error.OutOfMemory;
         defer std.c.free(heap);
         var on_stack: u64 = 0;
-        for ([_]usize{ @intFromPtr(heap), @intFromPtr(&on_stack), @intFromPtr(&a_static_word) }) |where| {
+        const static = @intFromPtr(&a_static_word);
+        for ([_]usize{ @intFromPtr(heap), @intFromPtr(&on_stack), static }) |where| {
             if (executableHere(where)) data_is_code = true;
         }
-        const region = try std.posix.mmap(@ptrFromInt(base), 3 * page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0);
+        const region = try std.posix.mmap(
+            @ptrFromInt(base),
+            3 * page,
+            std.posix.PROT.READ | std.posix.PROT.WRITE,
+            .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+            -1,
+            0,
+        );
         if (@intFromPtr(region.ptr) != base) return error.GuardRegionTaken;
         try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
         std.posix.munmap(@alignCast(region[2 * page ..]));
@@ -178,7 +190,14 @@ const Guard = struct {
     fn justUnmapped() error{OutOfMemory}!usize {
         const at = fresh_next;
         fresh_next += 2 * page;
-        const region = std.posix.mmap(@ptrFromInt(at), page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch
+        const region = std.posix.mmap(
+            @ptrFromInt(at),
+            page,
+            std.posix.PROT.READ | std.posix.PROT.WRITE,
+            .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+            -1,
+            0,
+        ) catch
             return error.OutOfMemory;
         std.posix.munmap(region);
         return @intFromPtr(region.ptr);
@@ -198,17 +217,15 @@ const Guard = struct {
     }
 };
 
-const supported_dtypes = [_][2]u8{
-    .{ 0, 8 },  .{ 0, 16 }, .{ 0, 32 },  .{ 0, 64 }, .{ 1, 8 },  .{ 1, 16 },
-    .{ 1, 32 }, .{ 1, 64 }, .{ 2, 16 },  .{ 2, 32 }, .{ 2, 64 }, .{ 4, 16 },
-    .{ 5, 32 }, .{ 5, 64 }, .{ 5, 128 }, .{ 6, 8 },  .{ 7, 8 },  .{ 8, 8 },
-    .{ 9, 8 },  .{ 10, 8 }, .{ 11, 8 },  .{ 12, 8 }, .{ 13, 8 }, .{ 14, 8 },
-    .{ 15, 6 }, .{ 16, 6 }, .{ 17, 4 },
-};
+/// The library's own dtype table (zig/src/dlpack.zig `dtypes`): the validator, this model and
+/// src/abi.ts read the same list.
+const supported_dtypes = libdlpack.dlpack.dtypes;
 
 fn dtypeSupported(code: u8, bits: u8, lanes: u16) bool {
     if (lanes != 1) return false;
-    for (supported_dtypes) |d| if (d[0] == code and d[1] == bits) return true;
+    for (supported_dtypes) |d| {
+        if (@intFromEnum(d.code) == code and d.bits == bits) return true;
+    }
     return false;
 }
 
@@ -222,8 +239,20 @@ fn chance(r: std.Random, percent: u8) bool {
 
 fn hostileI64(r: std.Random) i64 {
     const table = [_]i64{
-        -1,            std.math.minInt(i64), std.math.maxInt(i64), 1 << 31,       1 << 32,              1 << 53,
-        (1 << 53) + 1, 1 << 62,              -(1 << 62),           (1 << 53) - 1, std.math.maxInt(i32), std.math.minInt(i32),
+        -1,
+        std.math.minInt(i64),
+        std.math.maxInt(i64),
+        1 << 31,
+        1 << 32,
+        1 << 53,
+        (1 << 53) + 1,
+        1 << 62,
+        -(1 << 62),
+        (1 << 53) - 1,
+        std.math.maxInt(
+            i32,
+        ),
+        std.math.minInt(i32),
     };
     if (chance(r, 70)) return table[r.uintLessThan(usize, table.len)];
     return r.int(i64);
@@ -231,6 +260,19 @@ fn hostileI64(r: std.Random) i64 {
 
 fn generate(r: std.Random) Fields {
     var f: Fields = undefined;
+    // The draws keep one order (header, kinds, layout, then the rest): a seed replays its cases.
+    generateHeader(r, &f);
+    generateKinds(r, &f);
+    generateLayout(r, &f);
+    f.strict = chance(r, 10);
+    f.keep = chance(r, 5);
+    f.has_deleter = !chance(r, 6);
+    generateHostile(r, &f);
+    return f;
+}
+
+/// The address passed, the generation, the version and the flags.
+fn generateHeader(r: std.Random, f: *Fields) void {
     f.null_managed = r.uintLessThan(u16, 400) == 0;
     f.bad_managed = if (r.uintLessThan(u16, 300) != 0) 0 else switch (r.uintLessThan(u8, 4)) {
         0 => r.intRangeAtMost(usize, 1, 7),
@@ -245,11 +287,23 @@ fn generate(r: std.Random) Fields {
         else => r.int(u32),
     };
     f.minor = if (chance(r, 80)) r.uintLessThan(u32, 5) else r.int(u32);
-    f.flags = if (chance(r, 60)) 0 else if (chance(r, 75)) r.uintLessThan(u64, 8) else if (r.boolean())
+    f.flags = if (chance(r, 60))
+        0
+    else if (chance(r, 75))
+        r.uintLessThan(u64, 8)
+    else if (r.boolean())
         @as(u64, 1) << r.int(u6)
     else
         r.int(u64);
-    f.ndim = if (chance(r, 80)) @as(i32, r.uintLessThan(u8, 6)) else if (chance(r, 60)) r.intRangeAtMost(i32, 6, 64) else switch (r.uintLessThan(u8, 5)) {
+}
+
+/// Rank, dtype and device.
+fn generateKinds(r: std.Random, f: *Fields) void {
+    f.ndim = if (chance(r, 80))
+        @as(i32, r.uintLessThan(u8, 6))
+    else if (chance(r, 60))
+        r.intRangeAtMost(i32, 6, 64)
+    else switch (r.uintLessThan(u8, 5)) {
         0 => 65,
         1 => -1,
         2 => std.math.maxInt(i32),
@@ -258,8 +312,8 @@ fn generate(r: std.Random) Fields {
     };
     if (chance(r, 90)) {
         const d = supported_dtypes[r.uintLessThan(usize, supported_dtypes.len)];
-        f.code = d[0];
-        f.bits = d[1];
+        f.code = @intFromEnum(d.code);
+        f.bits = d.bits;
         f.lanes = 1;
     } else {
         f.code = if (r.boolean()) r.uintLessThan(u8, 20) else r.int(u8);
@@ -271,12 +325,20 @@ fn generate(r: std.Random) Fields {
         r.intRangeAtMost(i32, 0, 20)
     else
         r.int(i32);
-    f.device_id = if (chance(r, 90)) 0 else if (r.boolean()) @as(i32, r.uintLessThan(u8, 8)) else r.int(i32);
+    f.device_id = if (chance(r, 90))
+        0
+    else if (r.boolean())
+        @as(i32, r.uintLessThan(u8, 8))
+    else
+        r.int(i32);
+}
+
+/// Shape and strides: mostly small tensors so real memory backs them; now and then a hostile
+/// extent. Strides in C order, F order, a permutation or random small values, some hostile.
+fn generateLayout(r: std.Random, f: *Fields) void {
     f.shape_null = chance(r, 4);
     f.strides_null = chance(r, 25);
-
-    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
-    // Mostly small tensors so real memory backs them; now and then a hostile extent.
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, rank_max));
     const hostile_shape = chance(r, 12);
     for (0..rank) |d| {
         f.shape[d] = if (hostile_shape and chance(r, 30)) hostileI64(r) else if (chance(r, 8))
@@ -286,7 +348,6 @@ fn generate(r: std.Random) Fields {
         else
             r.intRangeAtMost(i64, 1, 5);
     }
-    // Strides: C order, F order, a permutation or random small values, with some hostile ones.
     const pattern = r.uintLessThan(u8, 6);
     var step: i64 = 1;
     for (0..rank) |i| {
@@ -307,11 +368,6 @@ fn generate(r: std.Random) Fields {
             },
         }
     }
-    f.strict = chance(r, 10);
-    f.keep = chance(r, 5);
-    f.has_deleter = !chance(r, 6);
-    generateHostile(r, &f);
-    return f;
 }
 
 /// One hostile trait in about one case in six.
@@ -337,7 +393,7 @@ fn generateHostile(r: std.Random, f: *Fields) void {
         else => {},
     }
     // An array of one int64 placed across the page boundary would be readable after all.
-    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, rank_max));
     if (rank <= 1 and f.shape_at == .straddle) f.shape_at = .prot_none;
     if (rank <= 1 and f.strides_at == .straddle) f.strides_at = .prot_none;
 }
@@ -399,7 +455,7 @@ const Model = struct {
     /// Byte span relative to element 0: [lo, hi).
     lo: i256 = 0,
     hi: i256 = 0,
-    strides: [MAX_RANK]i64 = undefined,
+    strides: [rank_max]i64 = undefined,
 
     fn refuse(self: *Model, status: abi.Status) void {
         self.refusals |= @as(u32, 1) << @intCast(@intFromEnum(status));
@@ -423,59 +479,76 @@ fn arrayUnreadable(where: Place, rank: usize) bool {
 
 fn modelLayout(f: *const Fields) Model {
     var m = Model{};
+    if (modelHeader(f, &m)) return m;
+    if (modelArrays(f, &m)) return m;
+    const rank: usize = @intCast(f.ndim);
+    if (modelExtents(f, rank, &m)) return m;
+    modelSpan(f, rank, &m);
+    return m;
+}
+
+/// The refusals decided before any field is read, and the struct-level fields. True when the
+/// model is complete.
+fn modelHeader(f: *const Fields, m: *Model) bool {
     if (f.null_managed) {
         m.refuse(.null_managed);
-        return m;
+        return true;
     }
     if (f.bad_managed != 0) {
         m.refuse(.bad_address);
-        return m;
+        return true;
     }
     // Checked before any field is read.
     if (f.struct_at != .real) {
         m.refuse(.unmapped_struct);
-        return m;
+        return true;
     }
     // Any status may follow from the other generation's bytes; `runCase` checks what matters.
     if (f.mixed) {
         m.any_status = true;
-        return m;
+        return true;
     }
     if (f.bad_deleter != 0) {
         m.refuse(.bad_deleter);
-        return m;
+        return true;
     }
     // A foreign major may lay out everything after `flags` differently.
     if (f.versioned and f.major != 1) {
         m.refuse(.version);
-        return m;
+        return true;
     }
     if (f.versioned and f.flags & ~@as(u64, 7) != 0) m.refuse(.flags);
     if (!dtypeSupported(f.code, f.bits, f.lanes)) m.refuse(.dtype);
     if (!deviceKnown(f.device_type) or f.device_id < 0) m.refuse(.device);
-    if (f.ndim < 0 or f.ndim > MAX_RANK) {
+    if (f.ndim < 0 or f.ndim > rank_max) {
         m.refuse(.rank);
-        return m;
+        return true;
     }
+    return false;
+}
+
+/// The shape and strides arrays: present and readable (both checked before either is read).
+fn modelArrays(f: *const Fields, m: *Model) bool {
     const rank: usize = @intCast(f.ndim);
-    if (rank > 0 and f.shape_null) {
+    if (rank == 0) return false;
+    if (f.shape_null or arrayUnreadable(f.shape_at, rank)) {
         m.refuse(.shape);
-        return m;
+        return true;
     }
-    // Both arrays are checked readable before either is read.
-    if (rank > 0 and arrayUnreadable(f.shape_at, rank)) {
-        m.refuse(.shape);
-        return m;
-    }
-    if (rank > 0 and !f.strides_null and arrayUnreadable(f.strides_at, rank)) {
+    if (!f.strides_null and arrayUnreadable(f.strides_at, rank)) {
         m.refuse(.strides);
-        return m;
+        return true;
     }
+    return false;
+}
+
+/// The extents: none negative, the element count and every extent exact below 2^53.
+fn modelExtents(f: *const Fields, rank: usize, m: *Model) bool {
     var size: i256 = 1;
     for (f.shape[0..rank]) |e| {
         if (e < 0) {
             m.refuse(.shape);
-            return m;
+            return true;
         }
         // Saturates far above 2^53 (64 extents of 2^63 would not fit even i256); a zero still wins.
         size = if (e == 0) 0 else @min(size * e, @as(i256, 1) << 128);
@@ -483,25 +556,32 @@ fn modelLayout(f: *const Fields) Model {
     }
     for (f.shape[0..rank]) |e| if (e < 0) {
         m.refuse(.shape);
-        return m;
+        return true;
     };
     m.empty = size == 0;
     m.size = size;
-    if (!m.empty and size > MAX_EXACT) {
+    if (!m.empty and size > exact_max) {
         m.refuse(.overflow);
-        return m;
+        return true;
     }
     // Every extent reaches JS as an exact f64, empty tensors included.
-    for (f.shape[0..rank]) |e| if (e > MAX_EXACT) {
+    for (f.shape[0..rank]) |e| if (e > exact_max) {
         m.refuse(.overflow);
-        return m;
+        return true;
     };
+    return false;
+}
+
+/// The strides (C order for NULL ones), the element offsets reached and the byte span.
+fn modelSpan(f: *const Fields, rank: usize, m: *Model) void {
     if (f.strides_null) {
         var step: i256 = 1;
         var d = rank;
         while (d > 0) {
             d -= 1;
-            m.strides[d] = @intCast(std.math.clamp(step, std.math.minInt(i64), std.math.maxInt(i64)));
+            m.strides[d] = @intCast(
+                std.math.clamp(step, std.math.minInt(i64), std.math.maxInt(i64)),
+            );
             step = @min(step * f.shape[d], @as(i256, 1) << 128);
         }
     } else @memcpy(m.strides[0..rank], f.strides[0..rank]);
@@ -510,18 +590,17 @@ fn modelLayout(f: *const Fields) Model {
         const reach = @as(i256, f.shape[d] - 1) * m.strides[d];
         if (reach < 0) m.min += reach else m.max += reach;
     }
-    const padded = f.versioned and f.flags & abi.FLAG_SUBBYTE_PADDED != 0;
+    const padded = f.versioned and f.flags & abi.flag_subbyte_padded != 0;
     m.slot_bits = if (f.bits < 8 and padded) 8 else f.bits;
     m.lo = @divFloor(m.min * m.slot_bits, 8);
     m.hi = @divFloor((m.max + 1) * m.slot_bits + 7, 8);
-    if (!m.empty and (m.hi - m.lo > MAX_EXACT or -m.lo > MAX_EXACT or m.hi > MAX_EXACT or
-        -m.min > MAX_EXACT or m.max > MAX_EXACT))
+    if (!m.empty and (m.hi - m.lo > exact_max or -m.lo > exact_max or m.hi > exact_max or
+        -m.min > exact_max or m.max > exact_max))
     {
         m.refuse(.overflow);
-        return m;
+        return;
     }
     m.layout_known = true;
-    return m;
 }
 
 /// The checks that depend on where the data is.
@@ -530,11 +609,11 @@ fn modelPlacement(f: *const Fields, m: *Model) void {
     if (f.data == 0 and m.size != 0) m.refuse(.null_data);
     if (f.strict and f.byte_offset != 0) m.refuse(.byte_offset);
     const address = @as(i256, f.data) + f.byte_offset;
-    if (address > U64_MAX) {
+    if (address > u64_max) {
         m.refuse(.overflow);
         return;
     }
-    if (!m.empty and (address + m.lo < 0 or address + m.hi > U64_MAX)) m.refuse(.overflow);
+    if (!m.empty and (address + m.lo < 0 or address + m.hi > u64_max)) m.refuse(.overflow);
 }
 
 fn fakeAddress(r: std.Random) usize {
@@ -553,7 +632,7 @@ fn fakeAddress(r: std.Random) usize {
 fn place(r: std.Random, f: *Fields, m: *const Model) !void {
     f.allocated = false;
     f.byte_offset = 0;
-    if (m.layout_known and !m.empty and m.hi - m.lo <= MAX_ALLOC and chance(r, 85)) {
+    if (m.layout_known and !m.empty and m.hi - m.lo <= alloc_bytes_max and chance(r, 85)) {
         const len: usize = @intCast(m.hi - m.lo);
         const base = try mallocExact(len);
         // Non-zero contents, so the element reads below are not reading freshly mapped zeros only.
@@ -588,7 +667,7 @@ fn place(r: std.Random, f: *Fields, m: *const Model) !void {
 
 /// Builds the managed struct and its arrays (each exactly as long as `ndim` says).
 fn build(f: *const Fields) !*Produced {
-    const p: *Produced = @ptrCast(@alignCast(std.c.malloc(@sizeOf(Produced)) orelse return error.OutOfMemory));
+    const p: *Produced = @ptrCast(@alignCast(try mallocExact(@sizeOf(Produced))));
     p.* = .{
         .versioned = f.versioned,
         .managed = 0,
@@ -600,8 +679,8 @@ fn build(f: *const Fields) !*Produced {
     };
     errdefer p.free();
     // Arrays hold exactly ndim entries (one spare-free byte for ndim 0, two for a refused rank).
-    const entries: usize = if (f.ndim >= 0 and f.ndim <= MAX_RANK) @intCast(f.ndim) else 2;
-    const rank: usize = @min(entries, MAX_RANK);
+    const entries: usize = if (f.ndim >= 0 and f.ndim <= rank_max) @intCast(f.ndim) else 2;
+    const rank: usize = @min(entries, rank_max);
     if (!f.shape_null) {
         const s: [*]i64 = @ptrCast(@alignCast(try mallocExact(entries * 8)));
         for (0..rank) |d| s[d] = f.shape[d];
@@ -613,8 +692,8 @@ fn build(f: *const Fields) !*Produced {
         p.strides = s;
     }
     // Arrays in hostile places: the struct points there, the real ones are still freed with it.
-    const shape_address = if (p.shape == null or f.shape_at == .real) @intFromPtr(p.shape) else try Guard.address(f.shape_at, entries * 8);
-    const strides_address = if (p.strides == null or f.strides_at == .real) @intFromPtr(p.strides) else try Guard.address(f.strides_at, entries * 8);
+    const shape_address = try arrayAddress(@intFromPtr(p.shape), f.shape_at, entries);
+    const strides_address = try arrayAddress(@intFromPtr(p.strides), f.strides_at, entries);
     const tensor = abi.Tensor{
         .data = f.data,
         .device_type = f.device_type,
@@ -627,6 +706,23 @@ fn build(f: *const Fields) !*Produced {
         .strides = strides_address,
         .byte_offset = f.byte_offset,
     };
+    p.managed = try buildStruct(f, p, tensor);
+    if (f.bad_deleter != 0) {
+        const versioned_slot = @offsetOf(abi.Versioned, "deleter");
+        const slot: usize = if (f.versioned) versioned_slot else @offsetOf(abi.Legacy, "deleter");
+        @as(*u64, @ptrFromInt(p.managed + slot)).* = f.bad_deleter;
+    }
+    return p;
+}
+
+/// Where a struct points for an array: the real one, or a hostile place.
+fn arrayAddress(real: usize, where: Place, entries: usize) error{OutOfMemory}!usize {
+    if (real == 0 or where == .real) return real;
+    return Guard.address(where, entries * 8);
+}
+
+/// The managed struct of either generation, its deleter freeing `p`.
+fn buildStruct(f: *const Fields, p: *Produced, tensor: abi.Tensor) error{OutOfMemory}!usize {
     if (f.versioned) {
         const m: *abi.Versioned = @ptrCast(@alignCast(try mallocExact(@sizeOf(abi.Versioned))));
         m.* = .{
@@ -637,22 +733,20 @@ fn build(f: *const Fields) !*Produced {
             .flags = f.flags,
             .dl_tensor = tensor,
         };
-        p.managed = @intFromPtr(m);
-    } else {
-        // Read as versioned, a legacy struct is 16 bytes short: those bytes exist (zeros), so that
-        // reading them is not an out-of-bounds read valgrind would rightly report.
-        const bytes: usize = if (f.mixed) @sizeOf(abi.Versioned) else @sizeOf(abi.Legacy);
-        const raw = try mallocExact(bytes);
-        @memset(raw[0..bytes], 0);
-        const m: *abi.Legacy = @ptrCast(@alignCast(raw));
-        m.* = .{ .dl_tensor = tensor, .manager_ctx = @intFromPtr(p), .deleter = if (f.has_deleter) legacyDeleter else null };
-        p.managed = @intFromPtr(m);
+        return @intFromPtr(m);
     }
-    if (f.bad_deleter != 0) {
-        const slot: usize = if (f.versioned) @offsetOf(abi.Versioned, "deleter") else @offsetOf(abi.Legacy, "deleter");
-        @as(*u64, @ptrFromInt(p.managed + slot)).* = f.bad_deleter;
-    }
-    return p;
+    // Read as versioned, a legacy struct is 16 bytes short: those bytes exist (zeros), so that
+    // reading them is not an out-of-bounds read valgrind would rightly report.
+    const bytes: usize = if (f.mixed) @sizeOf(abi.Versioned) else @sizeOf(abi.Legacy);
+    const raw = try mallocExact(bytes);
+    @memset(raw[0..bytes], 0);
+    const m: *abi.Legacy = @ptrCast(@alignCast(raw));
+    m.* = .{
+        .dl_tensor = tensor,
+        .manager_ctx = @intFromPtr(p),
+        .deleter = if (f.has_deleter) legacyDeleter else null,
+    };
+    return @intFromPtr(m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -691,7 +785,7 @@ pub fn failureNote() []const u8 {
 }
 
 fn exactF(value: i256) ?f64 {
-    if (value > MAX_EXACT or value < -MAX_EXACT) return null;
+    if (value > exact_max or value < -exact_max) return null;
     return @floatFromInt(@as(i64, @intCast(value)));
 }
 
@@ -715,12 +809,19 @@ fn layoutBits(f: *const Fields, m: *const Model) u32 {
 fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description) Failure!void {
     const rank: usize = @intCast(f.ndim);
     const address: u64 = f.data +% f.byte_offset;
-    if (d.address() != address) return fail("address 0x{x}, expected 0x{x}", .{ d.address(), address });
+    if (d.address() != address) {
+        return fail("address 0x{x}, expected 0x{x}", .{ d.address(), address });
+    }
     if (d.ndim != f.ndim) return fail("ndim {d}, expected {d}", .{ d.ndim, f.ndim });
-    if (d.code != f.code or d.bits != f.bits or d.lanes != 1) return fail("dtype {d}/{d}", .{ d.code, d.bits });
+    if (d.code != f.code or d.bits != f.bits or d.lanes != 1) {
+        return fail("dtype {d}/{d}", .{ d.code, d.bits });
+    }
     if (d.device_type != f.device_type or d.device_id != f.device_id) return fail("device", .{});
     if (f.versioned) {
-        if (d.version_major != 1 or d.version_minor != @as(i32, @intCast(@min(f.minor, std.math.maxInt(i32)))))
+        if (d.version_major != 1 or d.version_minor != @as(
+            i32,
+            @intCast(@min(f.minor, std.math.maxInt(i32))),
+        ))
             return fail("version {d}.{d}", .{ d.version_major, d.version_minor });
         if (d.flags != f.flags) return fail("flags {d}, expected {d}", .{ d.flags, f.flags });
     } else if (d.version_major != -1 or d.flags != 0) return fail("legacy version/flags", .{});
@@ -728,18 +829,31 @@ fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description
     const nbytes = @divFloor(m.size * m.slot_bits + 7, 8);
     // nbytes may pass 2^53 for broadcasts (size times the item size), but must still be exact.
     const nbytes_f: f64 = @floatFromInt(nbytes);
-    if (@as(i256, @intFromFloat(nbytes_f)) != nbytes or d.nbytes != nbytes_f) return fail("nbytes {d}, expected {d}", .{ d.nbytes, nbytes });
+    if (@as(i256, @intFromFloat(nbytes_f)) != nbytes or d.nbytes != nbytes_f) {
+        return fail("nbytes {d}, expected {d}", .{ d.nbytes, nbytes });
+    }
     if (d.byte_offset != @as(f64, @floatFromInt(f.byte_offset))) return fail("byte_offset", .{});
     if (!m.empty) {
-        const min = exactF(m.min) orelse return fail("min offset {d} beyond 2^53 accepted", .{m.min});
-        const max = exactF(m.max) orelse return fail("max offset {d} beyond 2^53 accepted", .{m.max});
+        const min = exactF(m.min) orelse return fail(
+            "min offset {d} beyond 2^53 accepted",
+            .{m.min},
+        );
+        const max = exactF(m.max) orelse return fail(
+            "max offset {d} beyond 2^53 accepted",
+            .{m.max},
+        );
         if (d.min_offset != min or d.max_offset != max)
-            return fail("offsets {d}..{d}, expected {d}..{d}", .{ d.min_offset, d.max_offset, min, max });
+            return fail(
+                "offsets {d}..{d}, expected {d}..{d}",
+                .{ d.min_offset, d.max_offset, min, max },
+            );
     }
     for (0..rank) |i| {
         if (d.shape[i] != @as(f64, @floatFromInt(f.shape[i]))) return fail("shape[{d}]", .{i});
         const s = std.math.clamp(m.strides[i], -@as(i64, 1 << 53), @as(i64, 1 << 53));
-        if (d.strides[i] != @as(f64, @floatFromInt(s))) return fail("strides[{d}] {d}, expected {d}", .{ i, d.strides[i], s });
+        if (d.strides[i] != @as(f64, @floatFromInt(s))) {
+            return fail("strides[{d}] {d}, expected {d}", .{ i, d.strides[i], s });
+        }
     }
     // Bit 0x100: the device claim was verified. CPU memory always is; with no CUDA driver here
     // (this harness never loads one), nothing else is.
@@ -749,33 +863,49 @@ fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description
 
 /// Checks and reads the bytes of element `offset` (in elements from element 0), using only what the
 /// description says, against the allocation [base, base + len).
-fn touchElement(d: *const abi.Description, slot_bits: i64, offset: i64, base: usize, len: usize, tally: *Tally) Failure!void {
+fn touchElement(
+    d: *const abi.Description,
+    slot_bits: i64,
+    offset: i64,
+    base: usize,
+    len: usize,
+    tally: *Tally,
+) Failure!void {
     const element0: i128 = d.address();
     const bit = @as(i128, offset) * slot_bits;
     const first = element0 + @divFloor(bit, 8);
     const end = element0 + @divFloor(bit + slot_bits + 7, 8);
     if (first < base or end > base + len) {
-        return fail("element at offset {d} covers [0x{x}, 0x{x}), outside the allocation [0x{x}, 0x{x})", .{ offset, first, end, base, base + len });
+        return fail(
+            "element at offset {d} covers [0x{x}, 0x{x}), outside the allocation [0x{x}, 0x{x})",
+            .{ offset, first, end, base, base + len },
+        );
     }
     var a: usize = @intCast(first);
     while (a < end) : (a += 1) tally.checksum +%= @as(*const volatile u8, @ptrFromInt(a)).*;
     tally.elements_checked += 1;
 }
 
-fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.Description, tally: *Tally) Failure!void {
+fn checkMemory(
+    r: std.Random,
+    f: *const Fields,
+    m: *const Model,
+    d: *const abi.Description,
+    tally: *Tally,
+) Failure!void {
     const rank: usize = @intCast(f.ndim);
     const base = f.alloc_base;
     const slot: i64 = @intCast(m.slot_bits);
-    var shape: [MAX_RANK]i64 = undefined;
-    var strides: [MAX_RANK]i64 = undefined;
+    var shape: [rank_max]i64 = undefined;
+    var strides: [rank_max]i64 = undefined;
     for (0..rank) |i| {
         shape[i] = @intFromFloat(d.shape[i]);
         strides[i] = @intFromFloat(d.strides[i]);
     }
     const size: u64 = @intFromFloat(d.size);
-    if (size <= FULL_CHECK) {
+    if (size <= full_check_elements_max) {
         // Every element, by an odometer over the index; the extremes must be the reported ones.
-        var index = [_]i64{0} ** MAX_RANK;
+        var index = [_]i64{0} ** rank_max;
         var lo: i64 = 0;
         var hi: i64 = 0;
         var k: u64 = 0;
@@ -793,16 +923,24 @@ fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.D
                 index[i] = 0;
             }
         }
-        if (@as(f64, @floatFromInt(lo)) != d.min_offset or @as(f64, @floatFromInt(hi)) != d.max_offset) {
-            return fail("elements reach {d}..{d}, description says {d}..{d}", .{ lo, hi, d.min_offset, d.max_offset });
+        const lo_f: f64 = @floatFromInt(lo);
+        const hi_f: f64 = @floatFromInt(hi);
+        if (lo_f != d.min_offset or hi_f != d.max_offset) {
+            return fail(
+                "elements reach {d}..{d}, description says {d}..{d}",
+                .{ lo, hi, d.min_offset, d.max_offset },
+            );
         }
         return;
     }
     try touchElement(d, slot, @intFromFloat(d.min_offset), base, f.data_len, tally);
     try touchElement(d, slot, @intFromFloat(d.max_offset), base, f.data_len, tally);
-    for (0..FULL_CHECK) |_| {
+    for (0..full_check_elements_max) |_| {
         var offset: i64 = 0;
-        for (0..rank) |i| offset += @as(i64, @intCast(r.uintLessThan(u64, @intCast(shape[i])))) * strides[i];
+        for (0..rank) |i| offset += @as(
+            i64,
+            @intCast(r.uintLessThan(u64, @intCast(shape[i]))),
+        ) * strides[i];
         try touchElement(d, slot, offset, base, f.data_len, tally);
     }
 }
@@ -811,26 +949,41 @@ fn checkMemory(r: std.Random, f: *const Fields, m: *const Model, d: *const abi.D
 /// then the export is first imported as the wrong generation, or imported twice.
 fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description, tally: *Tally) Failure!void {
     var spec = d.*;
-    const padded = f.flags & abi.FLAG_SUBBYTE_PADDED != 0 and f.versioned;
+    const padded = f.flags & abi.flag_subbyte_padded != 0 and f.versioned;
     const versioned = padded or r.boolean();
-    const exported_status = abi.dlpk_export(if (versioned) abi.EXPORT_VERSIONED else 0, @intFromPtr(&spec));
+    const exported_status = abi.dlpk_export(
+        if (versioned) abi.export_versioned else 0,
+        @intFromPtr(&spec),
+    );
     if (exported_status != 0) return fail("re-export refused with status {d}", .{exported_status});
     const exported = spec.address();
     if (chance(r, 25)) return wrongGeneration(r, exported, versioned, tally);
     var again: abi.Description = undefined;
-    const status = abi.dlpk_import(exported, if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&again));
+    const status = abi.dlpk_import(
+        exported,
+        if (versioned) abi.import_versioned else 0,
+        @intFromPtr(&again),
+    );
     if (status != 0) return fail("re-import of our own export refused with {d}", .{status});
+    const same_span = again.min_offset == d.min_offset and again.max_offset == d.max_offset;
     if (again.address() != d.address() or again.ndim != d.ndim or again.size != d.size or
-        (again.size != 0 and (again.min_offset != d.min_offset or again.max_offset != d.max_offset)))
+        (again.size != 0 and !same_span))
         return fail("re-import describes other memory", .{});
     for (0..@intCast(d.ndim)) |i| {
-        if (again.shape[i] != d.shape[i] or again.strides[i] != d.strides[i]) return fail("re-import layout", .{});
+        if (again.shape[i] != d.shape[i] or again.strides[i] != d.strides[i]) {
+            return fail("re-import layout", .{});
+        }
     }
     if (again.owner() == d.owner()) return fail("re-import shares the owner record", .{});
     const twice = chance(r, 30);
     if (twice) {
         // One export, one import: the second is refused whatever generation it claims.
-        try expectOwnRefusal(exported, r.boolean(), .already_imported, "a second import of one export");
+        try expectOwnRefusal(
+            exported,
+            r.boolean(),
+            .already_imported,
+            "a second import of one export",
+        );
         tally.own_twice += 1;
     }
     // Release the outer import first or last: the producer must wait for both.
@@ -842,7 +995,12 @@ fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description, tally: *Tally
         abi.dlpk_owner_release(d.owner());
     }
     // Released (and still in quarantine): the stale address is refused, nothing is freed twice.
-    if (twice) try expectOwnRefusal(exported, r.boolean(), .released_export, "an import of a released export");
+    if (twice) try expectOwnRefusal(
+        exported,
+        r.boolean(),
+        .released_export,
+        "an import of a released export",
+    );
 }
 
 /// This library's export imported as the other generation: refused, and released once through
@@ -850,29 +1008,49 @@ fn roundTrip(r: std.Random, f: *const Fields, d: *abi.Description, tally: *Tally
 fn wrongGeneration(r: std.Random, exported: usize, versioned: bool, tally: *Tally) Failure!void {
     const keep = chance(r, 20);
     const exports_before = abi.stat(.exports);
-    var options: u32 = if (versioned) 0 else abi.IMPORT_VERSIONED;
-    if (keep) options |= abi.IMPORT_KEEP_ON_REFUSAL;
+    var options: u32 = if (versioned) 0 else abi.import_versioned;
+    if (keep) options |= abi.import_keep_on_refusal;
     var d: abi.Description = undefined;
     const status = abi.dlpk_import(exported, options, @intFromPtr(&d));
     if (status != @intFromEnum(abi.Status.generation)) {
         if (status == 0) abi.dlpk_owner_release(d.owner());
-        return fail("our export of the other generation: status {d}, expected generation", .{status});
+        return fail(
+            "our export of the other generation: status {d}, expected generation",
+            .{status},
+        );
     }
-    if (d.detail_limit != @intFromBool(versioned)) return fail("generation refusal names the wrong one", .{});
+    if (d.detail_limit != @intFromBool(versioned)) {
+        return fail("generation refusal names the wrong one", .{});
+    }
     const released: i64 = if (keep) 0 else 1;
-    if (abi.stat(.exports) != exports_before - released) return fail("the refused export was not released once", .{});
+    if (abi.stat(.exports) != exports_before - released) {
+        return fail("the refused export was not released once", .{});
+    }
     if (keep) abi.dlpk_managed_delete(exported, @intFromBool(versioned));
-    if (abi.stat(.exports) != exports_before - 1) return fail("the kept export was not released by its deleter", .{});
+    if (abi.stat(.exports) != exports_before - 1) {
+        return fail("the kept export was not released by its deleter", .{});
+    }
     try expectOwnRefusal(exported, r.boolean(), .released_export, "an import of a released export");
     tally.own_mixed += 1;
 }
 
-fn expectOwnRefusal(exported: usize, versioned: bool, expected: abi.Status, what: []const u8) Failure!void {
+fn expectOwnRefusal(
+    exported: usize,
+    versioned: bool,
+    expected: abi.Status,
+    what: []const u8,
+) Failure!void {
     const exports_before = abi.stat(.exports);
     var d: abi.Description = undefined;
-    const status = abi.dlpk_import(exported, if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&d));
+    const status = abi.dlpk_import(
+        exported,
+        if (versioned) abi.import_versioned else 0,
+        @intFromPtr(&d),
+    );
     if (status == 0) abi.dlpk_owner_release(d.owner());
-    if (status != @intFromEnum(expected)) return fail("{s}: status {d}, expected {d}", .{ what, status, @intFromEnum(expected) });
+    if (status != @intFromEnum(expected)) {
+        return fail("{s}: status {d}, expected {d}", .{ what, status, @intFromEnum(expected) });
+    }
     if (abi.stat(.exports) != exports_before) return fail("{s} released something", .{what});
 }
 
@@ -880,16 +1058,21 @@ fn expectOwnRefusal(exported: usize, versioned: bool, expected: abi.Status, what
 var current: Fields = undefined;
 
 fn printFields(f: *const Fields) void {
-    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, MAX_RANK));
-    std.debug.print(
-        "  fields: versioned {} major {d} minor {d} flags 0x{x} ndim {d} dtype {d}/{d}/{d} device {d}:{d} shape {any}{s} strides {any}{s}\n" ++
-            "          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} keep {} deleter {} null_managed {} bad_managed 0x{x}\n",
-        .{
-            f.versioned, f.major,          f.minor,                             f.flags,            f.ndim,                                f.code, f.bits,        f.lanes,     f.device_type,
-            f.device_id, f.shape[0..rank], if (f.shape_null) " (NULL)" else "", f.strides[0..rank], if (f.strides_null) " (NULL)" else "", f.data, f.byte_offset, f.allocated, f.data_len,
-            f.strict,    f.keep,           f.has_deleter,                       f.null_managed,     f.bad_managed,
-        },
-    );
+    const rank: usize = @intCast(std.math.clamp(f.ndim, 0, rank_max));
+    std.debug.print("  fields: versioned {} major {d} minor {d} flags 0x{x} ndim {d} " ++
+        "dtype {d}/{d}/{d} device {d}:{d}\n", .{
+        f.versioned, f.major, f.minor, f.flags,       f.ndim,
+        f.code,      f.bits,  f.lanes, f.device_type, f.device_id,
+    });
+    std.debug.print("          shape {any}{s} strides {any}{s}\n", .{
+        f.shape[0..rank],   if (f.shape_null) " (NULL)" else "",
+        f.strides[0..rank], if (f.strides_null) " (NULL)" else "",
+    });
+    std.debug.print("          data 0x{x} byte_offset {d} allocated {} ({d} bytes) strict {} " ++
+        "keep {} deleter {} null_managed {} bad_managed 0x{x}\n", .{
+        f.data, f.byte_offset, f.allocated,    f.data_len,    f.strict,
+        f.keep, f.has_deleter, f.null_managed, f.bad_managed,
+    });
     std.debug.print("          struct {s} shape {s} strides {s} bad deleter 0x{x} mixed {}\n", .{
         @tagName(f.struct_at), @tagName(f.shape_at), @tagName(f.strides_at), f.bad_deleter, f.mixed,
     });
@@ -898,16 +1081,23 @@ fn printFields(f: *const Fields) void {
 /// Whether the validator may call the producer's deleter: a struct it can read, with a deleter
 /// that is code, read as the generation it is.
 fn callable(f: *const Fields) bool {
-    return f.has_deleter and f.bad_deleter == 0 and f.struct_at == .real and f.bad_managed == 0 and !f.mixed;
+    return f.has_deleter and f.bad_deleter == 0 and f.struct_at == .real and
+        f.bad_managed == 0 and !f.mixed;
 }
 
 /// The address handed to the import: the struct's, or a hostile one.
 fn passedAddress(f: *const Fields, produced: ?*Produced) Failure!usize {
     const p = produced orelse return 0;
-    if (f.bad_managed != 0) return if (f.bad_managed < 8) p.managed + f.bad_managed else f.bad_managed;
+    if (f.bad_managed != 0) {
+        return if (f.bad_managed < 8) p.managed + f.bad_managed else f.bad_managed;
+    }
     if (f.struct_at == .real) return p.managed;
-    const claimed_size: usize = if (f.versioned != f.mixed) @sizeOf(abi.Versioned) else @sizeOf(abi.Legacy);
-    return Guard.address(f.struct_at, claimed_size) catch fail("could not map a page to unmap", .{});
+    const versioned_size = @sizeOf(abi.Versioned);
+    const claimed_size: usize = if (f.versioned != f.mixed) versioned_size else @sizeOf(abi.Legacy);
+    return Guard.address(f.struct_at, claimed_size) catch fail(
+        "could not map a page to unmap",
+        .{},
+    );
 }
 
 pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
@@ -926,9 +1116,9 @@ pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
     const imports_before = abi.stat(.imports);
     const exports_before = abi.stat(.exports);
     const calls_before = deleter_calls;
-    var options: u32 = if (f.versioned != f.mixed) abi.IMPORT_VERSIONED else 0;
-    if (f.strict) options |= abi.IMPORT_STRICT_OFFSET;
-    if (f.keep) options |= abi.IMPORT_KEEP_ON_REFUSAL;
+    var options: u32 = if (f.versioned != f.mixed) abi.import_versioned else 0;
+    if (f.strict) options |= abi.import_strict_offset;
+    if (f.keep) options |= abi.import_keep_on_refusal;
     var d: abi.Description = undefined;
     const status = abi.dlpk_import(managed, options, @intFromPtr(&d));
     tally.cases += 1;
@@ -941,7 +1131,10 @@ pub fn runCase(r: std.Random, tally: *Tally) Failure!void {
         try checkAccepted(r, &f, &m, status, &d, calls_before, imports_before, produced, tally);
     }
     if (abi.stat(.imports) != imports_before or abi.stat(.exports) != exports_before) {
-        return fail("live counters did not return (imports {d} -> {d}, exports {d} -> {d})", .{ imports_before, abi.stat(.imports), exports_before, abi.stat(.exports) });
+        return fail(
+            "live counters did not return (imports {d} -> {d}, exports {d} -> {d})",
+            .{ imports_before, abi.stat(.imports), exports_before, abi.stat(.exports) },
+        );
     }
 }
 
@@ -953,27 +1146,54 @@ fn tallyHostile(f: *const Fields, tally: *Tally) void {
 
 /// A struct read as the other generation: whatever the status, no deleter may run (its deleter
 /// slot holds a pointer into its arrays, or ndim and dtype: never code).
-fn checkMixed(status: i32, d: *const abi.Description, calls_before: u32, p: *Produced, tally: *Tally) Failure!void {
+fn checkMixed(
+    status: i32,
+    d: *const abi.Description,
+    calls_before: u32,
+    p: *Produced,
+    tally: *Tally,
+) Failure!void {
     if (status == 0) abi.dlpk_owner_release(d.owner());
     defer p.free();
-    if (deleter_calls != calls_before) return fail("a struct of the other generation ran a deleter", .{});
-    if (status != 0 and d.status != status) return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    if (deleter_calls != calls_before) {
+        return fail("a struct of the other generation ran a deleter", .{});
+    }
+    if (status != 0 and d.status != status) {
+        return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    }
     tally.mixed += 1;
     tally.refused[@intCast(std.math.clamp(status, 0, 31))] += 1;
 }
 
-fn checkRefused(f: *const Fields, m: *const Model, status: i32, d: *const abi.Description, calls_before: u32, produced: ?*Produced, managed: usize, tally: *Tally) Failure!void {
-    // The producer's deleter runs on refusal unless the caller kept the tensor or it cannot be called.
+fn checkRefused(
+    f: *const Fields,
+    m: *const Model,
+    status: i32,
+    d: *const abi.Description,
+    calls_before: u32,
+    produced: ?*Produced,
+    managed: usize,
+    tally: *Tally,
+) Failure!void {
+    // The producer's deleter runs on refusal unless the caller kept the tensor or it cannot be
+    // called.
     const expect_deleted: u32 = if (!f.keep and callable(f) and managed != 0) 1 else 0;
     if (status == 0) {
         abi.dlpk_owner_release(d.owner());
         if (produced != null and !f.has_deleter) produced.?.free();
         return fail("accepted a tensor the model refuses (refusal bits 0x{x})", .{m.refusals});
     }
-    if (!m.allows(status)) return fail("refused with status {d}, model allows bits 0x{x}", .{ status, m.refusals });
-    if (d.status != status) return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    if (!m.allows(status)) {
+        return fail("refused with status {d}, model allows bits 0x{x}", .{ status, m.refusals });
+    }
+    if (d.status != status) {
+        return fail("description status {d} differs from returned {d}", .{ d.status, status });
+    }
     if (deleter_calls - calls_before != expect_deleted) {
-        return fail("refusal ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expect_deleted });
+        return fail(
+            "refusal ran the deleter {d} times, expected {d}",
+            .{ deleter_calls - calls_before, expect_deleted },
+        );
     }
     tally.refused[@intCast(@min(status, 31))] += 1;
     // Kept, deleter-less, never-found or uncallable tensors are still ours to free.
@@ -982,7 +1202,17 @@ fn checkRefused(f: *const Fields, m: *const Model, status: i32, d: *const abi.De
     }
 }
 
-fn checkAccepted(r: std.Random, f: *const Fields, m: *const Model, status: i32, d: *abi.Description, calls_before: u32, imports_before: i64, produced: ?*Produced, tally: *Tally) Failure!void {
+fn checkAccepted(
+    r: std.Random,
+    f: *const Fields,
+    m: *const Model,
+    status: i32,
+    d: *abi.Description,
+    calls_before: u32,
+    imports_before: i64,
+    produced: ?*Produced,
+    tally: *Tally,
+) Failure!void {
     if (status != 0) {
         if (produced) |p| if (!f.has_deleter or f.keep) p.free();
         return fail("refused with status {d} a tensor the model accepts", .{status});
@@ -1001,12 +1231,17 @@ fn checkAccepted(r: std.Random, f: *const Fields, m: *const Model, status: i32, 
     if (chance(r, 12)) {
         try roundTrip(r, f, d, tally);
         tally.round_trips += 1;
-        if (deleter_calls != calls_before) return fail("the deleter ran while the first import was alive", .{});
+        if (deleter_calls != calls_before) {
+            return fail("the deleter ran while the first import was alive", .{});
+        }
     }
     abi.dlpk_owner_release(d.owner());
     const expected: u32 = if (f.has_deleter) 1 else 0;
     if (deleter_calls - calls_before != expected) {
-        return fail("release ran the deleter {d} times, expected {d}", .{ deleter_calls - calls_before, expected });
+        return fail(
+            "release ran the deleter {d} times, expected {d}",
+            .{ deleter_calls - calls_before, expected },
+        );
     }
     if (!f.has_deleter) produced.?.free();
 }
@@ -1020,7 +1255,10 @@ const ByteSource = struct {
     tail: std.Random.DefaultPrng,
 
     fn init(bytes: []const u8) ByteSource {
-        return .{ .bytes = bytes, .tail = std.Random.DefaultPrng.init(std.hash.Wyhash.hash(0, bytes)) };
+        return .{
+            .bytes = bytes,
+            .tail = std.Random.DefaultPrng.init(std.hash.Wyhash.hash(0, bytes)),
+        };
     }
 
     fn fill(self: *ByteSource, buf: []u8) void {
@@ -1046,20 +1284,22 @@ fn casePrng(seed: u64, k: u64) std.Random.DefaultPrng {
 // Drivers
 
 fn printTally(t: *const Tally, seed: u64, seconds: f64) void {
-    std.debug.print(
-        "fuzz: {d} cases (seed {d}) in {d:.1} s: accepted {d} in real memory, {d} at fake addresses, {d} empty; " ++
-            "{d} re-exported; {d} elements checked; refused: version {d}, flags {d}, rank {d}, dtype {d}, device {d}, " ++
-            "shape {d}, strides {d}, overflow {d}, null_data {d}, byte_offset {d}, null_managed {d}, bad_address {d}, " ++
-            "unmapped_struct {d}, bad_deleter {d}; hostile: {d} structs, {d} arrays, {d} deleters, {d} of the other " ++
-            "generation; own exports: {d} as the other generation, {d} imported twice; 0 failures\n",
-        .{
-            t.cases,           seed,               seconds,       t.accepted_in_memory, t.accepted_fake_address, t.accepted_empty,
-            t.round_trips,     t.elements_checked, t.refused[2],  t.refused[3],         t.refused[4],            t.refused[5],
-            t.refused[6],      t.refused[7],       t.refused[13], t.refused[8],         t.refused[9],            t.refused[10],
-            t.refused[1],      t.refused[17],      t.refused[20], t.refused[21],        t.hostile_struct,        t.hostile_arrays,
-            t.hostile_deleter, t.mixed,            t.own_mixed,   t.own_twice,
-        },
-    );
+    const r = &t.refused;
+    std.debug.print("fuzz: {d} cases (seed {d}) in {d:.1} s: accepted {d} in real memory, " ++
+        "{d} at fake addresses, {d} empty; {d} re-exported; {d} elements checked; ", .{
+        t.cases,                 seed,             seconds,       t.accepted_in_memory,
+        t.accepted_fake_address, t.accepted_empty, t.round_trips, t.elements_checked,
+    });
+    std.debug.print("refused: version {d}, flags {d}, rank {d}, dtype {d}, device {d}, " ++
+        "shape {d}, strides {d}, overflow {d}, null_data {d}, byte_offset {d}, " ++
+        "null_managed {d}, bad_address {d}, unmapped_struct {d}, bad_deleter {d}; ", .{
+        r[2], r[3], r[4],  r[5], r[6],  r[7],  r[13],
+        r[8], r[9], r[10], r[1], r[17], r[20], r[21],
+    });
+    std.debug.print("hostile: {d} structs, {d} arrays, {d} deleters, {d} of the other " ++
+        "generation; own exports: {d} as the other generation, {d} imported twice; 0 failures\n", .{
+        t.hostile_struct, t.hostile_arrays, t.hostile_deleter, t.mixed, t.own_mixed, t.own_twice,
+    });
 }
 
 /// `reliability fuzz [--seed N|random] [--cases N | --seconds S] [--case K]`
@@ -1071,7 +1311,9 @@ pub fn run(args: *std.process.ArgIterator) !void {
     while (args.next()) |arg| {
         const value = args.next() orelse return usage();
         if (std.mem.eql(u8, arg, "--seed")) {
-            seed = if (std.mem.eql(u8, value, "random")) @bitCast(std.time.milliTimestamp()) else try std.fmt.parseInt(u64, value, 10);
+            seed = if (std.mem.eql(u8, value, "random")) @bitCast(
+                std.time.milliTimestamp(),
+            ) else try std.fmt.parseInt(u64, value, 10);
         } else if (std.mem.eql(u8, arg, "--cases")) {
             cases = try std.fmt.parseInt(u64, value, 10);
         } else if (std.mem.eql(u8, arg, "--seconds")) {
@@ -1082,7 +1324,10 @@ pub fn run(args: *std.process.ArgIterator) !void {
         } else return usage();
     }
     if (abi.dlpk_description_size() != @sizeOf(abi.Description)) {
-        std.debug.print("fuzz: the library's Description is {d} bytes, this harness reads {d}\n", .{ abi.dlpk_description_size(), @sizeOf(abi.Description) });
+        std.debug.print(
+            "fuzz: the library's Description is {d} bytes, this harness reads {d}\n",
+            .{ abi.dlpk_description_size(), @sizeOf(abi.Description) },
+        );
         std.process.exit(2);
     }
     var tally = Tally{};
@@ -1090,10 +1335,16 @@ pub fn run(args: *std.process.ArgIterator) !void {
     var k: u64 = only orelse 0;
     const last = if (only) |o| o + 1 else cases;
     while (k < last) : (k += 1) {
-        if (seconds > 0 and k % 1024 == 0 and @as(f64, @floatFromInt(timer.read())) / 1e9 >= seconds) break;
+        if (seconds > 0 and k % 1024 == 0 and @as(
+            f64,
+            @floatFromInt(timer.read()),
+        ) / 1e9 >= seconds) break;
         var prng = casePrng(seed, k);
         runCase(prng.random(), &tally) catch |e| {
-            std.debug.print("fuzz: FAILED at case {d} of seed {d}: {s}: {s}\n", .{ k, seed, @errorName(e), failureNote() });
+            std.debug.print(
+                "fuzz: FAILED at case {d} of seed {d}: {s}: {s}\n",
+                .{ k, seed, @errorName(e), failureNote() },
+            );
             printFields(&current);
             std.debug.print("  replay: zig build fuzz -- --seed {d} --case {d}\n", .{ seed, k });
             std.process.exit(1);
@@ -1103,7 +1354,10 @@ pub fn run(args: *std.process.ArgIterator) !void {
 }
 
 fn usage() error{InvalidArguments} {
-    std.debug.print("usage: zig build fuzz -- [--seed N|random] [--cases N | --seconds S] [--case K]\n", .{});
+    std.debug.print(
+        "usage: zig build fuzz -- [--seed N|random] [--cases N | --seconds S] [--case K]\n",
+        .{},
+    );
     return error.InvalidArguments;
 }
 
@@ -1117,7 +1371,10 @@ extern const __stop___sancov_cntrs: u8;
 fn llvmInitialize(argc: *c_int, argv: *[*][*:0]u8) callconv(.c) c_int {
     _ = argc;
     _ = argv;
-    __sanitizer_cov_8bit_counters_init(@ptrCast(@constCast(&__start___sancov_cntrs)), @ptrCast(@constCast(&__stop___sancov_cntrs)));
+    __sanitizer_cov_8bit_counters_init(
+        @ptrCast(@constCast(&__start___sancov_cntrs)),
+        @ptrCast(@constCast(&__stop___sancov_cntrs)),
+    );
     return 0;
 }
 
@@ -1158,7 +1415,12 @@ test "seeded validator fuzz: 3,000 cases" {
 }
 
 test "byte-driven cases (the libFuzzer path) hold the same property" {
-    const inputs = [_][]const u8{ "", "\x00", "\xff" ** 64, "dlpack fuzz corpus seed: a few bytes of everything \x01\x02\x80\xfe" };
+    const inputs = [_][]const u8{
+        "",
+        "\x00",
+        "\xff" ** 64,
+        "dlpack fuzz corpus seed: a few bytes of everything \x01\x02\x80\xfe",
+    };
     for (inputs) |input| {
         var source = ByteSource.init(input);
         var tally = Tally{};

@@ -30,16 +30,16 @@ const Spec = struct {
     /// 0: the counting deleter, 1: a NULL deleter.
     const deleter_mode = 16;
     const shape = 17;
-    const strides = 17 + dlpack.MAX_RANK;
-    const len = 17 + 2 * dlpack.MAX_RANK;
+    const strides = 17 + dlpack.rank_max;
+    const len = 17 + 2 * dlpack.rank_max;
 };
 
 /// One allocation holds the struct, its shape/strides arrays and the data.
 const Block = struct {
     versioned: dlpack.ManagedTensorVersioned,
     legacy: dlpack.ManagedTensor,
-    shape: [dlpack.MAX_RANK]i64,
-    strides: [dlpack.MAX_RANK]i64,
+    shape: [dlpack.rank_max]i64,
+    strides: [dlpack.rank_max]i64,
     data: ?[]align(64) u8,
 };
 
@@ -61,7 +61,7 @@ fn legacyDeleter(self: *dlpack.ManagedTensor) callconv(.c) void {
 export fn tp_make(spec: [*]const i64) usize {
     const block = std.heap.c_allocator.create(Block) catch return 0;
     const ndim_raw = spec[Spec.ndim];
-    const stored: usize = @intCast(std.math.clamp(ndim_raw, 0, dlpack.MAX_RANK));
+    const stored: usize = @intCast(std.math.clamp(ndim_raw, 0, dlpack.rank_max));
     for (0..stored) |d| {
         block.shape[d] = spec[Spec.shape + d];
         block.strides[d] = spec[Spec.strides + d];
@@ -84,7 +84,10 @@ export fn tp_make(spec: [*]const i64) usize {
     }
     const tensor = dlpack.Tensor{
         .data = data,
-        .device = .{ .device_type = @intCast(spec[Spec.device_type]), .device_id = @intCast(spec[Spec.device_id]) },
+        .device = .{
+            .device_type = @intCast(spec[Spec.device_type]),
+            .device_id = @intCast(spec[Spec.device_id]),
+        },
         .ndim = @intCast(ndim_raw),
         .dtype = .{
             .code = @intCast(spec[Spec.code]),
@@ -99,7 +102,10 @@ export fn tp_make(spec: [*]const i64) usize {
     _ = made.fetchAdd(1, .acq_rel);
     if (spec[Spec.versioned] != 0) {
         block.versioned = .{
-            .version = .{ .major = @intCast(spec[Spec.major]), .minor = @intCast(spec[Spec.minor]) },
+            .version = .{
+                .major = @intCast(spec[Spec.major]),
+                .minor = @intCast(spec[Spec.minor]),
+            },
             .manager_ctx = block,
             .deleter = if (counted) versionedDeleter else null,
             .flags = @bitCast(spec[Spec.flags]),
@@ -107,7 +113,11 @@ export fn tp_make(spec: [*]const i64) usize {
         };
         return @intFromPtr(&block.versioned);
     }
-    block.legacy = .{ .dl_tensor = tensor, .manager_ctx = block, .deleter = if (counted) legacyDeleter else null };
+    block.legacy = .{
+        .dl_tensor = tensor,
+        .manager_ctx = block,
+        .deleter = if (counted) legacyDeleter else null,
+    };
     return @intFromPtr(&block.legacy);
 }
 
@@ -172,9 +182,9 @@ export fn tp_inspect(managed: usize, versioned: u32, out: [*]i64) i32 {
         out[10] = -1;
     }
     const ndim: usize = @intCast(@max(t.ndim, 0));
-    for (0..@min(ndim, dlpack.MAX_RANK)) |d| {
+    for (0..@min(ndim, dlpack.rank_max)) |d| {
         out[11 + d] = if (t.shape) |s| s[d] else -1;
-        out[11 + dlpack.MAX_RANK + d] = if (t.strides) |s| s[d] else 0;
+        out[11 + dlpack.rank_max + d] = if (t.strides) |s| s[d] else 0;
     }
     if (ndim > 0 and t.strides == null) return -1;
     return t.ndim;
@@ -191,7 +201,11 @@ fn consumeWorker(managed: usize, versioned: bool) void {
 
 /// Calls the deleter from a new thread and waits for it: exports must tolerate any thread.
 export fn tp_consume_on_thread(managed: usize, versioned: u32) i32 {
-    const thread = std.Thread.spawn(.{}, consumeWorker, .{ managed, versioned != 0 }) catch return -1;
+    const thread = std.Thread.spawn(
+        .{},
+        consumeWorker,
+        .{ managed, versioned != 0 },
+    ) catch return -1;
     thread.join();
     return 0;
 }
@@ -204,7 +218,8 @@ const Batch = struct {
     }
 };
 
-/// Releases `count` tensors from `threads` threads at once (each thread takes an interleaved share).
+/// Releases `count` tensors from `threads` threads at once (each thread takes an interleaved
+/// share).
 export fn tp_consume_many(managed: [*]const f64, count: u32, versioned: u32, threads: u32) i32 {
     const n_threads: usize = std.math.clamp(threads, 1, 64);
     const all = std.heap.c_allocator.alloc(usize, count) catch return -1;
@@ -216,7 +231,11 @@ export fn tp_consume_many(managed: [*]const f64, count: u32, versioned: u32, thr
     while (started < n_threads) : (started += 1) {
         const lo = @min(started * chunk, all.len);
         const hi = @min(lo + chunk, all.len);
-        handles[started] = std.Thread.spawn(.{}, Batch.run, .{Batch{ .items = all[lo..hi], .versioned = versioned != 0 }}) catch {
+        handles[started] = std.Thread.spawn(
+            .{},
+            Batch.run,
+            .{Batch{ .items = all[lo..hi], .versioned = versioned != 0 }},
+        ) catch {
             Batch.run(.{ .items = all[lo..], .versioned = versioned != 0 });
             break;
         };
@@ -269,7 +288,7 @@ export fn tp_read_values(managed: usize, versioned: u32, out: [*]f64, capacity: 
     if (size == 0) return 0;
     const itemsize: i64 = t.dtype.bits / 8;
     const base: i64 = @intCast(@intFromPtr(t.data) + t.byte_offset);
-    var index: [dlpack.MAX_RANK]i64 = [_]i64{0} ** dlpack.MAX_RANK;
+    var index: [dlpack.rank_max]i64 = [_]i64{0} ** dlpack.rank_max;
     for (0..size) |k| {
         var offset: i64 = 0;
         for (0..ndim) |d| {
@@ -433,7 +452,14 @@ export fn tp_guard_region() usize {
     if (@import("builtin").os.tag != .linux) return 0;
     const page = std.heap.page_size_min;
     const hint: usize = 0x3d00_0000_0000;
-    const region = std.posix.mmap(@ptrFromInt(hint), 3 * page, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0) catch return 0;
+    const region = std.posix.mmap(
+        @ptrFromInt(hint),
+        3 * page,
+        std.posix.PROT.READ | std.posix.PROT.WRITE,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    ) catch return 0;
     if (@intFromPtr(region.ptr) != hint) {
         std.posix.munmap(region);
         return 0;

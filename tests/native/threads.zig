@@ -63,9 +63,20 @@ fn makeForeign(records: []Foreign) void {
         };
         // manager_ctx is the record's index (+1, so it is never NULL).
         if (i % 2 == 0) {
-            r.managed = .{ .versioned = .{ .major = 1, .minor = 3, .manager_ctx = i + 1, .deleter = foreignVersionedDeleter, .flags = 0, .dl_tensor = tensor } };
+            r.managed = .{ .versioned = .{
+                .major = 1,
+                .minor = 3,
+                .manager_ctx = i + 1,
+                .deleter = foreignVersionedDeleter,
+                .flags = 0,
+                .dl_tensor = tensor,
+            } };
         } else {
-            r.managed = .{ .legacy = .{ .dl_tensor = tensor, .manager_ctx = i + 1, .deleter = foreignLegacyDeleter } };
+            r.managed = .{ .legacy = .{
+                .dl_tensor = tensor,
+                .manager_ctx = i + 1,
+                .deleter = foreignLegacyDeleter,
+            } };
         }
     }
 }
@@ -105,7 +116,7 @@ fn consumeAll(items: []const Exported, threads: usize) !void {
 
 fn exportOf(d: *abi.Description, versioned: bool) !Exported {
     var spec = d.*;
-    const status = abi.dlpk_export(if (versioned) abi.EXPORT_VERSIONED else 0, @intFromPtr(&spec));
+    const status = abi.dlpk_export(if (versioned) abi.export_versioned else 0, @intFromPtr(&spec));
     if (status != 0) return error.ExportFailed;
     return .{ .managed = @intCast(spec.address()), .versioned = versioned };
 }
@@ -133,7 +144,10 @@ const Counters = struct {
 fn expectCountersBack(before: Counters, what: []const u8) !void {
     const after = Counters.now();
     if (!std.meta.eql(before, after)) {
-        std.debug.print("threads: {s}: live counters did not return: {any} -> {any}\n", .{ what, before, after });
+        std.debug.print(
+            "threads: {s}: live counters did not return: {any} -> {any}\n",
+            .{ what, before, after },
+        );
         return error.CountersLeaked;
     }
 }
@@ -155,7 +169,8 @@ fn importsReleasedOnThreads(n: usize, threads: usize) !void {
     var d: abi.Description = undefined;
     for (records, 0..) |*r, i| {
         const versioned = i % 2 == 0;
-        if (abi.dlpk_import(@intFromPtr(&r.managed), if (versioned) abi.IMPORT_VERSIONED else 0, @intFromPtr(&d)) != 0) {
+        const options: u32 = if (versioned) abi.import_versioned else 0;
+        if (abi.dlpk_import(@intFromPtr(&r.managed), options, @intFromPtr(&d)) != 0) {
             return error.ImportRefused;
         }
         exported[i] = try exportOf(&d, i % 3 == 0);
@@ -181,14 +196,19 @@ fn oneOwnerManyExports(n: usize, threads: usize) !void {
     producer_calls = &calls;
     makeForeign(&record);
     var d: abi.Description = undefined;
-    if (abi.dlpk_import(@intFromPtr(&record[0].managed), abi.IMPORT_VERSIONED, @intFromPtr(&d)) != 0) return error.ImportRefused;
+    const managed = @intFromPtr(&record[0].managed);
+    const status = abi.dlpk_import(managed, abi.import_versioned, @intFromPtr(&d));
+    if (status != 0) return error.ImportRefused;
     const exported = try std.heap.c_allocator.alloc(Exported, n);
     defer std.heap.c_allocator.free(exported);
     for (exported, 0..) |*e, i| e.* = try exportOf(&d, i % 2 == 0);
     abi.dlpk_owner_release(d.owner());
     try consumeAll(exported, threads);
     if (calls[0].load(.acquire) != 1) {
-        std.debug.print("threads: shared owner: producer deleter ran {d} times\n", .{calls[0].load(.acquire)});
+        std.debug.print(
+            "threads: shared owner: producer deleter ran {d} times\n",
+            .{calls[0].load(.acquire)},
+        );
         return error.NotExactlyOnce;
     }
     try expectCountersBack(before, "one owner");
@@ -225,6 +245,30 @@ const Drainer = struct {
     }
 };
 
+/// One export per pin, the pins of the two realms interleaved, so both realms' releases happen on
+/// every thread at once. Each export holds the only reference to its pin.
+fn exportPins(realms: [2]usize, exported: []Exported) !void {
+    var d: abi.Description = undefined;
+    for (exported, 0..) |*e, i| {
+        const id: f64 = @floatFromInt(i / 2 + 1);
+        const status = abi.dlpk_pin_new_in(realms[i % 2], id, 16, @intFromPtr(&d));
+        if (status != 0) return error.PinFailed;
+        // The export describes some JS memory; its address is never read here.
+        d.address_lo = 0x1000;
+        d.address_hi = 0;
+        d.ndim = 1;
+        d.shape[0] = 4;
+        d.strides[0] = 1;
+        d.device_type = 1;
+        d.device_id = 0;
+        d.code = 2;
+        d.bits = 32;
+        d.flags = 0;
+        e.* = try exportOf(&d, i % 3 == 1);
+        abi.dlpk_owner_release(d.owner());
+    }
+}
+
 fn pinsReleasedOnThreads(n: usize, threads: usize) !void {
     const before = Counters.now();
     const realms = [2]usize{ abi.dlpk_realm_new(), abi.dlpk_realm_new() };
@@ -242,24 +286,7 @@ fn pinsReleasedOnThreads(n: usize, threads: usize) !void {
     defer for (seen) |s| std.heap.c_allocator.free(s);
     const exported = try std.heap.c_allocator.alloc(Exported, 2 * per_realm);
     defer std.heap.c_allocator.free(exported);
-    var d: abi.Description = undefined;
-    for (exported, 0..) |*e, i| {
-        // Interleaved, so both realms' releases happen on every thread at once.
-        if (abi.dlpk_pin_new_in(realms[i % 2], @floatFromInt(i / 2 + 1), 16, @intFromPtr(&d)) != 0) return error.PinFailed;
-        // The export describes some JS memory; its address is never read here.
-        d.address_lo = 0x1000;
-        d.address_hi = 0;
-        d.ndim = 1;
-        d.shape[0] = 4;
-        d.strides[0] = 1;
-        d.device_type = 1;
-        d.device_id = 0;
-        d.code = 2;
-        d.bits = 32;
-        d.flags = 0;
-        e.* = try exportOf(&d, i % 3 == 1);
-        abi.dlpk_owner_release(d.owner());
-    }
+    try exportPins(realms, exported);
     var gate = Gate{};
     var drainers: [2]Drainer = undefined;
     var drain_threads: [2]std.Thread = undefined;
@@ -269,14 +296,21 @@ fn pinsReleasedOnThreads(n: usize, threads: usize) !void {
     }
     var handles: [64]std.Thread = undefined;
     const t_count = @min(threads, handles.len);
-    for (0..t_count) |t| handles[t] = try std.Thread.spawn(.{}, consumeShare, .{ &gate, exported, t_count, t });
+    for (0..t_count) |t| handles[t] = try std.Thread.spawn(
+        .{},
+        consumeShare,
+        .{ &gate, exported, t_count, t },
+    );
     while (gate.ready.load(.acquire) < t_count + 2) std.atomic.spinLoopHint();
     gate.go.store(true, .release);
     for (handles[0..t_count]) |h| h.join();
     for (drain_threads) |t| t.join();
     for (drainers, 0..) |dr, r| {
         if (dr.duplicates != 0 or dr.unknown != 0 or dr.total != per_realm) {
-            std.debug.print("threads: pins of realm {d}: {d} drained, {d} duplicates, {d} unknown ids (expected {d})\n", .{ r, dr.total, dr.duplicates, dr.unknown, per_realm });
+            std.debug.print("threads: pins of realm {d}: {d} drained, {d} duplicates, " ++
+                "{d} unknown ids (expected {d})\n", .{
+                r, dr.total, dr.duplicates, dr.unknown, per_realm,
+            });
             return error.NotExactlyOnce;
         }
         for (dr.seen, 0..) |*s, i| if (s.load(.acquire) != 1) {
@@ -324,8 +358,10 @@ pub fn runAll(options: Options, report: bool) !void {
         const start = timer.read();
         try s[1](options.releases, options.threads);
         if (report) {
-            std.debug.print("threads: {s}: {d} releases on {d} threads, each deleter exactly once, counters back ({d:.2} s)\n", .{
-                s[0], options.releases, options.threads, @as(f64, @floatFromInt(timer.read() - start)) / 1e9,
+            const seconds = @as(f64, @floatFromInt(timer.read() - start)) / 1e9;
+            std.debug.print("threads: {s}: {d} releases on {d} threads, each deleter exactly " ++
+                "once, counters back ({d:.2} s)\n", .{
+                s[0], options.releases, options.threads, seconds,
             });
         }
     }

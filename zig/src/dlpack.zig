@@ -1,14 +1,17 @@
-//! The DLPack 1.3 ABI: structs, enums and flags, with their layout pinned at compile time.
-//! Everything here mirrors the C header's memory layout; nothing here allocates or validates.
+//! The DLPack 1.3 ABI: structs, enums, flags, and the one table of dtypes this library describes,
+//! with the layout pinned at compile time. Everything here mirrors the C header; nothing here
+//! allocates, validates or imports anything but std (src/abi.ts is generated from it, with
+//! abi.zig: `zig build abi`).
 
 const std = @import("std");
+const assert = std.debug.assert;
 
 /// The highest rank the library accepts; numpy uses the same limit.
-pub const MAX_RANK: usize = 64;
+pub const rank_max: usize = 64;
 
 /// The DLPack version this library speaks and writes into the versioned exports it makes.
-pub const VERSION_MAJOR: u32 = 1;
-pub const VERSION_MINOR: u32 = 3;
+pub const version_major: u32 = 1;
+pub const version_minor: u32 = 3;
 
 pub const Version = extern struct {
     major: u32,
@@ -49,6 +52,14 @@ pub const DeviceType = enum(i32) {
             else => false,
         };
     }
+
+    /// Memory the CUDA driver manages: device, page-locked host, or managed memory.
+    pub fn isCudaFamily(value: i32) bool {
+        return switch (value) {
+            2, 3, 13 => true,
+            else => false,
+        };
+    }
 };
 
 pub const Device = extern struct {
@@ -78,46 +89,91 @@ pub const TypeCode = enum(u8) {
     _,
 };
 
+/// A dtype this library describes element by element: its name (as the TypeScript and Python
+/// sides spell it), its type code and its bits; lanes are always 1.
+pub const DType = struct {
+    name: []const u8,
+    code: TypeCode,
+    bits: u8,
+};
+
+/// Every dtype the library accepts, once: the validator (`DataType.isSupported`), the fuzzer's
+/// model and src/abi.ts read this table. Opaque handles and vector lanes are not in it: no JS
+/// type could hold them.
+pub const dtypes = [_]DType{
+    .{ .name = "bool", .code = .bool, .bits = 8 },
+    .{ .name = "int8", .code = .int, .bits = 8 },
+    .{ .name = "int16", .code = .int, .bits = 16 },
+    .{ .name = "int32", .code = .int, .bits = 32 },
+    .{ .name = "int64", .code = .int, .bits = 64 },
+    .{ .name = "uint8", .code = .uint, .bits = 8 },
+    .{ .name = "uint16", .code = .uint, .bits = 16 },
+    .{ .name = "uint32", .code = .uint, .bits = 32 },
+    .{ .name = "uint64", .code = .uint, .bits = 64 },
+    .{ .name = "float16", .code = .float, .bits = 16 },
+    .{ .name = "float32", .code = .float, .bits = 32 },
+    .{ .name = "float64", .code = .float, .bits = 64 },
+    .{ .name = "bfloat16", .code = .bfloat, .bits = 16 },
+    // complex32 is two float16 (PyTorch's chalf).
+    .{ .name = "complex32", .code = .complex, .bits = 32 },
+    .{ .name = "complex64", .code = .complex, .bits = 64 },
+    .{ .name = "complex128", .code = .complex, .bits = 128 },
+    .{ .name = "float8_e3m4", .code = .float8_e3m4, .bits = 8 },
+    .{ .name = "float8_e4m3", .code = .float8_e4m3, .bits = 8 },
+    .{ .name = "float8_e4m3b11fnuz", .code = .float8_e4m3b11fnuz, .bits = 8 },
+    .{ .name = "float8_e4m3fn", .code = .float8_e4m3fn, .bits = 8 },
+    .{ .name = "float8_e4m3fnuz", .code = .float8_e4m3fnuz, .bits = 8 },
+    .{ .name = "float8_e5m2", .code = .float8_e5m2, .bits = 8 },
+    .{ .name = "float8_e5m2fnuz", .code = .float8_e5m2fnuz, .bits = 8 },
+    .{ .name = "float8_e8m0fnu", .code = .float8_e8m0fnu, .bits = 8 },
+    .{ .name = "float6_e2m3fn", .code = .float6_e2m3fn, .bits = 6 },
+    .{ .name = "float6_e3m2fn", .code = .float6_e3m2fn, .bits = 6 },
+    .{ .name = "float4_e2m1fn", .code = .float4_e2m1fn, .bits = 4 },
+};
+
+/// The bit widths a dtype of the table may have, as an index into a per-code mask.
+fn widthIndex(bits: u8) ?u3 {
+    return switch (bits) {
+        4 => 0,
+        6 => 1,
+        8 => 2,
+        16 => 3,
+        32 => 4,
+        64 => 5,
+        128 => 6,
+        else => null,
+    };
+}
+
+/// `dtypes` as one mask of width bits per type code, and each bit count's width bit (0 for a
+/// width no dtype has), built at compile time: the check on the import path is two lookups.
+const widths_of_code: [256]u8 = blk: {
+    var table = [_]u8{0} ** 256;
+    for (dtypes) |d| {
+        const bit = @as(u8, 1) << widthIndex(d.bits).?;
+        // Each (code, bits) pair once.
+        assert(table[@intFromEnum(d.code)] & bit == 0);
+        table[@intFromEnum(d.code)] |= bit;
+    }
+    break :blk table;
+};
+const width_bit: [256]u8 = blk: {
+    var table = [_]u8{0} ** 256;
+    for (0..256) |bits| {
+        if (widthIndex(bits)) |index| table[bits] = @as(u8, 1) << index;
+    }
+    break :blk table;
+};
+
 pub const DataType = extern struct {
     code: u8,
     bits: u8,
     lanes: u16,
 
-    /// Whether (code, bits, lanes) names a dtype this library can describe element by element.
-    /// Opaque handles and vector lanes are refused: no JS type could hold them.
+    /// Whether (code, bits, lanes) is a dtype of the table (`dtypes`).
     pub fn isSupported(self: DataType) bool {
         if (self.lanes != 1) return false;
-        const code: TypeCode = @enumFromInt(self.code);
-        return switch (code) {
-            .int, .uint => switch (self.bits) {
-                8, 16, 32, 64 => true,
-                else => false,
-            },
-            .float => switch (self.bits) {
-                16, 32, 64 => true,
-                else => false,
-            },
-            .bfloat => self.bits == 16,
-            // complex32 (two float16, PyTorch's chalf), complex64, complex128.
-            .complex => switch (self.bits) {
-                32, 64, 128 => true,
-                else => false,
-            },
-            .bool => self.bits == 8,
-            .float8_e3m4,
-            .float8_e4m3,
-            .float8_e4m3b11fnuz,
-            .float8_e4m3fn,
-            .float8_e4m3fnuz,
-            .float8_e5m2,
-            .float8_e5m2fnuz,
-            .float8_e8m0fnu,
-            => self.bits == 8,
-            .float6_e2m3fn, .float6_e3m2fn => self.bits == 6,
-            .float4_e2m1fn => self.bits == 4,
-            .opaque_handle => false,
-            _ => false,
-        };
+        return widths_of_code[self.code] & width_bit[self.bits] != 0;
     }
 };
 
@@ -142,8 +198,8 @@ pub const ManagedTensor = extern struct {
     deleter: ?LegacyDeleter,
 };
 
-/// `DLManagedTensorVersioned`: version, context, deleter and flags come first and are frozen forever,
-/// so a consumer can always find the deleter even for a major version it does not understand.
+/// `DLManagedTensorVersioned`: version, context, deleter and flags come first and are frozen
+/// forever, so a consumer can always find the deleter even for a major version it does not know.
 pub const ManagedTensorVersioned = extern struct {
     version: Version,
     manager_ctx: ?*anyopaque,
@@ -152,39 +208,53 @@ pub const ManagedTensorVersioned = extern struct {
     dl_tensor: Tensor,
 };
 
-pub const FLAG_READ_ONLY: u64 = 1 << 0;
-pub const FLAG_IS_COPIED: u64 = 1 << 1;
-pub const FLAG_IS_SUBBYTE_TYPE_PADDED: u64 = 1 << 2;
-pub const FLAGS_KNOWN: u64 = FLAG_READ_ONLY | FLAG_IS_COPIED | FLAG_IS_SUBBYTE_TYPE_PADDED;
+/// The bits of `ManagedTensorVersioned.flags`.
+pub const flag = struct {
+    pub const read_only: u64 = 1 << 0;
+    pub const is_copied: u64 = 1 << 1;
+    pub const is_subbyte_type_padded: u64 = 1 << 2;
+};
+pub const flags_known: u64 = flag.read_only | flag.is_copied | flag.is_subbyte_type_padded;
 
 comptime {
     // The ABI is defined for 64-bit targets; these numbers are the header's, not Zig's choice.
-    std.debug.assert(@sizeOf(Version) == 8);
-    std.debug.assert(@sizeOf(Device) == 8);
-    std.debug.assert(@sizeOf(DataType) == 4);
-    std.debug.assert(@offsetOf(DataType, "bits") == 1);
-    std.debug.assert(@offsetOf(DataType, "lanes") == 2);
+    assert(@sizeOf(Version) == 8);
+    assert(@sizeOf(Device) == 8);
+    assert(@sizeOf(DataType) == 4);
+    assert(@offsetOf(DataType, "bits") == 1);
+    assert(@offsetOf(DataType, "lanes") == 2);
 
-    std.debug.assert(@sizeOf(Tensor) == 48);
-    std.debug.assert(@offsetOf(Tensor, "data") == 0);
-    std.debug.assert(@offsetOf(Tensor, "device") == 8);
-    std.debug.assert(@offsetOf(Tensor, "ndim") == 16);
-    std.debug.assert(@offsetOf(Tensor, "dtype") == 20);
-    std.debug.assert(@offsetOf(Tensor, "shape") == 24);
-    std.debug.assert(@offsetOf(Tensor, "strides") == 32);
-    std.debug.assert(@offsetOf(Tensor, "byte_offset") == 40);
+    assert(@sizeOf(Tensor) == 48);
+    assert(@offsetOf(Tensor, "data") == 0);
+    assert(@offsetOf(Tensor, "device") == 8);
+    assert(@offsetOf(Tensor, "ndim") == 16);
+    assert(@offsetOf(Tensor, "dtype") == 20);
+    assert(@offsetOf(Tensor, "shape") == 24);
+    assert(@offsetOf(Tensor, "strides") == 32);
+    assert(@offsetOf(Tensor, "byte_offset") == 40);
 
-    std.debug.assert(@sizeOf(ManagedTensor) == 64);
-    std.debug.assert(@offsetOf(ManagedTensor, "dl_tensor") == 0);
-    std.debug.assert(@offsetOf(ManagedTensor, "manager_ctx") == 48);
-    std.debug.assert(@offsetOf(ManagedTensor, "deleter") == 56);
+    assert(@sizeOf(ManagedTensor) == 64);
+    assert(@offsetOf(ManagedTensor, "dl_tensor") == 0);
+    assert(@offsetOf(ManagedTensor, "manager_ctx") == 48);
+    assert(@offsetOf(ManagedTensor, "deleter") == 56);
 
-    std.debug.assert(@sizeOf(ManagedTensorVersioned) == 80);
-    std.debug.assert(@offsetOf(ManagedTensorVersioned, "version") == 0);
-    std.debug.assert(@offsetOf(ManagedTensorVersioned, "manager_ctx") == 8);
-    std.debug.assert(@offsetOf(ManagedTensorVersioned, "deleter") == 16);
-    std.debug.assert(@offsetOf(ManagedTensorVersioned, "flags") == 24);
-    std.debug.assert(@offsetOf(ManagedTensorVersioned, "dl_tensor") == 32);
+    assert(@sizeOf(ManagedTensorVersioned) == 80);
+    assert(@offsetOf(ManagedTensorVersioned, "version") == 0);
+    assert(@offsetOf(ManagedTensorVersioned, "manager_ctx") == 8);
+    assert(@offsetOf(ManagedTensorVersioned, "deleter") == 16);
+    assert(@offsetOf(ManagedTensorVersioned, "flags") == 24);
+    assert(@offsetOf(ManagedTensorVersioned, "dl_tensor") == 32);
+}
+
+/// Where the deleter sits in each generation's struct.
+pub fn deleterOffset(versioned: bool) usize {
+    if (versioned) return @offsetOf(ManagedTensorVersioned, "deleter");
+    return @offsetOf(ManagedTensor, "deleter");
+}
+
+/// The size of each generation's struct.
+pub fn managedSize(versioned: bool) usize {
+    return if (versioned) @sizeOf(ManagedTensorVersioned) else @sizeOf(ManagedTensor);
 }
 
 /// Managed tensors are 8-byte aligned structs; anything else is not a managed tensor at all.
@@ -192,9 +262,10 @@ pub fn isManagedAddress(managed: usize) bool {
     return managed != 0 and managed % @alignOf(ManagedTensorVersioned) == 0;
 }
 
-/// Calls a producer's deleter if it has one. The only place the library hands a managed tensor back.
+/// Calls a producer's deleter if it has one. The only place the library hands a managed tensor
+/// back; callers have checked the struct (readable, deleter is code or NULL).
 pub fn deleteManaged(managed: usize, versioned: bool) void {
-    std.debug.assert(isManagedAddress(managed));
+    assert(isManagedAddress(managed));
     if (versioned) {
         const m: *ManagedTensorVersioned = @ptrFromInt(managed);
         if (m.deleter) |d| d(m);
@@ -214,7 +285,9 @@ test "supported dtypes follow the 1.3 table" {
     };
     for (ok) |dt| try std.testing.expect(dt.isSupported());
     var code: u8 = 7;
-    while (code <= 14) : (code += 1) try std.testing.expect((DataType{ .code = code, .bits = 8, .lanes = 1 }).isSupported());
+    while (code <= 14) : (code += 1) {
+        try std.testing.expect((DataType{ .code = code, .bits = 8, .lanes = 1 }).isSupported());
+    }
 
     const bad = [_]DataType{
         .{ .code = 0, .bits = 7, .lanes = 1 }, // Int 7
@@ -231,6 +304,19 @@ test "supported dtypes follow the 1.3 table" {
     for (bad) |dt| try std.testing.expect(!dt.isSupported());
 }
 
+test "the dtype check is exactly the table, for every (code, bits, lanes)" {
+    for (0..256) |code| for (0..256) |bits| {
+        var listed = false;
+        for (dtypes) |d| {
+            if (@intFromEnum(d.code) == code and d.bits == bits) listed = true;
+        }
+        const dt = DataType{ .code = @intCast(code), .bits = @intCast(bits), .lanes = 1 };
+        try std.testing.expectEqual(listed, dt.isSupported());
+        const vector = DataType{ .code = @intCast(code), .bits = @intCast(bits), .lanes = 2 };
+        try std.testing.expect(!vector.isSupported());
+    };
+}
+
 test "device types: released values only" {
     try std.testing.expect(DeviceType.isKnown(1));
     try std.testing.expect(DeviceType.isKnown(18));
@@ -241,4 +327,14 @@ test "device types: released values only" {
     try std.testing.expect(!DeviceType.isKnown(-1));
     try std.testing.expect(DeviceType.isHostAccessible(13));
     try std.testing.expect(!DeviceType.isHostAccessible(2));
+    // `isKnown` is exactly the enum's named values.
+    for (0..32) |value| {
+        var named = false;
+        inline for (@typeInfo(DeviceType).@"enum".fields) |field| {
+            if (field.value == value) named = true;
+        }
+        try std.testing.expectEqual(named, DeviceType.isKnown(@intCast(value)));
+    }
+    try std.testing.expect(DeviceType.isCudaFamily(@intFromEnum(DeviceType.cuda_managed)));
+    try std.testing.expect(!DeviceType.isCudaFamily(@intFromEnum(DeviceType.rocm)));
 }

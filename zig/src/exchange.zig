@@ -12,16 +12,20 @@
 //! work after the producer's `current_work_stream`.
 
 const std = @import("std");
+const assert = std.debug.assert;
+const abi = @import("abi.zig");
+const admit = @import("admit.zig");
+const cpython = @import("cpython.zig");
 const dlpack = @import("dlpack.zig");
-const describe = @import("describe.zig");
-const owner_mod = @import("owner.zig");
 const exports = @import("exports.zig");
 const memory = @import("memory.zig");
+const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
-const python = @import("python.zig");
+const templates = @import("templates.zig");
 
-const PyObject = python.PyObject;
-const PyApi = python.Api;
+const PyObject = cpython.PyObject;
+const PyApi = cpython.Api;
+const Description = abi.Description;
 
 // ---------------------------------------------------------------------------------------------
 // The 1.3 layout. Pointer arguments are words: the same registers as pointers in the C ABI, and
@@ -59,25 +63,28 @@ pub const ExchangeApi = extern struct {
 
 comptime {
     // The 1.3 header's layout on 64-bit targets.
-    std.debug.assert(@sizeOf(Header) == 16);
-    std.debug.assert(@offsetOf(Header, "version") == 0);
-    std.debug.assert(@offsetOf(Header, "prev_api") == 8);
-    std.debug.assert(@sizeOf(ExchangeApi) == 56);
-    std.debug.assert(@offsetOf(ExchangeApi, "header") == 0);
-    std.debug.assert(@offsetOf(ExchangeApi, "managed_tensor_allocator") == 16);
-    std.debug.assert(@offsetOf(ExchangeApi, "managed_tensor_from_py_object_no_sync") == 24);
-    std.debug.assert(@offsetOf(ExchangeApi, "managed_tensor_to_py_object_no_sync") == 32);
-    std.debug.assert(@offsetOf(ExchangeApi, "dltensor_from_py_object_no_sync") == 40);
-    std.debug.assert(@offsetOf(ExchangeApi, "current_work_stream") == 48);
+    assert(@sizeOf(Header) == 16);
+    assert(@offsetOf(Header, "version") == 0);
+    assert(@offsetOf(Header, "prev_api") == 8);
+    assert(@sizeOf(ExchangeApi) == 56);
+    assert(@offsetOf(ExchangeApi, "header") == 0);
+    assert(@offsetOf(ExchangeApi, "managed_tensor_allocator") == 16);
+    assert(@offsetOf(ExchangeApi, "managed_tensor_from_py_object_no_sync") == 24);
+    assert(@offsetOf(ExchangeApi, "managed_tensor_to_py_object_no_sync") == 32);
+    assert(@offsetOf(ExchangeApi, "dltensor_from_py_object_no_sync") == 40);
+    assert(@offsetOf(ExchangeApi, "current_work_stream") == 48);
 }
 
 /// The capsule name and the type attribute of the 1.3 discovery protocol.
-pub const CAPSULE_NAME: [*:0]const u8 = "dlpack_exchange_api";
-pub const ATTRIBUTE: [*:0]const u8 = "__dlpack_c_exchange_api__";
+pub const capsule_name: [*:0]const u8 = "dlpack_exchange_api";
+pub const attribute: [*:0]const u8 = "__dlpack_c_exchange_api__";
 
 /// The table `DLPackTensor` exposes: static, immutable, alive for the whole process.
 pub const table = ExchangeApi{
-    .header = .{ .version = .{ .major = dlpack.VERSION_MAJOR, .minor = dlpack.VERSION_MINOR }, .prev_api = null },
+    .header = .{
+        .version = .{ .major = dlpack.version_major, .minor = dlpack.version_minor },
+        .prev_api = null,
+    },
     .managed_tensor_allocator = allocate,
     .managed_tensor_from_py_object_no_sync = managedFromObject,
     .managed_tensor_to_py_object_no_sync = managedToObject,
@@ -103,8 +110,8 @@ pub const Counter = enum(u8) {
     /// `toPython(x, py, { as })` objects made by a type's `managed_tensor_to_py_object_no_sync`.
     consumer_to_py_object,
 };
-pub const COUNTERS = @typeInfo(Counter).@"enum".fields.len;
-var counters = [_]std.atomic.Value(u64){std.atomic.Value(u64).init(0)} ** COUNTERS;
+pub const counter_count = @typeInfo(Counter).@"enum".fields.len;
+var counters = [_]std.atomic.Value(u64){std.atomic.Value(u64).init(0)} ** counter_count;
 
 fn count(counter: Counter) void {
     _ = counters[@intFromEnum(counter)].fetchAdd(1, .monotonic);
@@ -119,19 +126,23 @@ var attribute_name: ?*PyObject = null;
 var module_name: ?*PyObject = null;
 var qualname_name: ?*PyObject = null;
 
-/// Keeps `cls` (DLPackTensor) and sets its `__dlpack_c_exchange_api__`. GIL held. 0 or -1.
-pub fn install(a: PyApi, cls: *PyObject) i32 {
-    template_name = template_name orelse a.PyUnicode_InternFromString("_template") orelse return -1;
-    attribute_name = attribute_name orelse a.PyUnicode_InternFromString(ATTRIBUTE) orelse return -1;
-    module_name = module_name orelse a.PyUnicode_InternFromString("__module__") orelse return -1;
-    qualname_name = qualname_name orelse a.PyUnicode_InternFromString("__qualname__") orelse return -1;
-    const capsule = a.PyCapsule_New(@ptrCast(@constCast(&table)), CAPSULE_NAME, null) orelse return -1;
+/// Keeps `cls` (DLPackTensor) and sets its `__dlpack_c_exchange_api__`. GIL held.
+pub fn install(a: PyApi, cls: *PyObject) error{Raised}!void {
+    template_name = try interned(a, template_name, "_template");
+    attribute_name = try interned(a, attribute_name, attribute);
+    module_name = try interned(a, module_name, "__module__");
+    qualname_name = try interned(a, qualname_name, "__qualname__");
+    const capsule = a.PyCapsule_New(@ptrCast(@constCast(&table)), capsule_name, null) orelse
+        return error.Raised;
     defer a.Py_DecRef(capsule);
-    if (a.PyObject_SetAttr(cls, attribute_name.?, capsule) != 0) return -1;
+    if (a.PyObject_SetAttr(cls, attribute_name.?, capsule) != 0) return error.Raised;
     a.Py_IncRef(cls);
     if (tensor_class) |old| a.Py_DecRef(old);
     tensor_class = cls;
-    return 0;
+}
+
+fn interned(a: PyApi, kept: ?*PyObject, text: [*:0]const u8) error{Raised}!*PyObject {
+    return kept orelse a.PyUnicode_InternFromString(text) orelse error.Raised;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -150,7 +161,7 @@ fn raise(a: PyApi, kind: *PyObject, comptime format: []const u8, args: anytype) 
 
 /// Whether `address` may be dereferenced as a `T` (an out pointer or struct from a caller).
 fn usable(comptime T: type, address: usize) bool {
-    return describe.plausible(T, address);
+    return abi.plausible(T, address);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -166,31 +177,46 @@ fn lendable(a: PyApi, object: usize) ?usize {
         return null;
     };
     if (!usable(usize, object)) {
-        _ = raise(a, a.PyExc_TypeError.*, "expected a dlpack_ts.DLPackTensor, got address 0x{x}", .{object});
+        _ = raise(
+            a,
+            a.PyExc_TypeError.*,
+            "expected a dlpack_ts.DLPackTensor, got address 0x{x}",
+            .{object},
+        );
         return null;
     }
     const kind = a.PyObject_Type(@ptrFromInt(object)) orelse return null;
     a.Py_DecRef(kind); // the object holds its type
     if (kind != cls) {
-        _ = raise(a, a.PyExc_TypeError.*, "expected a dlpack_ts.DLPackTensor (this table belongs to that type)", .{});
+        _ = raise(
+            a,
+            a.PyExc_TypeError.*,
+            "expected a dlpack_ts.DLPackTensor (this table belongs to that type)",
+            .{},
+        );
         return null;
     }
     const holder = a.PyObject_GetAttr(@ptrFromInt(object), template_name.?) orelse return null;
     // The object keeps the holder alive: the template outlives this call.
     defer a.Py_DecRef(holder);
-    const template = python.templateOf(a, holder) orelse return null;
+    const template = templates.templateOf(a, holder) orelse return null;
     const flags = @as(*const dlpack.ManagedTensorVersioned, @ptrFromInt(template)).flags;
-    if (python.isReadOnlyHolder(a, holder) or flags & dlpack.FLAG_READ_ONLY != 0) {
+    if (templates.isReadOnlyHolder(a, holder) or flags & dlpack.flag.read_only != 0) {
         // Consumers of this API ignore READ_ONLY (tvm-ffi 0.1 and torch 2.15 make writable
         // tensors of such structs): read-only data goes through __dlpack__, which keeps it so.
-        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not lent through the DLPack C exchange API; " ++
-            "use __dlpack__(max_version=(1, 0)), which marks it read-only", .{});
+        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not lent through the DLPack C " ++
+            "exchange API; use __dlpack__(max_version=(1, 0)), which marks it read-only", .{});
         return null;
     }
     if (exports.hasProducerStream(template)) {
         // Its data becomes ready on a stream of its own: only `__dlpack__(stream=...)` can order a
         // consumer after it (this API never synchronizes, and our current stream is the default).
-        _ = raise(a, a.PyExc_BufferError.*, "this CUDA export has a producer stream; use __dlpack__(stream=...)", .{});
+        _ = raise(
+            a,
+            a.PyExc_BufferError.*,
+            "this CUDA export has a producer stream; use __dlpack__(stream=...)",
+            .{},
+        );
         return null;
     }
     return template;
@@ -199,14 +225,16 @@ fn lendable(a: PyApi, object: usize) ?usize {
 /// `managed_tensor_from_py_object_no_sync`: a new versioned export over the object's memory.
 fn managedFromObject(object: usize, out: usize) callconv(.c) c_int {
     count(.from_py_object);
-    const a = python.api orelse return -1;
-    const gil = python.Gil.take().?;
+    const a = cpython.api orelse return -1;
+    const gil = cpython.Gil.take(a);
     defer gil.release();
-    if (!usable(usize, out)) return raise(a, a.PyExc_TypeError.*, "out must point to a DLManagedTensorVersioned*", .{});
+    if (!usable(usize, out)) {
+        return raise(a, a.PyExc_TypeError.*, "out must point to a DLManagedTensorVersioned*", .{});
+    }
     const slot: *usize = @ptrFromInt(out);
     slot.* = 0;
     const template = lendable(a, object) orelse return -1;
-    slot.* = exports.clone(template, true) orelse
+    slot.* = exports.clone(template, true) catch
         return raise(a, a.PyExc_MemoryError.*, "out of memory making an export", .{});
     return 0;
 }
@@ -214,10 +242,12 @@ fn managedFromObject(object: usize, out: usize) callconv(.c) c_int {
 /// `dltensor_from_py_object_no_sync`: the object's DLTensor, valid while the object lives.
 fn tensorFromObject(object: usize, out: usize) callconv(.c) c_int {
     count(.dltensor_from_py_object);
-    const a = python.api orelse return -1;
-    const gil = python.Gil.take().?;
+    const a = cpython.api orelse return -1;
+    const gil = cpython.Gil.take(a);
     defer gil.release();
-    if (!usable(dlpack.Tensor, out)) return raise(a, a.PyExc_TypeError.*, "out must point to a DLTensor", .{});
+    if (!usable(dlpack.Tensor, out)) {
+        return raise(a, a.PyExc_TypeError.*, "out must point to a DLTensor", .{});
+    }
     const template = lendable(a, object) orelse return -1;
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
     const target: *dlpack.Tensor = @ptrFromInt(out);
@@ -232,8 +262,8 @@ fn currentWorkStream(device_type: i32, device_id: i32, out: usize) callconv(.c) 
     _ = device_type;
     _ = device_id;
     if (!usable(usize, out)) {
-        const a = python.api orelse return -1;
-        const gil = python.Gil.take().?;
+        const a = cpython.api orelse return -1;
+        const gil = cpython.Gil.take(a);
         defer gil.release();
         return raise(a, a.PyExc_TypeError.*, "out_current_stream must point to a void*", .{});
     }
@@ -246,32 +276,45 @@ fn currentWorkStream(device_type: i32, device_id: i32, out: usize) callconv(.c) 
 /// over (validated like every import; a refused one is released at once, as ownership passed).
 fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
     count(.to_py_object);
-    const a = python.api orelse return -1;
-    const gil = python.Gil.take().?;
+    const a = cpython.api orelse return -1;
+    const gil = cpython.Gil.take(a);
     defer gil.release();
-    if (!usable(usize, out)) return raise(a, a.PyExc_TypeError.*, "out_py_object must point to a PyObject*", .{});
+    if (!usable(usize, out)) {
+        return raise(a, a.PyExc_TypeError.*, "out_py_object must point to a PyObject*", .{});
+    }
     const slot: *usize = @ptrFromInt(out);
     slot.* = 0;
     if (!usable(dlpack.ManagedTensorVersioned, tensor)) {
-        return raise(a, a.PyExc_TypeError.*, "tensor must point to a DLManagedTensorVersioned, got 0x{x}", .{tensor});
+        return raise(
+            a,
+            a.PyExc_TypeError.*,
+            "tensor must point to a DLManagedTensorVersioned, got 0x{x}",
+            .{tensor},
+        );
     }
-    var d: describe.Description = undefined;
-    const status = describe.describe(tensor, .{ .versioned = true }, &d);
+    var d: Description = undefined;
+    var own: ?exports.Own = null;
+    const status = admit.inspect(tensor, .{ .versioned = true }, &d, &own);
     if (status != .ok) {
-        dlpack.deleteManaged(tensor, true);
-        stats.add(.deleters_called, 1);
-        const reason = std.enums.tagName(describe.Status, status) orelse "invalid";
-        return raise(a, a.PyExc_BufferError.*, "the tensor was refused ({s}) and released", .{reason});
+        // As `dlpk_import` does: released once where that is safe (ownership passed to us).
+        const reported = admit.releaseRefused(tensor, true, status, &d, false);
+        const reason = std.enums.tagName(abi.Status, reported) orelse "invalid";
+        return raise(
+            a,
+            a.PyExc_BufferError.*,
+            "the tensor was refused ({s}) and released",
+            .{reason},
+        );
     }
-    const created = owner_mod.create(.versioned, tensor, 0) orelse {
+    const created = admit.record(tensor, true, &d) catch {
         dlpack.deleteManaged(tensor, true);
         return raise(a, a.PyExc_MemoryError.*, "out of memory importing the tensor", .{});
     };
-    const template = reexport(&d, created) orelse {
+    const template = reexport(&d, created) catch {
         owner_mod.release(created); // calls the producer's deleter
         return raise(a, a.PyExc_MemoryError.*, "out of memory exporting the tensor", .{});
     };
-    const made = python.wrapTemplate(template, d.flags & dlpack.FLAG_READ_ONLY != 0);
+    const made = templates.wrapTemplate(template, d.flags & dlpack.flag.read_only != 0);
     if (made == 0) {
         dlpack.deleteManaged(template, true); // the exception from _make_tensor stays set
         return -1;
@@ -280,13 +323,15 @@ fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
     return 0;
 }
 
-/// A versioned export of ours over what `d` describes, adopting `owner` (null when out of memory;
-/// the owner is then still the caller's). Extents and strides come from the description, read
-/// once from the producer, never from its arrays again.
-fn reexport(d: *const describe.Description, owner: *owner_mod.Owner) ?usize {
+/// A versioned export of ours over what `d` describes, adopting `owner` (when out of memory the
+/// owner is still the caller's). Extents and strides come from the description, read once from
+/// the producer, never from its arrays again.
+fn reexport(d: *const Description, owner: *owner_mod.Owner) error{OutOfMemory}!usize {
+    assert(d.status == @intFromEnum(abi.Status.ok));
+    assert(d.ndim >= 0 and d.ndim <= dlpack.rank_max);
     const ndim: usize = @intCast(d.ndim);
-    var shape: [dlpack.MAX_RANK]i64 = undefined;
-    var strides: [dlpack.MAX_RANK]i64 = undefined;
+    var shape: [dlpack.rank_max]i64 = undefined;
+    var strides: [dlpack.rank_max]i64 = undefined;
     for (0..ndim) |i| {
         shape[i] = @intFromFloat(d.shape[i]);
         strides[i] = @intFromFloat(d.strides[i]);
@@ -295,11 +340,15 @@ fn reexport(d: *const describe.Description, owner: *owner_mod.Owner) ?usize {
     return exports.create(.{
         .data = address,
         .device = .{ .device_type = d.device_type, .device_id = d.device_id },
-        .dtype = .{ .code = @intCast(d.dtype_code), .bits = @intCast(d.dtype_bits), .lanes = @intCast(d.dtype_lanes) },
+        .dtype = .{
+            .code = @intCast(d.dtype_code),
+            .bits = @intCast(d.dtype_bits),
+            .lanes = @intCast(d.dtype_lanes),
+        },
         .shape = shape[0..ndim],
         .strides = strides[0..ndim],
         // Each clone of the template is consumed separately: not a sole-owner copy any more.
-        .flags = d.flags & (dlpack.FLAG_READ_ONLY | dlpack.FLAG_IS_SUBBYTE_TYPE_PADDED),
+        .flags = d.flags & (dlpack.flag.read_only | dlpack.flag.is_subbyte_type_padded),
         .versioned = true,
         .adopt_owner = true,
         .owner = owner,
@@ -321,7 +370,12 @@ const Refusal = struct {
     }
 };
 
-fn allocate(prototype: usize, out: usize, error_ctx: usize, set_error: ?SetError) callconv(.c) c_int {
+fn allocate(
+    prototype: usize,
+    out: usize,
+    error_ctx: usize,
+    set_error: ?SetError,
+) callconv(.c) c_int {
     count(.allocator);
     var refusal: Refusal = .{};
     const made = allocateChecked(prototype, out, &refusal) catch {
@@ -329,8 +383,8 @@ fn allocate(prototype: usize, out: usize, error_ctx: usize, set_error: ?SetError
             report(error_ctx, refusal.kind, refusal.message);
             return -1;
         }
-        const a = python.api orelse return -1;
-        const gil = python.Gil.take().?;
+        const a = cpython.api orelse return -1;
+        const gil = cpython.Gil.take(a);
         defer gil.release();
         a.PyErr_SetString(a.PyExc_ValueError.*, refusal.message);
         return -1;
@@ -341,37 +395,61 @@ fn allocate(prototype: usize, out: usize, error_ctx: usize, set_error: ?SetError
 }
 
 fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refused}!usize {
-    if (!usable(usize, out)) return refusal.set("ValueError", "dlpack-ts: out must point to a DLManagedTensorVersioned*");
+    if (!usable(usize, out)) {
+        return refusal.set(
+            "ValueError",
+            "dlpack-ts: out must point to a DLManagedTensorVersioned*",
+        );
+    }
     @as(*usize, @ptrFromInt(out)).* = 0;
-    if (!usable(dlpack.Tensor, prototype)) return refusal.set("ValueError", "dlpack-ts: prototype must point to a DLTensor");
+    if (!usable(dlpack.Tensor, prototype)) {
+        return refusal.set("ValueError", "dlpack-ts: prototype must point to a DLTensor");
+    }
     const p: *const dlpack.Tensor = @ptrFromInt(prototype);
     if (p.device.device_type != @intFromEnum(dlpack.DeviceType.cpu)) {
-        return refusal.set("BufferError", "dlpack-ts: the allocator makes host (kDLCPU) memory only");
+        return refusal.set(
+            "BufferError",
+            "dlpack-ts: the allocator makes host (kDLCPU) memory only",
+        );
     }
     const ndim_raw = p.ndim;
-    if (ndim_raw < 0 or ndim_raw > dlpack.MAX_RANK) return refusal.set("ValueError", "dlpack-ts: ndim must be in 0..64");
+    if (ndim_raw < 0 or ndim_raw > dlpack.rank_max) {
+        return refusal.set("ValueError", "dlpack-ts: ndim must be in 0..64");
+    }
     const dtype = p.dtype;
     if (!dtype.isSupported() or dtype.bits % 8 != 0) {
-        return refusal.set("ValueError", "dlpack-ts: unsupported dtype (byte-sized DLPack 1.3 types, lanes 1)");
+        return refusal.set(
+            "ValueError",
+            "dlpack-ts: unsupported dtype (byte-sized DLPack 1.3 types, lanes 1)",
+        );
     }
     const ndim: usize = @intCast(ndim_raw);
     if (ndim > 0 and (p.shape == null or !usable(i64, @intFromPtr(p.shape.?)))) {
         return refusal.set("ValueError", "dlpack-ts: prototype.shape must point to ndim extents");
     }
-    var shape: [dlpack.MAX_RANK]i64 = undefined;
-    var strides: [dlpack.MAX_RANK]i64 = undefined;
+    return allocateShaped(p, ndim, refusal);
+}
+
+/// The allocator's export, once `prototype`'s device, rank, dtype and shape pointer passed.
+fn allocateShaped(p: *const dlpack.Tensor, ndim: usize, refusal: *Refusal) error{Refused}!usize {
+    assert(ndim <= dlpack.rank_max);
+    const dtype = p.dtype;
+    var shape: [dlpack.rank_max]i64 = undefined;
+    var strides: [dlpack.rank_max]i64 = undefined;
     var elements: u64 = 1;
     for (0..ndim) |d| {
         const extent = p.shape.?[d]; // read once
-        if (extent < 0 or extent > describe.MAX_EXACT) {
+        if (extent < 0 or extent > abi.exact_max) {
             return refusal.set("ValueError", "dlpack-ts: extents must be in 0..2^53");
         }
         shape[d] = extent;
         elements = std.math.mul(u64, elements, @intCast(extent)) catch
             return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
     }
-    const bytes = std.math.mul(u64, elements, dtype.bits / 8) catch describe.MAX_EXACT + 1;
-    if (bytes > describe.MAX_EXACT) return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
+    const bytes = std.math.mul(u64, elements, dtype.bits / 8) catch abi.exact_max + 1;
+    if (bytes > abi.exact_max) {
+        return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
+    }
     var step: i64 = 1;
     var d = ndim;
     while (d > 0) {
@@ -379,7 +457,7 @@ fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refuse
         strides[d] = step;
         step *|= @max(shape[d], 1);
     }
-    const created = memory.allocate(@intCast(bytes), 64, true) orelse
+    const created = owner_mod.createNative(@intCast(bytes), 64, true) catch
         return refusal.set("MemoryError", "dlpack-ts: out of memory");
     return exports.create(.{
         .data = created.payload,
@@ -391,7 +469,7 @@ fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refuse
         .versioned = true,
         .adopt_owner = true,
         .owner = created,
-    }) orelse {
+    }) catch {
         owner_mod.release(created);
         return refusal.set("MemoryError", "dlpack-ts: out of memory");
     };
@@ -400,20 +478,20 @@ fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refuse
 // ---------------------------------------------------------------------------------------------
 // Consumer side: the tables of producer types, cached per type.
 
-const NAME_BYTES = 128;
-const CACHE_SIZE = 32;
+const name_bytes_max = 128;
+const cache_entries_max = 32;
 
 /// A producer type, its table (null: none, or one this library cannot use) and its name.
 const Entry = struct {
     kind: usize,
     api: ?*const ExchangeApi,
-    name: [NAME_BYTES]u8,
+    name: [name_bytes_max]u8,
     name_len: usize,
 };
 
 /// Types seen so far. Each holds a reference to its type, so no other type can be allocated at a
-/// cached address. Beyond CACHE_SIZE types, tables are looked up on every call.
-var entries: [CACHE_SIZE]Entry = undefined;
+/// cached address. Beyond `cache_entries_max` types, tables are looked up on every call.
+var entries: [cache_entries_max]Entry = undefined;
 var entry_count: usize = 0;
 
 /// The entry of `kind` (a type), from the cache or looked up into `spare`. GIL held.
@@ -425,7 +503,7 @@ fn entryFor(a: PyApi, kind: *PyObject, spare: *Entry) *const Entry {
     spare.* = .{ .kind = address, .api = discover(a, kind), .name = undefined, .name_len = 0 };
     spare.name_len = typeName(a, kind, &spare.name);
     for (entries[0..entry_count]) |*e| if (e.kind == address) return e;
-    if (entry_count == CACHE_SIZE) return spare;
+    if (entry_count == cache_entries_max) return spare;
     a.Py_IncRef(kind);
     entries[entry_count] = spare.*;
     entry_count += 1;
@@ -441,12 +519,12 @@ fn discover(a: PyApi, kind: *PyObject) ?*const ExchangeApi {
         return null;
     };
     defer a.Py_DecRef(capsule);
-    if (a.PyCapsule_IsValid(capsule, CAPSULE_NAME) == 0) return null;
-    var address = @intFromPtr(a.PyCapsule_GetPointer(capsule, CAPSULE_NAME));
+    if (a.PyCapsule_IsValid(capsule, capsule_name) == 0) return null;
+    var address = @intFromPtr(a.PyCapsule_GetPointer(capsule, capsule_name));
     for (0..8) |_| {
         if (!usable(Header, address)) return null;
         const header: *const Header = @ptrFromInt(address);
-        if (header.version.major == dlpack.VERSION_MAJOR) {
+        if (header.version.major == dlpack.version_major) {
             return if (usable(ExchangeApi, address)) @ptrFromInt(address) else null;
         }
         address = @intFromPtr(header.prev_api);
@@ -455,7 +533,7 @@ fn discover(a: PyApi, kind: *PyObject) ?*const ExchangeApi {
 }
 
 /// "module.qualname" of a type ("qualname" for builtins), as `view.producer` shows it.
-fn typeName(a: PyApi, kind: *PyObject, out: *[NAME_BYTES]u8) usize {
+fn typeName(a: PyApi, kind: *PyObject, out: *[name_bytes_max]u8) usize {
     var written: usize = 0;
     if (a.PyObject_GetAttr(kind, module_name.?)) |module| {
         defer a.Py_DecRef(module);
@@ -471,7 +549,10 @@ fn typeName(a: PyApi, kind: *PyObject, out: *[NAME_BYTES]u8) usize {
     if (a.PyObject_GetAttr(kind, qualname_name.?)) |qualname| {
         defer a.Py_DecRef(qualname);
         var len: isize = 0;
-        if (a.PyUnicode_AsUTF8AndSize(qualname, &len)) |bytes| written += copyText(out[written..], bytes[0..@intCast(len)]);
+        if (a.PyUnicode_AsUTF8AndSize(qualname, &len)) |bytes| written += copyText(
+            out[written..],
+            bytes[0..@intCast(len)],
+        );
     }
     a.PyErr_Clear(); // a name that is not a str is left out, not reported
     return written;
@@ -484,85 +565,102 @@ fn copyText(out: []u8, text: []const u8) usize {
 }
 
 fn writeName(entry: *const Entry, name: []u8) void {
-    std.debug.assert(name.len > 0);
+    assert(name.len > 0);
     const n = @min(entry.name_len, name.len - 1);
     @memcpy(name[0..n], entry.name[0..n]);
     name[n] = 0;
 }
 
-/// Marks a description filled through a producer's table (`detail_limit`); `detail_found` then
-/// holds the producer's current work stream for CUDA-family data (0: none, or NULL).
-pub const EXCHANGE_MARK: i64 = 0x4558; // "EX"
+pub const ImportError = error{
+    /// A call into Python raised (or the producer failed): the exception is pending.
+    Raised,
+    /// The tensor was refused and released: `out.status` says why.
+    Refused,
+};
 
-fn isCudaFamily(device_type: i32) bool {
-    return device_type == 2 or device_type == 3 or device_type == 13;
-}
-
-/// `fromPython` through the producer type's table. Null when the type has none or the producer
-/// declined with BufferError (the caller then takes `__dlpack__`); otherwise a status as `consume`
-/// returns it. GIL held.
-pub fn importFrom(a: PyApi, object: *PyObject, strict_offset: bool, out: *describe.Description, name: []u8) ?i32 {
+/// `fromPython` through the producer type's table. False when the type has none or the producer
+/// declined with BufferError (the caller then takes `__dlpack__`). GIL held.
+pub fn importFrom(
+    a: PyApi,
+    object: *PyObject,
+    strict_offset: bool,
+    out: *Description,
+    name: []u8,
+) ImportError!bool {
     const kind = a.PyObject_Type(object) orelse {
         a.PyErr_Clear();
-        return null;
+        return false;
     };
     a.Py_DecRef(kind); // the object holds its type
     var spare: Entry = undefined;
     const entry = entryFor(a, kind, &spare);
-    const api_table = entry.api orelse return null;
-    const take = api_table.managed_tensor_from_py_object_no_sync orelse return null;
+    const api_table = entry.api orelse return false;
+    const take = api_table.managed_tensor_from_py_object_no_sync orelse return false;
     var managed: usize = 0;
     if (take(@intFromPtr(object), @intFromPtr(&managed)) != 0) {
         if (a.PyErr_Occurred() != null and a.PyErr_ExceptionMatches(a.PyExc_BufferError.*) != 0) {
             a.PyErr_Clear();
             count(.consumer_fallbacks);
-            return null;
+            return false;
         }
-        return python.STATUS_RAISED;
+        return error.Raised;
     }
     writeName(entry, name);
-    return adopt(a, api_table, managed, strict_offset, out);
+    try adopt(a, api_table, managed, strict_offset, out);
+    return true;
 }
 
 /// Validates and owns what a producer's table returned, exactly as `dlpk_import` does: a refused
 /// tensor is released at once (there is no capsule whose destructor would).
-fn adopt(a: PyApi, api_table: *const ExchangeApi, managed: usize, strict_offset: bool, out: *describe.Description) i32 {
+fn adopt(
+    a: PyApi,
+    api_table: *const ExchangeApi,
+    managed: usize,
+    strict_offset: bool,
+    out: *Description,
+) ImportError!void {
     if (managed == 0) {
-        _ = raise(a, a.PyExc_BufferError.*, "the producer's managed_tensor_from_py_object_no_sync returned no tensor", .{});
-        return python.STATUS_RAISED;
+        const message = "the producer's managed_tensor_from_py_object_no_sync returned no tensor";
+        _ = raise(a, a.PyExc_BufferError.*, message, .{});
+        return error.Raised;
     }
-    var status = describe.describe(managed, .{ .versioned = true, .strict_offset = strict_offset }, out);
+    var own: ?exports.Own = null;
+    const options: admit.Options = .{ .versioned = true, .strict_offset = strict_offset };
+    var status = admit.inspect(managed, options, out, &own);
+    var claimed = false;
     if (status == .ok) {
-        if (owner_mod.create(.versioned, managed, 0)) |created| {
-            out.setOwner(@intFromPtr(created));
-            count(.consumer_imports);
-            return recordStream(a, api_table, created, out);
+        if (own) |found| {
+            status = admit.take(managed, found, out);
+            claimed = status == .ok;
         }
-        status = .out_of_memory;
-        out.status = @intFromEnum(status);
     }
-    if (status != .bad_address) {
-        dlpack.deleteManaged(managed, true);
-        stats.add(.deleters_called, 1);
+    if (status == .ok) {
+        if (admit.record(managed, true, out)) |created| {
+            count(.consumer_imports);
+            return recordStream(api_table, created, out);
+        } else |_| status = .out_of_memory;
     }
-    return @intFromEnum(status);
+    _ = admit.releaseRefused(managed, true, status, out, claimed);
+    return error.Refused;
 }
 
 /// For CUDA-family data, the producer's current work stream (the data is ready in its order);
 /// the JS side records it as the view's producer stream.
-fn recordStream(a: PyApi, api_table: *const ExchangeApi, created: *owner_mod.Owner, out: *describe.Description) i32 {
-    _ = a;
-    out.detail_limit = EXCHANGE_MARK;
+fn recordStream(
+    api_table: *const ExchangeApi,
+    created: *owner_mod.Owner,
+    out: *Description,
+) ImportError!void {
+    out.detail_limit = abi.exchange_mark;
     out.detail_found = 0;
-    if (!isCudaFamily(out.device_type)) return 0;
-    const query = api_table.current_work_stream orelse return 0;
+    if (!dlpack.DeviceType.isCudaFamily(out.device_type)) return;
+    const query = api_table.current_work_stream orelse return;
     var stream: usize = 0;
     if (query(out.device_type, out.device_id, @intFromPtr(&stream)) != 0) {
         owner_mod.release(created);
-        return python.STATUS_RAISED;
+        return error.Raised;
     }
     out.detail_found = @bitCast(@as(u64, stream));
-    return 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -584,7 +682,7 @@ fn lentDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
     const lent: *Lent = @fieldParentPtr("managed", self);
     const guard = @atomicRmw(usize, &lent.guard, .Xchg, 0, .acq_rel);
     const inner = lent.inner;
-    std.c.free(lent);
+    memory.destroy(lent);
     if (guard != 0) {
         @as(*std.atomic.Value(bool), @ptrFromInt(guard)).store(true, .release);
         return; // during the call: the caller decides about `inner`
@@ -596,13 +694,18 @@ fn lentDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
 /// versioned export of ours), or 0 with an exception set; then the template is still the
 /// caller's. Read-only data is refused: such functions may ignore READ_ONLY (torch 2.15 does).
 pub fn wrapAs(template: usize, kind: usize) usize {
-    const a = python.api orelse return 0;
-    std.debug.assert(dlpack.isManagedAddress(template));
-    const gil = python.Gil.take().?;
+    const a = cpython.api orelse return 0;
+    assert(dlpack.isManagedAddress(template));
+    const gil = cpython.Gil.take(a);
     defer gil.release();
     const kind_object: *PyObject = @ptrFromInt(kind);
     if (a.PyObject_IsInstance(kind_object, a.PyType_Type) != 1) {
-        _ = raise(a, a.PyExc_TypeError.*, "`as` must be a type with __dlpack_c_exchange_api__", .{});
+        _ = raise(
+            a,
+            a.PyExc_TypeError.*,
+            "`as` must be a type with __dlpack_c_exchange_api__",
+            .{},
+        );
         return 0;
     }
     var spare: Entry = undefined;
@@ -610,12 +713,22 @@ pub fn wrapAs(template: usize, kind: usize) usize {
     const give = if (entry.api) |t| t.managed_tensor_to_py_object_no_sync else null;
     if (give == null) {
         const shown = entry.name[0..entry.name_len];
-        _ = raise(a, a.PyExc_TypeError.*, "{s} has no DLPack C exchange API (__dlpack_c_exchange_api__)", .{shown});
+        _ = raise(
+            a,
+            a.PyExc_TypeError.*,
+            "{s} has no DLPack C exchange API (__dlpack_c_exchange_api__)",
+            .{shown},
+        );
         return 0;
     }
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
-    if (m.flags & dlpack.FLAG_READ_ONLY != 0) {
-        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not handed to managed_tensor_to_py_object_no_sync", .{});
+    if (m.flags & dlpack.flag.read_only != 0) {
+        _ = raise(
+            a,
+            a.PyExc_BufferError.*,
+            "read-only data is not handed to managed_tensor_to_py_object_no_sync",
+            .{},
+        );
         return 0;
     }
     if (exports.hasProducerStream(template)) {
@@ -627,9 +740,19 @@ pub fn wrapAs(template: usize, kind: usize) usize {
     return lend(give.?, template) catch |failure| {
         switch (failure) {
             error.OutOfMemory => _ = raise(a, a.PyExc_MemoryError.*, "out of memory", .{}),
-            error.NoObject => _ = raise(a, a.PyExc_BufferError.*, "{s} made no object", .{entry.name[0..entry.name_len]}),
+            error.NoObject => _ = raise(
+                a,
+                a.PyExc_BufferError.*,
+                "{s} made no object",
+                .{entry.name[0..entry.name_len]},
+            ),
             error.Failed => if (a.PyErr_Occurred() == null) {
-                _ = raise(a, a.PyExc_BufferError.*, "{s} failed without an exception", .{entry.name[0..entry.name_len]});
+                _ = raise(
+                    a,
+                    a.PyExc_BufferError.*,
+                    "{s} failed without an exception",
+                    .{entry.name[0..entry.name_len]},
+                );
             },
         }
         return 0;
@@ -641,8 +764,7 @@ const LendError = error{ OutOfMemory, Failed, NoObject };
 /// Hands `template` to `give` inside a wrapper; on success the consumer owns it, on failure it is
 /// still the caller's (whatever the consumer did with the wrapper).
 fn lend(give: ManagedTensorToPyObject, template: usize) LendError!usize {
-    const raw = std.c.malloc(@sizeOf(Lent)) orelse return error.OutOfMemory;
-    const lent: *Lent = @ptrCast(@alignCast(raw));
+    const lent = try memory.create(Lent);
     var fired = std.atomic.Value(bool).init(false);
     const source: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
     lent.* = .{
@@ -651,7 +773,8 @@ fn lend(give: ManagedTensorToPyObject, template: usize) LendError!usize {
             .manager_ctx = lent,
             .deleter = lentDeleter,
             .flags = source.flags,
-            .dl_tensor = source.dl_tensor, // its arrays live in the template, which the wrapper keeps
+            // Its arrays live in the template, which the wrapper keeps.
+            .dl_tensor = source.dl_tensor,
         },
         .inner = template,
         .guard = @intFromPtr(&fired),
@@ -680,8 +803,8 @@ fn lend(give: ManagedTensorToPyObject, template: usize) LendError!usize {
 // `dlpack_ts._native_exchange_counts()`: the counters as a tuple of ints, in `Counter` order.
 
 pub fn countsTuple(a: PyApi) ?*PyObject {
-    const tuple = a.PyTuple_New(COUNTERS) orelse return null;
-    for (0..COUNTERS) |i| {
+    const tuple = a.PyTuple_New(counter_count) orelse return null;
+    for (0..counter_count) |i| {
         const value = a.PyLong_FromUnsignedLongLong(counters[i].load(.monotonic)) orelse {
             a.Py_DecRef(tuple);
             return null;
@@ -720,8 +843,8 @@ const TestError = struct {
     var calls: usize = 0;
     var kind: [32]u8 = undefined;
     fn set(ctx: usize, k: ?[*:0]const u8, message: ?[*:0]const u8) callconv(.c) void {
-        std.debug.assert(ctx == 0xC0FFEE);
-        std.debug.assert(message != null);
+        assert(ctx == 0xC0FFEE);
+        assert(message != null);
         calls += 1;
         const text = std.mem.span(k.?);
         @memcpy(kind[0..text.len], text);
@@ -746,7 +869,10 @@ test "the allocator makes zeroed C-contiguous host exports that release their me
         .byte_offset = 0,
     };
     var out: usize = 0;
-    try testing.expectEqual(@as(c_int, 0), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, 0),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     const m: *dlpack.ManagedTensorVersioned = @ptrFromInt(out);
     try testing.expectEqual(@as(u32, 1), m.version.major);
     try testing.expectEqual(@as(u64, 0), m.flags);
@@ -775,26 +901,53 @@ test "the allocator refuses what it cannot make through SetError, writing NULL" 
         .byte_offset = 0,
     };
     var out: usize = 0xdead;
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     try TestError.expectKind("BufferError"); // CUDA
     try testing.expectEqual(@as(usize, 0), out);
     prototype.device.device_type = 1;
     prototype.dtype = .{ .code = 17, .bits = 4, .lanes = 1 }; // sub-byte
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     try TestError.expectKind("ValueError");
     prototype.dtype = .{ .code = 2, .bits = 32, .lanes = 1 };
     shape[1] = -1;
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     shape = .{ 1 << 40, 1 << 40 };
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     prototype.ndim = 65;
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
     prototype.ndim = 2;
     prototype.shape = null;
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set));
-    try testing.expectEqual(@as(c_int, -1), allocate(0, @intFromPtr(&out), 0xC0FFEE, TestError.set));
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), 0, 0xC0FFEE, TestError.set));
-    try testing.expectEqual(@as(c_int, -1), allocate(@intFromPtr(&prototype), 8, 0xC0FFEE, TestError.set));
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(0, @intFromPtr(&out), 0xC0FFEE, TestError.set),
+    );
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), 0, 0xC0FFEE, TestError.set),
+    );
+    try testing.expectEqual(
+        @as(c_int, -1),
+        allocate(@intFromPtr(&prototype), 8, 0xC0FFEE, TestError.set),
+    );
     try testing.expectEqual(calls + 9, TestError.calls);
 }
 
@@ -809,12 +962,12 @@ test "current_work_stream is NULL for every device" {
 
 /// An export of 16 bytes of malloc'ed memory behind a native owner.
 fn testExport() !usize {
-    const bytes = std.c.malloc(16) orelse return error.OutOfMemory;
-    const o = owner_mod.create(.native, @intFromPtr(bytes), 16) orelse return error.OutOfMemory;
+    const o = try owner_mod.createNative(16, 16, false);
+    const bytes = o.payload;
     const shape = [_]i64{4};
     const strides = [_]i64{1};
     return exports.create(.{
-        .data = @intFromPtr(bytes),
+        .data = bytes,
         .device = .{ .device_type = 1, .device_id = 0 },
         .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
         .shape = &shape,
@@ -823,7 +976,7 @@ fn testExport() !usize {
         .versioned = true,
         .adopt_owner = true,
         .owner = o,
-    }) orelse error.OutOfMemory;
+    });
 }
 
 /// Consumers of a lent export, each behaving as some real one does.
@@ -862,7 +1015,8 @@ test "a lent export is released exactly once whatever the consumer does" {
     try testing.expectEqual(@as(usize, 0x1000), try lend(Consumers.keep, template));
     try testing.expectEqual(exported + 1, stats.get(.exports));
     var m: *dlpack.ManagedTensorVersioned = @ptrFromInt(Consumers.kept);
-    try testing.expect(m.dl_tensor.data == @as(*dlpack.ManagedTensorVersioned, @ptrFromInt(template)).dl_tensor.data);
+    const lent_template: *dlpack.ManagedTensorVersioned = @ptrFromInt(template);
+    try testing.expect(m.dl_tensor.data == lent_template.dl_tensor.data);
     m.deleter.?(m);
     try testing.expectEqual(exported, stats.get(.exports));
     // Copied and released during the call: the export is released by lend.

@@ -13,7 +13,7 @@
 //! again); the one refresher at a time (a mutex) makes it odd while it rewrites the table in
 //! place. A table too small for a refresh is replaced by one with room to spare; replaced tables
 //! stay allocated (a reader may still be searching them) and are never written again. Capacity
-//! grows geometrically up to `MAX_ENTRIES`, so all tables together stay within about twice the
+//! grows geometrically up to `entries_max`, so all tables together stay within about twice the
 //! largest.
 //!
 //! What the table cannot know: memory unmapped after the table was last read still counts as
@@ -22,20 +22,22 @@
 
 const std = @import("std");
 const builtin = @import("builtin");
+const assert = std.debug.assert;
 
-pub const READ: u64 = 1;
-pub const EXEC: u64 = 2;
-const PERMS: u64 = READ | EXEC;
+pub const perm_read: u64 = 1;
+pub const perm_exec: u64 = 2;
+const perms_mask: u64 = perm_read | perm_exec;
 
 /// Merged ranges at most; a process with more turns the checks off rather than refuse good
 /// addresses (Linux allows 65530 mappings by default).
-pub const MAX_ENTRIES: usize = 1 << 18;
-const MIN_CAPACITY: usize = 1024;
+pub const entries_max: usize = 1 << 18;
+const capacity_min: usize = 1024;
 /// Regions a macOS or Windows walk visits at most (free and reserved ones count there too).
-const MAX_STEPS: usize = 1 << 22;
+const steps_max: usize = 1 << 22;
 
 pub const Error = error{
-    /// The platform offers no listing (no /proc, an unknown OS, a format this parser does not know).
+    /// The platform offers no listing (no /proc, an unknown OS, a format this parser does not
+    /// know).
     Unavailable,
     /// The listing changed while it was read (entries out of order): read it again.
     Inconsistent,
@@ -49,12 +51,12 @@ const Entry = extern struct {
     hi: u64,
 
     fn start(self: Entry) u64 {
-        return self.lo & ~PERMS;
+        return self.lo & ~perms_mask;
     }
 };
 
 comptime {
-    std.debug.assert(@sizeOf(Entry) == 16);
+    assert(@sizeOf(Entry) == 16);
 }
 
 const Table = struct {
@@ -67,7 +69,7 @@ const Table = struct {
 /// Even while no refresh writes the current table; odd during one.
 var sequence = std.atomic.Value(u64).init(0);
 var current = std.atomic.Value(?*Table).init(null);
-/// The last entry a READ and an EXEC lookup found.
+/// The last entry a readable and an executable lookup found.
 var hints = [2]std.atomic.Value(u32){ .init(0), .init(0) };
 /// Held by the one thread that refreshes; readers never take it on a hit.
 var refresh_lock: std.Thread.Mutex = .{};
@@ -120,7 +122,7 @@ pub const Span = struct {
 
 /// Whether a readable mapping covers every byte of [address, address + len).
 pub fn readable(address: usize, len: usize) bool {
-    return covers(address, len, READ);
+    return covers(address, len, perm_read);
 }
 
 /// `readable`, also setting `span` to the mapping found when the lookup took the fast path.
@@ -128,19 +130,19 @@ pub fn readableSpan(address: usize, len: usize, span: *Span) bool {
     span.* = .{};
     if (len == 0) return true;
     const end = std.math.add(u64, address, len) catch return false;
-    if (hit(address, end, READ, span)) return true;
-    return coversSlow(address, end, READ);
+    if (hit(address, end, perm_read, span)) return true;
+    return coversSlow(address, end, perm_read);
 }
 
 /// Whether `address` lies in executable memory. (Whether a function starts there cannot be known.)
 pub fn executable(address: usize) bool {
-    return covers(address, 1, EXEC);
+    return covers(address, 1, perm_exec);
 }
 
 /// Whether mappings with every permission in `perms` cover [address, address + len). Looks in the
 /// table; on a miss reads the listing again (once) and looks again.
 pub fn covers(address: usize, len: usize, perms: u64) bool {
-    std.debug.assert(perms != 0 and perms & ~PERMS == 0);
+    assert(perms != 0 and perms & ~perms_mask == 0);
     if (len == 0) return true;
     const end = std.math.add(u64, address, len) catch return false;
     if (hit(address, end, perms, null)) return true;
@@ -148,7 +150,7 @@ pub fn covers(address: usize, len: usize, perms: u64) bool {
 }
 
 fn hintFor(perms: u64) *std.atomic.Value(u32) {
-    return &hints[if (perms & EXEC != 0) 1 else 0];
+    return &hints[if (perms & perm_exec != 0) 1 else 0];
 }
 
 /// The hot path: the entry the last lookup of this kind found covers the range (repeated imports
@@ -194,7 +196,13 @@ fn entryAt(table: *const Table, index: usize) Entry {
 
 /// Searches one table. Safe on a table a refresh is rewriting: indices stay below its capacity and
 /// every loop is bounded; the caller discards the answer when the sequence moved.
-fn search(table: *const Table, address: u64, end: u64, perms: u64, hint: *std.atomic.Value(u32)) bool {
+fn search(
+    table: *const Table,
+    address: u64,
+    end: u64,
+    perms: u64,
+    hint: *std.atomic.Value(u32),
+) bool {
     const len = @min(@atomicLoad(usize, &table.len, .acquire), table.capacity);
     const guess = hint.load(.monotonic);
     // The last entry starting at or below the address.
@@ -214,7 +222,9 @@ fn search(table: *const Table, address: u64, end: u64, perms: u64, hint: *std.at
         if (e.start() > reached or e.hi <= reached or e.lo & perms != perms) return false;
         reached = e.hi;
         if (reached >= end) {
-            if (guess != first and first <= std.math.maxInt(u32)) hint.store(@intCast(first), .monotonic);
+            if (guess != first and first <= std.math.maxInt(u32)) {
+                hint.store(@intCast(first), .monotonic);
+            }
             return true;
         }
     }
@@ -228,14 +238,20 @@ fn registerForkHandler() bool {
     if (builtin.os.tag != .linux and builtin.os.tag != .macos) return true;
     const Handler = ?*const fn () callconv(.c) void;
     // RTLD_DEFAULT: NULL with glibc and musl, (void *)-2 on macOS.
-    const default_handle: ?*anyopaque = if (builtin.os.tag == .macos) @ptrFromInt(std.math.maxInt(usize) - 1) else null;
+    const default_handle: ?*anyopaque = if (builtin.os.tag == .macos) @ptrFromInt(
+        std.math.maxInt(usize) - 1,
+    ) else null;
     if (std.c.dlsym(default_handle, "__register_atfork")) |symbol| {
-        // The last argument names the registering object for dlclose; this library is never unloaded.
-        const register: *const fn (Handler, Handler, Handler, ?*anyopaque) callconv(.c) c_int = @ptrCast(@alignCast(symbol));
+        // The last argument names the registering object for dlclose; this library is never
+        // unloaded.
+        const Register = *const fn (Handler, Handler, Handler, ?*anyopaque) callconv(.c) c_int;
+        const register: Register = @ptrCast(@alignCast(symbol));
         return register(null, null, afterFork, null) == 0;
     }
     const symbol = std.c.dlsym(default_handle, "pthread_atfork") orelse return false;
-    const atfork: *const fn (Handler, Handler, Handler) callconv(.c) c_int = @ptrCast(@alignCast(symbol));
+    const atfork: *const fn (Handler, Handler, Handler) callconv(.c) c_int = @ptrCast(
+        @alignCast(symbol),
+    );
     return atfork(null, null, afterFork) == 0;
 }
 
@@ -244,7 +260,9 @@ fn registerForkHandler() bool {
 noinline fn refresh(began: u64) bool {
     @branchHint(.cold);
     // Before the lock: a fork must never find it held without the handler that resets it.
-    if (!fork_handler.load(.acquire) and fork_handler.cmpxchgStrong(false, true, .acq_rel, .monotonic) == null) {
+    const registering = !fork_handler.load(.acquire) and
+        fork_handler.cmpxchgStrong(false, true, .acq_rel, .monotonic) == null;
+    if (registering) {
         if (!registerForkHandler()) fork_handler.store(false, .release);
     }
     refresh_lock.lock();
@@ -271,21 +289,36 @@ noinline fn refresh(began: u64) bool {
 
 /// Writes `entries` into the current table (inside the sequence lock), or into a new, larger one.
 fn publish(entries: []const Entry) error{OutOfMemory}!void {
+    // Built in address order, each range non-empty, page aligned and readable or executable,
+    // neighbours of equal permissions merged: what a binary search over `start` relies on.
+    for (entries, 0..) |e, i| {
+        assert(e.start() < e.hi);
+        assert(e.lo & perms_mask != 0);
+        if (i > 0) assert(entries[i - 1].hi <= e.start());
+    }
+    assert(entries.len <= entries_max);
     const old = current.load(.monotonic);
     var table = old;
     if (old == null or old.?.capacity < entries.len) {
         if (retired_count == retired.len) return error.OutOfMemory;
-        const wanted = @max(entries.len + entries.len / 2, MIN_CAPACITY, if (old) |o| 2 * o.capacity else 0);
-        const fresh = std.heap.c_allocator.create(Table) catch return error.OutOfMemory;
-        const slots = std.heap.c_allocator.alloc(Entry, wanted) catch {
-            std.heap.c_allocator.destroy(fresh);
+        const wanted = @max(
+            entries.len + entries.len / 2,
+            capacity_min,
+            if (old) |o| 2 * o.capacity else 0,
+        );
+        const fresh = std.heap.raw_c_allocator.create(Table) catch return error.OutOfMemory;
+        const slots = std.heap.raw_c_allocator.alloc(Entry, wanted) catch {
+            std.heap.raw_c_allocator.destroy(fresh);
             return error.OutOfMemory;
         };
         fresh.* = .{ .capacity = wanted, .len = 0, .entries = slots.ptr };
         table = fresh;
     }
     const t = table.?;
+    assert(t.capacity >= entries.len);
     const seq = sequence.load(.monotonic);
+    // Only the refresher writes the sequence, and it leaves it even.
+    assert(seq & 1 == 0);
     sequence.store(seq + 1, .monotonic);
     // Release stores: a reader that sees any new value also sees the odd sequence number.
     for (entries, 0..) |e, i| {
@@ -308,19 +341,22 @@ const Builder = struct {
     list: *std.ArrayList(Entry),
 
     fn add(self: Builder, start: u64, end: u64, perms: u64) Error!void {
-        if (start >= end or start & PERMS != 0) return error.Unavailable;
+        if (start >= end or start & perms_mask != 0) return error.Unavailable;
         if (perms == 0) return;
         const items = self.list.items;
         if (items.len > 0) {
             const last = &items[items.len - 1];
             if (start < last.hi) return error.Inconsistent;
-            if (start == last.hi and last.lo & PERMS == perms) {
+            if (start == last.hi and last.lo & perms_mask == perms) {
                 last.hi = end;
                 return;
             }
         }
-        if (items.len == MAX_ENTRIES) return error.Unavailable;
-        self.list.append(std.heap.c_allocator, .{ .lo = start | perms, .hi = end }) catch return error.OutOfMemory;
+        if (items.len == entries_max) return error.Unavailable;
+        self.list.append(
+            std.heap.raw_c_allocator,
+            .{ .lo = start | perms, .hi = end },
+        ) catch return error.OutOfMemory;
     }
 };
 
@@ -383,8 +419,8 @@ const MapsParser = struct {
         const expected = "rwx"[0..];
         if (self.perm_index < 3) {
             if (byte == expected[self.perm_index]) {
-                if (self.perm_index == 0) self.perms |= READ;
-                if (self.perm_index == 2) self.perms |= EXEC;
+                if (self.perm_index == 0) self.perms |= perm_read;
+                if (self.perm_index == 2) self.perms |= perm_exec;
             } else if (byte != '-') return error.Unavailable;
             self.perm_index += 1;
             return;
@@ -447,9 +483,9 @@ const SubmapShortInfo64 = extern struct {
 };
 
 comptime {
-    std.debug.assert(@offsetOf(SubmapShortInfo64, "offset") == 12);
-    std.debug.assert(@offsetOf(SubmapShortInfo64, "is_submap") == 32);
-    std.debug.assert(@sizeOf(SubmapShortInfo64) == 48);
+    assert(@offsetOf(SubmapShortInfo64, "offset") == 12);
+    assert(@offsetOf(SubmapShortInfo64, "is_submap") == 32);
+    assert(@sizeOf(SubmapShortInfo64) == 48);
 }
 
 const VM_PROT_READ: i32 = 1;
@@ -461,20 +497,22 @@ fn collectDarwin(out: Builder) Error!void {
     var address: usize = 0;
     var depth: u32 = 0;
     var steps: usize = 0;
-    while (steps < MAX_STEPS) : (steps += 1) {
+    while (steps < steps_max) : (steps += 1) {
         var size: u64 = 0;
         var info: SubmapShortInfo64 = undefined;
         var count: u32 = @sizeOf(SubmapShortInfo64) / @sizeOf(i32);
         // KERN_INVALID_ADDRESS past the last region ends the walk.
-        if (std.c.mach_vm_region_recurse(task, &address, &size, &depth, @ptrCast(&info), &count) != 0) return;
+        const info_out: std.c.vm_region_recurse_info_t = @ptrCast(&info);
+        const kern = std.c.mach_vm_region_recurse(task, &address, &size, &depth, info_out, &count);
+        if (kern != 0) return;
         if (info.is_submap != 0) {
             depth += 1;
             continue;
         }
         const end = std.math.add(u64, address, size) catch return;
         var perms: u64 = 0;
-        if (info.protection & VM_PROT_READ != 0) perms |= READ;
-        if (info.protection & VM_PROT_EXECUTE != 0) perms |= EXEC;
+        if (info.protection & VM_PROT_READ != 0) perms |= perm_read;
+        if (info.protection & VM_PROT_EXECUTE != 0) perms |= perm_exec;
         try out.add(address, end, perms);
         address = @intCast(end);
     }
@@ -490,17 +528,18 @@ fn collectWindows(out: Builder) Error!void {
     const executable_protections: u32 = 0x10 | 0x20 | 0x40 | 0x80;
     var address: usize = 0;
     var steps: usize = 0;
-    while (steps < MAX_STEPS) : (steps += 1) {
+    while (steps < steps_max) : (steps += 1) {
         var info: w.MEMORY_BASIC_INFORMATION = undefined;
-        if (w.kernel32.VirtualQuery(@ptrFromInt(address), &info, @sizeOf(w.MEMORY_BASIC_INFORMATION)) == 0) return;
+        const info_bytes = @sizeOf(w.MEMORY_BASIC_INFORMATION);
+        if (w.kernel32.VirtualQuery(@ptrFromInt(address), &info, info_bytes) == 0) return;
         const base = @intFromPtr(info.BaseAddress);
         const end = std.math.add(usize, base, info.RegionSize) catch return;
         if (end <= address) return;
         const protect: u32 = info.Protect;
         if (info.State == w.MEM_COMMIT and protect & (w.PAGE_NOACCESS | w.PAGE_GUARD) == 0) {
             var perms: u64 = 0;
-            if (protect & readable_protections != 0) perms |= READ;
-            if (protect & executable_protections != 0) perms |= EXEC;
+            if (protect & readable_protections != 0) perms |= perm_read;
+            if (protect & executable_protections != 0) perms |= perm_exec;
             try out.add(base, end, perms);
         }
         address = end;
@@ -523,7 +562,14 @@ pub fn freshRegion(pages: usize) ![]align(std.heap.page_size_min) u8 {
     const bytes = pages * page;
     // A guard gap between regions, so two of them never merge into one mapping.
     const at = Hint.next.fetchAdd(bytes + 16 * page, .monotonic);
-    const region = try std.posix.mmap(@ptrFromInt(at), bytes, std.posix.PROT.READ | std.posix.PROT.WRITE, .{ .TYPE = .PRIVATE, .ANONYMOUS = true }, -1, 0);
+    const region = try std.posix.mmap(
+        @ptrFromInt(at),
+        bytes,
+        std.posix.PROT.READ | std.posix.PROT.WRITE,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    );
     if (@intFromPtr(region.ptr) != at) {
         std.posix.munmap(region);
         return error.SkipZigTest;
@@ -539,7 +585,7 @@ fn parseForTest(text: []const u8, list: *std.ArrayList(Entry)) Error!void {
 
 test "the maps parser merges equal neighbours and drops inaccessible ranges" {
     var list: std.ArrayList(Entry) = .empty;
-    defer list.deinit(std.heap.c_allocator);
+    defer list.deinit(std.heap.raw_c_allocator);
     try parseForTest(
         "1000-2000 r--p 00000000 08:01 12 /usr/lib/a.so\n" ++
             "2000-3000 r--p 00001000 08:01 12 /usr/lib/a.so\n" ++
@@ -550,16 +596,16 @@ test "the maps parser merges equal neighbours and drops inaccessible ranges" {
         &list,
     );
     try testing.expectEqual(@as(usize, 4), list.items.len);
-    try testing.expectEqual(@as(u64, 0x1000 | READ), list.items[0].lo);
+    try testing.expectEqual(@as(u64, 0x1000 | perm_read), list.items[0].lo);
     try testing.expectEqual(@as(u64, 0x3000), list.items[0].hi);
-    try testing.expectEqual(@as(u64, 0x3000 | READ | EXEC), list.items[1].lo);
-    try testing.expectEqual(@as(u64, 0x7fff0000 | READ), list.items[2].lo);
-    try testing.expectEqual(@as(u64, 0xffffffffff600000 | EXEC), list.items[3].lo);
+    try testing.expectEqual(@as(u64, 0x3000 | perm_read | perm_exec), list.items[1].lo);
+    try testing.expectEqual(@as(u64, 0x7fff0000 | perm_read), list.items[2].lo);
+    try testing.expectEqual(@as(u64, 0xffffffffff600000 | perm_exec), list.items[3].lo);
 }
 
 test "the maps parser refuses what it does not understand" {
     var list: std.ArrayList(Entry) = .empty;
-    defer list.deinit(std.heap.c_allocator);
+    defer list.deinit(std.heap.raw_c_allocator);
     const bad = [_][]const u8{
         "1000 r--p\n",
         "1000-2000 rq-p 0 0:0 0\n",
@@ -573,15 +619,18 @@ test "the maps parser refuses what it does not understand" {
         try testing.expectError(error.Unavailable, parseForTest(text, &list));
     }
     list.clearRetainingCapacity();
-    try testing.expectError(error.Inconsistent, parseForTest("3000-4000 r--p 0 0:0 0\n1000-2000 r--p 0 0:0 0\n", &list));
+    try testing.expectError(
+        error.Inconsistent,
+        parseForTest("3000-4000 r--p 0 0:0 0\n1000-2000 r--p 0 0:0 0\n", &list),
+    );
     list.clearRetainingCapacity();
     try testing.expectError(error.Inconsistent, parseForTest("1000-2000 r-", &list));
 }
 
 test "this process: heap, stack and code are found; unmapped and PROT_NONE pages are not" {
     if (builtin.os.tag != .linux) return error.SkipZigTest;
-    const heap = std.c.malloc(64).?;
-    defer std.c.free(heap);
+    const heap = (try std.heap.raw_c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.raw_c_allocator.free(heap[0..64]);
     var local: u64 = 7;
     try testing.expect(readable(@intFromPtr(heap), 64));
     try testing.expect(readable(@intFromPtr(&local), 8));
@@ -609,8 +658,8 @@ test "this process: heap, stack and code are found; unmapped and PROT_NONE pages
 
 test "hits do not read the listing again" {
     if (builtin.os.tag != .linux) return error.SkipZigTest;
-    const heap = std.c.malloc(64).?;
-    defer std.c.free(heap);
+    const heap = (try std.heap.raw_c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.raw_c_allocator.free(heap[0..64]);
     try testing.expect(readable(@intFromPtr(heap), 64));
     const before = refreshes();
     for (0..10_000) |_| {
@@ -625,20 +674,28 @@ test "lookups from many threads while others force refreshes" {
     const Worker = struct {
         fn look(heap: usize, failures: *std.atomic.Value(u32)) void {
             for (0..20_000) |_| {
-                if (!readable(heap, 64) or !executable(@intFromPtr(&readable))) _ = failures.fetchAdd(1, .monotonic);
+                const code = @intFromPtr(&readable);
+                if (!readable(heap, 64) or !executable(code)) _ = failures.fetchAdd(1, .monotonic);
             }
         }
         fn miss(done: *std.atomic.Value(bool)) void {
             var k: usize = 0;
-            while (!done.load(.acquire) and k < 200) : (k += 1) _ = readable((1 << 46) + k * 4096, 8);
+            while (!done.load(.acquire) and k < 200) : (k += 1) _ = readable(
+                (1 << 46) + k * 4096,
+                8,
+            );
         }
     };
-    const heap = std.c.malloc(64).?;
-    defer std.c.free(heap);
+    const heap = (try std.heap.raw_c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.raw_c_allocator.free(heap[0..64]);
     var failures = std.atomic.Value(u32).init(0);
     var done = std.atomic.Value(bool).init(false);
     var threads: [4]std.Thread = undefined;
-    for (threads[0..3]) |*t| t.* = try std.Thread.spawn(.{}, Worker.look, .{ @intFromPtr(heap), &failures });
+    for (threads[0..3]) |*t| t.* = try std.Thread.spawn(
+        .{},
+        Worker.look,
+        .{ @intFromPtr(heap), &failures },
+    );
     threads[3] = try std.Thread.spawn(.{}, Worker.miss, .{&done});
     for (threads[0..3]) |t| t.join();
     done.store(true, .release);
@@ -652,11 +709,14 @@ test "a fork while another thread refreshes leaves the child a working table" {
     const Refresher = struct {
         fn run(stop: *std.atomic.Value(bool)) void {
             var k: usize = 0;
-            while (!stop.load(.acquire)) : (k +%= 1) _ = readable(0x3f00_0000_0000 + (k % 1024) * 4096, 8);
+            while (!stop.load(.acquire)) : (k +%= 1) _ = readable(
+                0x3f00_0000_0000 + (k % 1024) * 4096,
+                8,
+            );
         }
     };
-    const heap = std.c.malloc(64).?;
-    defer std.c.free(heap);
+    const heap = (try std.heap.raw_c_allocator.alloc(u8, 64)).ptr;
+    defer std.heap.raw_c_allocator.free(heap[0..64]);
     var stop = std.atomic.Value(bool).init(false);
     const thread = try std.Thread.spawn(.{}, Refresher.run, .{&stop});
     defer {

@@ -1,30 +1,78 @@
-//! Library-owned memory: aligned allocations behind a native owner, and the strided -> contiguous
-//! copy used by `copy()`.
+//! Library-owned memory: aligned allocations (an owner record in owner.zig holds each one), and
+//! the strided -> contiguous copy used by `copy()`.
 
 const std = @import("std");
-const owner_mod = @import("owner.zig");
+const builtin = @import("builtin");
+const assert = std.debug.assert;
+const dlpack = @import("dlpack.zig");
+
+// ---------------------------------------------------------------------------------------------
+// Records (owners, exports, wrappers): the C heap through `std.heap.raw_c_allocator`, with error
+// unions. Raw calls: the safe-build fill of new and of freed memory would cost the import and
+// export paths a memset each, and every field of a record is written right after `create`.
+
+/// A record of type `T`, its fields not yet written. Give it back with `destroy`.
+pub fn create(comptime T: type) error{OutOfMemory}!*T {
+    comptime assert(@alignOf(T) <= @alignOf(std.c.max_align_t));
+    const allocator = std.heap.raw_c_allocator;
+    const bytes = allocator.rawAlloc(@sizeOf(T), .of(T), @returnAddress()) orelse
+        return error.OutOfMemory;
+    return @ptrCast(@alignCast(bytes));
+}
+
+pub fn destroy(record: anytype) void {
+    const T = @typeInfo(@TypeOf(record)).pointer.child;
+    const bytes: [*]u8 = @ptrCast(record);
+    std.heap.raw_c_allocator.rawFree(bytes[0..@sizeOf(T)], .of(T), @returnAddress());
+}
+
+/// `len` bytes for a record of variable size aligned like `T`. Give them back with `destroyBytes`.
+pub fn createBytes(comptime T: type, len: usize) error{OutOfMemory}![]align(@alignOf(T)) u8 {
+    comptime assert(@alignOf(T) <= @alignOf(std.c.max_align_t));
+    assert(len >= @sizeOf(T));
+    const allocator = std.heap.raw_c_allocator;
+    const bytes = allocator.rawAlloc(len, .of(T), @returnAddress()) orelse return error.OutOfMemory;
+    const aligned: [*]align(@alignOf(T)) u8 = @alignCast(bytes);
+    return aligned[0..len];
+}
+
+pub fn destroyBytes(comptime T: type, bytes: []align(@alignOf(T)) u8) void {
+    std.heap.raw_c_allocator.rawFree(bytes, .of(T), @returnAddress());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor memory
+
+/// The largest alignment `alloc` takes (`dlpk_alloc` refuses larger ones).
+pub const alignment_max_bytes: usize = 1 << 20;
 
 /// Allocates `bytes` (at least 1, so the address is never NULL) aligned to `alignment` (a power of
-/// two, at least the pointer size) inside a new owner. Returns null when out of memory.
-pub fn allocate(bytes: usize, alignment: usize, zero: bool) ?*owner_mod.Owner {
-    std.debug.assert(std.math.isPowerOfTwo(alignment));
+/// two up to `alignment_max_bytes`; at least the pointer size is used). Give it back with `free`.
+pub fn alloc(bytes: usize, alignment: usize, zero: bool) error{OutOfMemory}![*]u8 {
+    assert(std.math.isPowerOfTwo(alignment));
+    assert(alignment <= alignment_max_bytes);
     const size = @max(bytes, 1);
-    const ptr = alignedAlloc(size, @max(alignment, @sizeOf(usize))) orelse return null;
+    const aligned_to = @max(alignment, @sizeOf(usize));
+    const ptr = alignedAlloc(size, aligned_to) orelse return error.OutOfMemory;
+    assert(@intFromPtr(ptr) % aligned_to == 0);
     adviseHugePages(ptr, size);
-    if (zero) @memset(@as([*]u8, @ptrCast(ptr))[0..size], 0);
-    return owner_mod.create(.native, @intFromPtr(ptr), bytes) orelse {
-        alignedFree(ptr);
-        return null;
-    };
+    const memory: [*]u8 = @ptrCast(ptr);
+    if (zero) @memset(memory[0..size], 0);
+    return memory;
+}
+
+/// Gives back memory `alloc` obtained (the matching free on every target).
+pub fn free(memory: [*]u8) void {
+    if (windows_crt) _aligned_free(memory) else std.c.free(memory);
 }
 
 /// Allocations from this size up ask Linux for transparent huge pages, as numpy does for its
 /// arrays: the first touch then faults 2 MiB at a time instead of 4 KiB (on a VM each fault is
 /// microseconds), and strided copies over the memory miss the TLB far less.
-const HUGE_PAGE_FROM = 4 << 20;
+const huge_page_advice_bytes_min = 4 << 20;
 
 fn adviseHugePages(ptr: *anyopaque, size: usize) void {
-    if (builtin.os.tag != .linux or size < HUGE_PAGE_FROM) return;
+    if (builtin.os.tag != .linux or size < huge_page_advice_bytes_min) return;
     const page = std.heap.pageSize();
     const start = std.mem.alignForward(usize, @intFromPtr(ptr), page);
     const end = std.mem.alignBackward(usize, @intFromPtr(ptr) + size, page);
@@ -35,106 +83,187 @@ fn adviseHugePages(ptr: *anyopaque, size: usize) void {
 
 // Windows' C runtime has no posix_memalign, and memory from its _aligned_malloc must go back
 // through _aligned_free (plain free would corrupt the heap), so both halves are chosen together.
-const builtin = @import("builtin");
 const windows_crt = builtin.os.tag == .windows;
 extern "c" fn _aligned_malloc(size: usize, alignment: usize) ?*anyopaque;
 extern "c" fn _aligned_free(ptr: ?*anyopaque) void;
 
 fn alignedAlloc(size: usize, alignment: usize) ?*anyopaque {
+    assert(size > 0);
     if (windows_crt) return _aligned_malloc(size, alignment);
     var memory: ?*anyopaque = null;
     if (std.c.posix_memalign(&memory, alignment, size) != 0) return null;
     return memory;
 }
 
-/// Gives back memory `allocate` obtained (the matching free on every target).
-pub fn alignedFree(ptr: ?*anyopaque) void {
-    if (windows_crt) _aligned_free(ptr) else std.c.free(ptr);
+/// A strided layout with its extent-1 dims dropped and every dim merged into the one outside it
+/// when that one steps exactly over it.
+const Coalesced = struct {
+    shape: [dlpack.rank_max]i64,
+    strides: [dlpack.rank_max]i64,
+    ndim: usize,
+    empty: bool,
+};
+
+fn coalesce(shape_in: []const i64, strides_in: []const i64) Coalesced {
+    var c: Coalesced = .{ .shape = undefined, .strides = undefined, .ndim = 0, .empty = false };
+    for (shape_in, strides_in) |extent, stride| {
+        assert(extent >= 0);
+        if (extent == 0) {
+            c.empty = true;
+            return c;
+        }
+        if (extent == 1) continue;
+        const step = @mulWithOverflow(stride, extent);
+        if (c.ndim > 0 and step[1] == 0 and c.strides[c.ndim - 1] == step[0]) {
+            c.shape[c.ndim - 1] *= extent;
+            c.strides[c.ndim - 1] = stride;
+            continue;
+        }
+        c.shape[c.ndim] = extent;
+        c.strides[c.ndim] = stride;
+        c.ndim += 1;
+    }
+    assert(c.ndim <= shape_in.len);
+    return c;
 }
 
 /// Copies a strided tensor (element 0 at `src`, strides in elements) into `dst` in C order.
-/// Dimensions are coalesced first so contiguous runs become single memcpys.
-pub fn copyStrided(dst: [*]u8, src: [*]const u8, itemsize: usize, shape_in: []const i64, strides_in: []const i64) void {
-    var shape: [64]i64 = undefined;
-    var strides: [64]i64 = undefined;
-    var ndim: usize = 0;
-    for (shape_in, strides_in) |extent, stride| {
-        if (extent == 0) return;
-        if (extent == 1) continue;
-        // Merge with the previous (outer) dim when it steps exactly over this one.
-        if (ndim > 0 and strides[ndim - 1] == stride * extent) {
-            shape[ndim - 1] *= extent;
-            strides[ndim - 1] = stride;
-            continue;
-        }
-        shape[ndim] = extent;
-        strides[ndim] = stride;
-        ndim += 1;
-    }
-    if (ndim == 0) {
+/// Dimensions are coalesced first so contiguous runs become single memcpys. The caller checked
+/// the layout: extents are not negative and at most 2^53 elements in all, and every element lies
+/// in memory it may read.
+pub fn copyStrided(
+    dst: [*]u8,
+    src: [*]const u8,
+    itemsize: usize,
+    shape_in: []const i64,
+    strides_in: []const i64,
+) void {
+    assert(shape_in.len == strides_in.len);
+    assert(shape_in.len <= dlpack.rank_max);
+    assert(itemsize > 0);
+    const c = coalesce(shape_in, strides_in);
+    if (c.empty) return;
+    if (c.ndim == 0) {
         @memcpy(dst[0..itemsize], src[0..itemsize]);
         return;
     }
+    const ndim = c.ndim;
     const item: i64 = @intCast(itemsize);
     // A strided innermost dimension (a transpose, a column slice) is copied in square tiles of the
     // last two dims, so every cache line read serves several rows of the output.
-    const inner_jump = @abs(strides[ndim - 1]) * itemsize;
-    const tiled = ndim >= 2 and inner_jump > 64 and @abs(strides[ndim - 2]) < @abs(strides[ndim - 1]);
-    const kernel_dims: usize = if (tiled) 2 else 1;
-    const rows: usize = if (tiled) @intCast(shape[ndim - 2]) else 1;
-    const cols: usize = @intCast(shape[ndim - 1]);
-    const block_bytes = rows * cols * itemsize;
-    const outer = ndim - kernel_dims;
-    var index: [64]i64 = [_]i64{0} ** 64;
+    const inner_jump = @abs(c.strides[ndim - 1]) * itemsize;
+    const tiled = ndim >= 2 and inner_jump > cache_line_bytes and
+        @abs(c.strides[ndim - 2]) < @abs(c.strides[ndim - 1]);
+    const kernel: Kernel = .{
+        .tiled = tiled,
+        .itemsize = itemsize,
+        .rows = if (tiled) @intCast(c.shape[ndim - 2]) else 1,
+        .cols = @intCast(c.shape[ndim - 1]),
+        .row_stride_bytes = if (tiled) c.strides[ndim - 2] * item else 0,
+        .col_stride_bytes = c.strides[ndim - 1] * item,
+    };
+    const outer = ndim - @as(usize, if (tiled) 2 else 1);
+    var index = [_]i64{0} ** dlpack.rank_max;
     var offset: i64 = 0; // bytes from src to the start of the current block
     var out: usize = 0;
     while (true) {
-        const block_src = offsetPtr(src, offset);
-        if (tiled) {
-            copyTiled(dst + out, block_src, itemsize, rows, cols, strides[ndim - 2] * item, strides[ndim - 1] * item);
-        } else if (strides[ndim - 1] == 1) {
-            @memcpy(dst[out .. out + block_bytes], block_src[0..block_bytes]);
-        } else {
-            copyRun(dst + out, block_src, itemsize, cols, strides[ndim - 1] * item);
-        }
-        out += block_bytes;
+        kernel.copy(dst + out, offsetPtr(src, offset));
+        out += kernel.blockBytes();
         // Odometer over the dims outside the kernel.
         var d = outer;
         while (true) {
             if (d == 0) return;
             d -= 1;
             index[d] += 1;
-            offset += strides[d] * item;
-            if (index[d] < shape[d]) break;
-            offset -= shape[d] * strides[d] * item;
+            offset += c.strides[d] * item;
+            if (index[d] < c.shape[d]) break;
+            offset -= c.shape[d] * c.strides[d] * item;
             index[d] = 0;
         }
     }
 }
+
+/// What one step of the odometer copies: a tile of the last two dims, or a run of the last one.
+const Kernel = struct {
+    tiled: bool,
+    itemsize: usize,
+    rows: usize,
+    cols: usize,
+    row_stride_bytes: i64,
+    col_stride_bytes: i64,
+
+    fn blockBytes(self: Kernel) usize {
+        return self.rows * self.cols * self.itemsize;
+    }
+
+    fn copy(self: Kernel, dst: [*]u8, src: [*]const u8) void {
+        assert(self.rows > 0 and self.cols > 0);
+        if (self.tiled) {
+            copyTiled(
+                dst,
+                src,
+                self.itemsize,
+                self.rows,
+                self.cols,
+                self.row_stride_bytes,
+                self.col_stride_bytes,
+            );
+        } else if (self.col_stride_bytes == @as(i64, @intCast(self.itemsize))) {
+            const bytes = self.blockBytes();
+            @memcpy(dst[0..bytes], src[0..bytes]);
+        } else {
+            copyRun(dst, src, self.itemsize, self.cols, self.col_stride_bytes);
+        }
+    }
+};
 
 // A tile spans one cache line of the source along the rows and one of the output along the
 // columns (16 x 16 float32). It is gathered into a small buffer first, reading each source line
 // whole, then written out a whole output line at a time. With power-of-two strides every line of a
 // tile maps to the same cache set, so copying straight from source to output (each step touching
 // one line of each) thrashes that set; through the buffer only one line of each side is live.
-const LINE = 64;
+const cache_line_bytes = 64;
 
-fn copyTiled(dst: [*]u8, src: [*]const u8, itemsize: usize, rows: usize, cols: usize, row_stride: i64, col_stride: i64) void {
+fn copyTiled(
+    dst: [*]u8,
+    src: [*]const u8,
+    itemsize: usize,
+    rows: usize,
+    cols: usize,
+    row_stride: i64,
+    col_stride: i64,
+) void {
     inline for (.{ 1, 2, 4, 8, 16 }) |size| {
-        if (itemsize == size) return copyTiledSized(size, dst, src, rows, cols, row_stride, col_stride);
+        if (itemsize == size) {
+            return copyTiledSized(size, dst, src, rows, cols, row_stride, col_stride);
+        }
     }
     // Other item sizes (never produced by the dtype table) fall back to element runs.
     for (0..rows) |i| {
-        copyRun(dst + i * cols * itemsize, offsetPtr(src, @as(i64, @intCast(i)) * row_stride), itemsize, cols, col_stride);
+        copyRun(
+            dst + i * cols * itemsize,
+            offsetPtr(src, @as(i64, @intCast(i)) * row_stride),
+            itemsize,
+            cols,
+            col_stride,
+        );
     }
 }
 
-fn copyTiledSized(comptime size: usize, dst: [*]u8, src: [*]const u8, rows: usize, cols: usize, row_stride: i64, col_stride: i64) void {
+fn copyTiledSized(
+    comptime size: usize,
+    dst: [*]u8,
+    src: [*]const u8,
+    rows: usize,
+    cols: usize,
+    row_stride: i64,
+    col_stride: i64,
+) void {
     // The inner loops run on addresses the import validated (the whole span lies in the
     // producer's memory): plain wrapping arithmetic, no per-element checks.
     @setRuntimeSafety(false);
     const T = std.meta.Int(.unsigned, size * 8);
-    const tile: usize = @max(LINE / size, 4);
+    const tile: usize = @max(cache_line_bytes / size, 4);
     var buffer: [tile][tile]T = undefined;
     const out: [*]align(1) T = @ptrCast(dst);
     const base = @intFromPtr(src);
@@ -142,7 +271,7 @@ fn copyTiledSized(comptime size: usize, dst: [*]u8, src: [*]const u8, rows: usiz
     const cs: usize = @bitCast(@as(isize, @intCast(col_stride)));
     // Blocks of about 1 KiB per source column and per output row: their pages fit the TLB and
     // their lines the L2 cache, whichever way a tile walks.
-    const block: usize = @as(usize, tile) * (1024 / LINE);
+    const block: usize = @as(usize, tile) * (1024 / cache_line_bytes);
     var block_row: usize = 0;
     while (block_row < rows) : (block_row += block) {
         const row_end = @min(block_row + block, rows);
@@ -203,14 +332,15 @@ fn copyRun(dst: [*]u8, src: [*]const u8, itemsize: usize, count: usize, stride_b
 
 const testing = std.testing;
 
-test "allocation is aligned, zeroed on request, and freed by its owner" {
-    const before = @import("stats.zig").get(.allocations);
-    const o = allocate(100, 256, true).?;
-    try testing.expectEqual(@as(usize, 0), o.payload % 256);
-    const bytes: [*]const u8 = @ptrFromInt(o.payload);
-    for (bytes[0..100]) |b| try testing.expectEqual(@as(u8, 0), b);
-    owner_mod.release(o);
-    try testing.expectEqual(before, @import("stats.zig").get(.allocations));
+test "allocation is aligned and zeroed on request" {
+    for ([_]usize{ 1, 8, 256, alignment_max_bytes }) |alignment| {
+        const memory = try alloc(100, alignment, true);
+        defer free(memory);
+        try testing.expectEqual(@as(usize, 0), @intFromPtr(memory) % alignment);
+        for (memory[0..100]) |b| try testing.expectEqual(@as(u8, 0), b);
+    }
+    // Zero bytes still make an address (never NULL).
+    free(try alloc(0, 64, false));
 }
 
 test "strided copy: transposed, negative, broadcast, 0-d" {
@@ -250,7 +380,10 @@ test "strided copy: transposed, negative, broadcast, 0-d" {
     for (&big, 0..) |*v, k| v.* = @intCast(k);
     var big_dst: [n * n]u32 = undefined;
     copyStrided(@ptrCast(&big_dst), @ptrCast(&big[n - 1]), 4, &.{ n, n }, &.{ n, -1 });
-    for (0..n) |i| for (0..n) |j| try testing.expectEqual(big[i * n + (n - 1 - j)], big_dst[i * n + j]);
+    for (0..n) |i| for (0..n) |j| try testing.expectEqual(
+        big[i * n + (n - 1 - j)],
+        big_dst[i * n + j],
+    );
 
     // 16-byte items (complex128), every other one.
     const wide = [_]u128{ 1, 2, 3, 4 };
@@ -261,9 +394,13 @@ test "strided copy: transposed, negative, broadcast, 0-d" {
 
 test "strided copy: tiled transposes of every item size match element-by-element copies" {
     // Shapes on both sides of a tile's width, positive and negative strides, gaps between rows.
-    const shapes = [_][2]usize{ .{ 37, 70 }, .{ 70, 37 }, .{ 1, 100 }, .{ 100, 3 }, .{ 64, 64 }, .{ 129, 17 }, .{ 300, 1030 } };
+    const shapes = [_][2]usize{
+        .{ 37, 70 }, .{ 70, 37 },  .{ 1, 100 },    .{ 100, 3 },
+        .{ 64, 64 }, .{ 129, 17 }, .{ 300, 1030 },
+    };
     inline for (.{ 1, 2, 4, 8, 16 }) |size| {
-        for (shapes) |shape| for ([_]i64{ 1, 2, -1 }) |step| for ([_]bool{ false, true }) |flip_cols| {
+        const steps = [_]i64{ 1, 2, -1 };
+        for (shapes) |shape| for (steps) |step| for ([_]bool{ false, true }) |flip_cols| {
             const rows = shape[0];
             const cols = shape[1];
             // Source: a rows_src x cols column-major grid, read transposed (row stride `step`).
@@ -282,9 +419,17 @@ test "strided copy: tiled transposes of every item size match element-by-element
                 cs = -col_stride;
             }
             const item: i64 = size;
-            copyStrided(dst.ptr, src.ptr + @as(usize, @intCast(origin * item)), size, &.{ @intCast(rows), @intCast(cols) }, &.{ row_stride, cs });
+            copyStrided(
+                dst.ptr,
+                src.ptr + @as(usize, @intCast(origin * item)),
+                size,
+                &.{ @intCast(rows), @intCast(cols) },
+                &.{ row_stride, cs },
+            );
             for (0..rows) |i| for (0..cols) |j| {
-                const at: usize = @intCast((origin + @as(i64, @intCast(i)) * row_stride + @as(i64, @intCast(j)) * cs) * item);
+                const element = origin + @as(i64, @intCast(i)) * row_stride +
+                    @as(i64, @intCast(j)) * cs;
+                const at: usize = @intCast(element * item);
                 const want = src[at..][0..size];
                 const got = dst[(i * cols + j) * size ..][0..size];
                 try testing.expectEqualSlices(u8, want, got);

@@ -4,6 +4,7 @@
 
 const std = @import("std");
 const builtin = @import("builtin");
+const assert = std.debug.assert;
 const dlpack = @import("dlpack.zig");
 const stats = @import("stats.zig");
 const memory = @import("memory.zig");
@@ -14,10 +15,11 @@ pub const Kind = enum(u8) {
     versioned,
     /// payload: a legacy `DLManagedTensor*` from a producer.
     legacy,
-    /// payload: memory `memory.allocate` obtained (posix_memalign, or _aligned_malloc on Windows).
+    /// payload: memory from `memory.alloc` (posix_memalign, or _aligned_malloc on Windows).
     native,
-    /// payload: an id the JS side maps to a buffer (or any object) it keeps reachable. Released pins
-    /// are queued for JS to sweep, because a deleter may run on any thread and must never call JS.
+    /// payload: an id the JS side maps to a buffer (or any object) it keeps reachable. Released
+    /// pins are queued for JS to sweep, because a deleter may run on any thread and must never
+    /// call JS.
     pin,
     /// payload: CUDA device memory from `cuMemAlloc_v2` on device `Owner.device` (cuda.zig).
     cuda_device,
@@ -65,16 +67,25 @@ pub const Realm = struct {
 /// The realm of pins made through the realm-less functions.
 var default_realm: Realm = .{};
 
-/// Creates an owner holding one reference. Returns null when out of memory (the caller then
-/// decides what happens to the payload).
-pub fn create(kind: Kind, payload: usize, bytes: usize) ?*Owner {
+/// Creates an owner holding one reference. When out of memory, the caller decides what happens
+/// to the payload.
+pub fn create(kind: Kind, payload: usize, bytes: usize) error{OutOfMemory}!*Owner {
     return createIn(&default_realm, kind, payload, bytes);
 }
 
 /// `create` for a pin whose release is queued for `realm`.
-pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) ?*Owner {
-    const owner = std.heap.c_allocator.create(Owner) catch return null;
-    owner.* = .{ .refs = std.atomic.Value(u32).init(1), .kind = kind, .payload = payload, .bytes = bytes, .realm = realm };
+pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) error{OutOfMemory}!*Owner {
+    // Only pins belong to a realm.
+    assert(kind == .pin or realm == &default_realm);
+    assert(bytes <= std.math.maxInt(i64));
+    const owner = try memory.create(Owner);
+    owner.* = .{
+        .refs = std.atomic.Value(u32).init(1),
+        .kind = kind,
+        .payload = payload,
+        .bytes = bytes,
+        .realm = realm,
+    };
     switch (kind) {
         .versioned, .legacy => stats.add(.imports, 1),
         .native, .cuda_device, .cuda_host, .cuda_managed => {
@@ -89,35 +100,72 @@ pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) ?*Owner
     return owner;
 }
 
+/// Library memory (`memory.alloc`) inside a new owner that frees it.
+pub fn createNative(bytes: usize, alignment: usize, zero: bool) error{OutOfMemory}!*Owner {
+    const payload = try memory.alloc(bytes, alignment, zero);
+    errdefer memory.free(payload);
+    return create(.native, @intFromPtr(payload), bytes);
+}
+
+fn cudaKind(kind: cuda.AllocKind) Kind {
+    return switch (kind) {
+        .device => .cuda_device,
+        .host => .cuda_host,
+        .managed => .cuda_managed,
+    };
+}
+
+fn allocKind(kind: Kind) cuda.AllocKind {
+    return switch (kind) {
+        .cuda_device => .device,
+        .cuda_host => .host,
+        .cuda_managed => .managed,
+        .versioned, .legacy, .native, .pin => unreachable,
+    };
+}
+
+/// CUDA memory (`cuda.allocate`) of device `ordinal` inside a new owner that frees it.
+pub fn createCuda(kind: cuda.AllocKind, ordinal: i32, bytes: usize, zero: bool) cuda.Error!*Owner {
+    const payload = try cuda.allocate(kind, ordinal, bytes, zero);
+    const created = create(cudaKind(kind), payload, bytes) catch {
+        cuda.free(kind, ordinal, payload, bytes);
+        return error.OutOfMemory;
+    };
+    created.device = ordinal;
+    return created;
+}
+
 pub fn retain(owner: *Owner) void {
     const previous = owner.refs.fetchAdd(1, .monotonic);
     // Retaining a dead owner is a use-after-free in the caller; the counter cannot recover from it.
-    std.debug.assert(previous > 0);
+    assert(previous > 0);
+    assert(previous < std.math.maxInt(u32));
 }
 
 /// Drops one reference; the last one gives the payload back.
 pub fn release(owner: *Owner) void {
     const previous = owner.refs.fetchSub(1, .acq_rel);
-    std.debug.assert(previous > 0);
+    assert(previous > 0);
     if (previous != 1) return;
+    const bytes: i64 = @intCast(owner.bytes);
     switch (owner.kind) {
         .versioned, .legacy => {
             dlpack.deleteManaged(owner.payload, owner.kind == .versioned);
             stats.add(.imports, -1);
             stats.add(.deleters_called, 1);
-            std.heap.c_allocator.destroy(owner);
+            memory.destroy(owner);
         },
         .native => {
-            memory.alignedFree(@ptrFromInt(owner.payload));
+            memory.free(@ptrFromInt(owner.payload));
             stats.add(.allocations, -1);
-            stats.add(.allocation_bytes, -@as(i64, @intCast(owner.bytes)));
-            std.heap.c_allocator.destroy(owner);
+            stats.add(.allocation_bytes, -bytes);
+            memory.destroy(owner);
         },
         .cuda_device, .cuda_host, .cuda_managed => {
-            cuda.freeOwned(owner);
+            cuda.free(allocKind(owner.kind), owner.device, owner.payload, owner.bytes);
             stats.add(.allocations, -1);
-            stats.add(.allocation_bytes, -@as(i64, @intCast(owner.bytes)));
-            std.heap.c_allocator.destroy(owner);
+            stats.add(.allocation_bytes, -bytes);
+            memory.destroy(owner);
         },
         // The record lives on until JS has read its id off the stack.
         .pin => {
@@ -129,11 +177,18 @@ pub fn release(owner: *Owner) void {
     }
 }
 
+/// The released-pins stack of a realm: a Treiber stack whose pushes come from deleters on any
+/// thread, without a lock. Drainers take the whole stack in one swap, so there is no ABA hazard.
 fn pushReleasedPin(owner: *Owner) void {
-    // A Treiber push. Drainers take the whole stack in one swap, so there is no ABA hazard.
+    assert(owner.kind == .pin);
+    assert(owner.refs.load(.monotonic) == 0);
+    // A record is pushed once: it is freed when popped.
+    assert(owner.next == null);
+    assert(owner.shared_token == 0 or owner.keeper == null);
     const realm = owner.realm;
     var head = realm.released.load(.monotonic);
     while (true) {
+        assert(head != owner);
         owner.next = head;
         // Sequentially consistent with `endRealm`: either its final discard sees this push, or
         // this thread sees `ended` below and discards the record itself.
@@ -156,13 +211,18 @@ pub fn drainRealm(realm: *Realm, out: []f64) usize {
     var written: usize = 0;
     while (written < out.len) {
         const owner = realm.pending orelse realm.released.swap(null, .acquire) orelse break;
+        // Only released pins of this realm are ever pushed here.
+        assert(owner.kind == .pin);
+        assert(owner.realm == realm);
+        assert(owner.refs.load(.monotonic) == 0);
         realm.pending = owner.next;
         out[written] = @floatFromInt(owner.payload);
         written += 1;
         stats.add(.pins, -1);
         stats.add(.pinned_bytes, -@as(i64, @intCast(owner.bytes)));
-        std.heap.c_allocator.destroy(owner);
+        memory.destroy(owner);
     }
+    assert(written <= out.len);
     return written;
 }
 
@@ -173,15 +233,17 @@ var shared_lock: std.Thread.Mutex = .{};
 var shared_pins: std.AutoHashMapUnmanaged(u64, *Owner) = .{};
 var next_token: u64 = 1;
 
-/// Makes `pin` attachable by another realm; returns its token, or null when out of memory.
-pub fn share(pin: *Owner) ?u64 {
-    std.debug.assert(pin.kind == .pin);
-    std.debug.assert(pin.shared_token == 0);
-    std.debug.assert(pin.refs.load(.monotonic) > 0);
+/// Makes `pin` attachable by another realm; returns its token.
+pub fn share(pin: *Owner) error{OutOfMemory}!u64 {
+    assert(pin.kind == .pin);
+    assert(pin.shared_token == 0);
+    assert(pin.refs.load(.monotonic) > 0);
     shared_lock.lock();
     defer shared_lock.unlock();
     const token = next_token;
-    shared_pins.put(std.heap.c_allocator, token, pin) catch return null;
+    assert(token > 0);
+    assert(!shared_pins.contains(token));
+    try shared_pins.put(std.heap.raw_c_allocator, token, pin);
     next_token += 1;
     pin.shared_token = token;
     return token;
@@ -190,7 +252,8 @@ pub fn share(pin: *Owner) ?u64 {
 /// Attaches `keeper` (a pin of another realm) to the shared pin named `token`: it is released when
 /// that pin is. False when the pin is gone already or has a keeper (the caller releases `keeper`).
 pub fn keep(token: u64, keeper: *Owner) bool {
-    std.debug.assert(keeper.kind == .pin);
+    assert(keeper.kind == .pin);
+    assert(keeper.refs.load(.monotonic) > 0);
     shared_lock.lock();
     defer shared_lock.unlock();
     const pin = shared_pins.get(token) orelse return false;
@@ -199,23 +262,26 @@ pub fn keep(token: u64, keeper: *Owner) bool {
     return true;
 }
 
-/// Whether the shared pin `token` has a keeper (1), is waiting for one (0), or is gone (-1).
-pub fn keptState(token: u64) i32 {
+pub const Kept = enum { kept, waiting, gone };
+
+/// Whether the shared pin `token` has a keeper, still waits for one, or is gone.
+pub fn keptState(token: u64) Kept {
     shared_lock.lock();
     defer shared_lock.unlock();
-    const pin = shared_pins.get(token) orelse return -1;
-    return @intFromBool(pin.keeper != null);
+    const pin = shared_pins.get(token) orelse return .gone;
+    assert(pin.kind == .pin and pin.shared_token == token);
+    return if (pin.keeper != null) .kept else .waiting;
 }
 
 /// Forgets a shared pin whose last reference went; returns its keeper to release.
 fn unshare(pin: *Owner) ?*Owner {
     shared_lock.lock();
     defer shared_lock.unlock();
+    assert(pin.refs.load(.monotonic) == 0);
     const removed = shared_pins.remove(pin.shared_token);
-    std.debug.assert(removed);
-    // The table's block is addressed through an interior pointer, which leak checkers cannot
-    // trace: an empty table gives its memory back.
-    if (shared_pins.count() == 0) shared_pins.clearAndFree(std.heap.c_allocator);
+    assert(removed);
+    // Shared pins are rare (SharedArrayBuffers exported on Workers): no table while there is none.
+    if (shared_pins.count() == 0) shared_pins.clearAndFree(std.heap.raw_c_allocator);
     const keeper = pin.keeper;
     pin.keeper = null;
     return keeper;
@@ -236,9 +302,10 @@ fn discardRealm(realm: *Realm) void {
 /// Marks `realm` ended and frees what its queue holds. Pins still held by consumers stay counted
 /// until those consumers release them; then `pushReleasedPin` frees them.
 pub fn endRealm(realm: *Realm) void {
-    std.debug.assert(realm != &default_realm);
+    assert(realm != &default_realm);
     if (realm.ended.swap(true, .seq_cst)) return;
-    _ = live_realms.fetchSub(1, .monotonic);
+    const live = live_realms.fetchSub(1, .monotonic);
+    assert(live > 0);
     discardRealm(realm);
 }
 
@@ -266,8 +333,8 @@ fn threadExited(value: *anyopaque) callconv(.c) void {
 /// A new realm, owned by the calling thread. Realm records are never freed: a native consumer may
 /// release a pin long after the realm's JS side (a terminated Worker) is gone, and the record is a
 /// few words.
-pub fn createRealm() ?*Realm {
-    const realm = std.heap.c_allocator.create(Realm) catch return null;
+pub fn createRealm() error{OutOfMemory}!*Realm {
+    const realm = try std.heap.raw_c_allocator.create(Realm);
     realm.* = .{};
     _ = live_realms.fetchAdd(1, .monotonic);
     if (thread_exit_hook) {
@@ -288,15 +355,15 @@ var test_deleted: std.atomic.Value(u32) = std.atomic.Value(u32).init(0);
 
 fn testDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
     _ = test_deleted.fetchAdd(1, .monotonic);
-    std.heap.c_allocator.destroy(self);
+    std.heap.raw_c_allocator.destroy(self);
 }
 
 test "last release calls the deleter exactly once" {
     test_deleted.store(0, .monotonic);
-    const m = try std.heap.c_allocator.create(dlpack.ManagedTensorVersioned);
+    const m = try std.heap.raw_c_allocator.create(dlpack.ManagedTensorVersioned);
     m.* = std.mem.zeroes(dlpack.ManagedTensorVersioned);
     m.deleter = testDeleter;
-    const owner = create(.versioned, @intFromPtr(m), 0).?;
+    const owner = try create(.versioned, @intFromPtr(m), 0);
     retain(owner);
     retain(owner);
     release(owner);
@@ -310,8 +377,8 @@ test "released pins are drained in batches, per domain, and nothing is lost" {
     var domain: Realm = .{};
     var other: Realm = .{};
     var ids: [5]*Owner = undefined;
-    for (&ids, 0..) |*slot, i| slot.* = createIn(&domain, .pin, 100 + i, 8).?;
-    release(createIn(&other, .pin, 7, 0).?);
+    for (&ids, 0..) |*slot, i| slot.* = try createIn(&domain, .pin, 100 + i, 8);
+    release(try createIn(&other, .pin, 7, 0));
     for (ids) |owner| release(owner);
     var out: [2]f64 = undefined;
     var seen: usize = 0;
@@ -335,11 +402,17 @@ test "pins released from many threads are all drained" {
     const Worker = struct {
         fn run(d: *Realm, base: usize) void {
             var i: usize = 0;
-            while (i < per_thread) : (i += 1) release(createIn(d, .pin, base + i, 0).?);
+            while (i < per_thread) : (i += 1) release(
+                createIn(d, .pin, base + i, 0) catch unreachable,
+            );
         }
     };
     var threads: [thread_count]std.Thread = undefined;
-    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(.{}, Worker.run, .{ &domain, i * per_thread });
+    for (&threads, 0..) |*t, i| t.* = try std.Thread.spawn(
+        .{},
+        Worker.run,
+        .{ &domain, i * per_thread },
+    );
     for (threads) |t| t.join();
     var out: [256]f64 = undefined;
     var seen: usize = 0;
@@ -353,7 +426,7 @@ test "pins released from many threads are all drained" {
 
 test "a large backlog of released pins drains in linear time" {
     const count = 200_000;
-    for (0..count) |i| release(create(.pin, i + 1, 0).?);
+    for (0..count) |i| release(try create(.pin, i + 1, 0));
     var out: [256]f64 = undefined;
     var seen: usize = 0;
     var timer = try std.time.Timer.start();
@@ -369,11 +442,11 @@ test "a large backlog of released pins drains in linear time" {
 
 test "each realm drains only its own pins" {
     // Realm records live for the process (this thread's exit hook still lists them).
-    const a = createRealm().?;
-    const b = createRealm().?;
+    const a = try createRealm();
+    const b = try createRealm();
     // Both realms number their pins from 1, as two JS realms do.
-    for (1..4) |id| release(createIn(a, .pin, id, 0).?);
-    for (1..6) |id| release(createIn(b, .pin, id, 0).?);
+    for (1..4) |id| release(try createIn(a, .pin, id, 0));
+    for (1..6) |id| release(try createIn(b, .pin, id, 0));
     var out: [16]f64 = undefined;
     try std.testing.expectEqual(@as(usize, 3), drainRealm(a, &out));
     try std.testing.expectEqual(@as(usize, 0), drainRealm(a, &out));
@@ -384,17 +457,22 @@ test "each realm drains only its own pins" {
 test "a realm ends with its thread: queued and later releases free their records" {
     const Worker = struct {
         fn run(out: **Realm, held: **Owner) void {
-            const realm = createRealm().?;
+            const realm = createRealm() catch unreachable;
             out.* = realm;
-            release(createIn(realm, .pin, 1, 8).?); // queued, never drained by its JS
-            held.* = createIn(realm, .pin, 2, 8).?; // still held by a consumer
+            // One pin queued (never drained by its JS), one still held by a consumer.
+            release(createIn(realm, .pin, 1, 8) catch unreachable);
+            held.* = createIn(realm, .pin, 2, 8) catch unreachable;
         }
     };
     const pins_before = stats.get(.pins);
-    var realm: *Realm = undefined;
+    // Realm records live for the process; this one stays reachable (valgrind's leak check).
+    const Reachable = struct {
+        var realm: *Realm = undefined;
+    };
     var held: *Owner = undefined;
-    const thread = try std.Thread.spawn(.{}, Worker.run, .{ &realm, &held });
+    const thread = try std.Thread.spawn(.{}, Worker.run, .{ &Reachable.realm, &held });
     thread.join();
+    const realm = Reachable.realm;
     if (!thread_exit_hook) return error.SkipZigTest;
     try std.testing.expect(realm.ended.load(.seq_cst));
     // The queued pin was freed when the thread exited; the held one counts until released.
@@ -402,21 +480,18 @@ test "a realm ends with its thread: queued and later releases free their records
     release(held);
     try std.testing.expectEqual(pins_before, stats.get(.pins));
     try std.testing.expect(realm.released.load(.seq_cst) == null);
-    ended_test_realm = realm; // realm records live for the process: keep it reachable
 }
 
-var ended_test_realm: ?*Realm = null;
-
 test "a keeper pin attached to a shared pin is released with it, once" {
-    const a = createRealm().?;
-    const b = createRealm().?;
-    const exported = createIn(a, .pin, 1, 16).?;
-    const token = share(exported).?;
-    const keeper = createIn(b, .pin, 7, 16).?;
-    try std.testing.expectEqual(@as(i32, 0), keptState(token));
+    const a = try createRealm();
+    const b = try createRealm();
+    const exported = try createIn(a, .pin, 1, 16);
+    const token = try share(exported);
+    const keeper = try createIn(b, .pin, 7, 16);
+    try std.testing.expectEqual(Kept.waiting, keptState(token));
     try std.testing.expect(keep(token, keeper));
-    try std.testing.expectEqual(@as(i32, 1), keptState(token));
-    const second = createIn(b, .pin, 8, 16).?;
+    try std.testing.expectEqual(Kept.kept, keptState(token));
+    const second = try createIn(b, .pin, 8, 16);
     try std.testing.expect(!keep(token, second)); // one keeper per pin
     release(second);
     release(exported);
@@ -424,8 +499,8 @@ test "a keeper pin attached to a shared pin is released with it, once" {
     try std.testing.expectEqual(@as(usize, 1), drainRealm(a, &out));
     try std.testing.expectEqual(@as(usize, 2), drainRealm(b, &out)); // 8, then the keeper 7
     // The token died with its pin: a late keeper is refused.
-    try std.testing.expectEqual(@as(i32, -1), keptState(token));
-    const late = createIn(b, .pin, 9, 16).?;
+    try std.testing.expectEqual(Kept.gone, keptState(token));
+    const late = try createIn(b, .pin, 9, 16);
     try std.testing.expect(!keep(token, late));
     release(late);
     try std.testing.expectEqual(@as(usize, 1), drainRealm(b, &out));

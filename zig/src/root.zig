@@ -1,31 +1,43 @@
 //! The C ABI of libdlpack: the only symbols the TS side binds (ffi/symbols.ts lists the same ones).
 //! Every function returns a status code or writes into caller-owned memory; nothing here may panic
-//! or unwind into the host.
+//! or unwind into the host. This is where arguments are checked and where the error unions of the
+//! modules below become the ABI's statuses (abi.zig).
+//!
+//! The modules import only downward, in layers (tools/tidy.zig checks there is no import cycle):
+//! - facts: dlpack.zig (the DLPack header), abi.zig (this library's ABI), stats.zig;
+//! - plumbing: mappings.zig, memory.zig, cuda.zig, cpython.zig;
+//! - records: owner.zig, exports.zig;
+//! - imports: describe.zig (validate), verify.zig (device claims), admit.zig (the sequence);
+//! - Python: templates.zig, exchange.zig, python.zig;
+//! - this file, the entry.
 
 const std = @import("std");
 const builtin = @import("builtin");
-const dlpack = @import("dlpack.zig");
-const describe = @import("describe.zig");
-const owner = @import("owner.zig");
-const stats = @import("stats.zig");
-const exports = @import("exports.zig");
-const memory = @import("memory.zig");
-const python = @import("python.zig");
-const exchange = @import("exchange.zig");
+const abi = @import("abi.zig");
+const admit = @import("admit.zig");
+const cpython = @import("cpython.zig");
 const cuda = @import("cuda.zig");
+const describe = @import("describe.zig");
+const exchange = @import("exchange.zig");
+const exports = @import("exports.zig");
 const mappings = @import("mappings.zig");
+const memory = @import("memory.zig");
+const owner = @import("owner.zig");
+const python = @import("python.zig");
+const stats = @import("stats.zig");
+const templates = @import("templates.zig");
+const verify = @import("verify.zig");
 
-/// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
-/// library whose number differs from its own.
-pub const ABI_VERSION: u32 = 10;
+/// The facts module of the DLPack header (the fuzzer's model reads its dtype table).
+pub const dlpack = @import("dlpack.zig");
 
-pub const IMPORT_VERSIONED: u32 = 1;
-pub const IMPORT_STRICT_OFFSET: u32 = 2;
-/// The caller (a Python capsule consumer) leaves a refused tensor to its capsule's destructor.
-pub const IMPORT_KEEP_ON_REFUSAL: u32 = 4;
+const Description = abi.Description;
+const Status = abi.Status;
+const import_option = abi.import_option;
+const export_option = abi.export_option;
 
 export fn dlpk_abi_version() u32 {
-    return ABI_VERSION;
+    return abi.version;
 }
 
 const DlInfo = extern struct {
@@ -51,115 +63,93 @@ export fn dlpk_retain_library() i32 {
 }
 
 export fn dlpk_description_size() u32 {
-    return @sizeOf(describe.Description);
+    return @sizeOf(Description);
 }
 
-fn descriptionAt(address: f64) ?*describe.Description {
-    const out = describe.addressFromF64(address) orelse return null;
-    if (out == 0 or out % @alignOf(describe.Description) != 0) return null;
+fn descriptionAt(address: f64) ?*Description {
+    const out = abi.addressFromF64(address) orelse return null;
+    if (out == 0 or out % @alignOf(Description) != 0) return null;
     return @ptrFromInt(out);
 }
 
-const invalid = @intFromEnum(describe.Status.invalid_argument);
+const invalid = @intFromEnum(Status.invalid_argument);
+
+fn code(status: Status) i32 {
+    return @intFromEnum(status);
+}
 
 /// Whether an address could be a managed tensor (aligned, outside the first page, in user space).
 fn isStruct(address: usize) bool {
-    return describe.plausible(dlpack.ManagedTensorVersioned, address);
+    return abi.plausible(dlpack.ManagedTensorVersioned, address);
 }
 
-/// Validates a managed tensor and, when it is accepted, makes an owner holding it. A refused tensor
-/// goes back to its producer (deleter called once) before this returns, unless the caller asked to
-/// keep it, or its deleter cannot be called safely (see `releaseRefused`).
+/// Validates a managed tensor and, when it is accepted, makes an owner holding it: validate ->
+/// check the device claim -> take this library's own export -> record the owner (admit.zig). A
+/// refused tensor goes back to its producer (deleter called once) before this returns, unless
+/// the caller asked to keep it, or its deleter cannot be called safely (`admit.releaseRefused`).
 export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
     // An address no f64 carries exactly (negative, fractional, 2^53 and up) cannot be a struct.
-    const managed = describe.addressFromF64(managed_address) orelse {
-        out.status = @intFromEnum(describe.Status.bad_address);
-        out.detail_dim = -1;
-        out.detail_found = 0;
-        return out.status;
+    const managed = abi.addressFromF64(managed_address) orelse {
+        return code(out.refuse(.bad_address, abi.detail_dim.none, 0, 0));
     };
-    const versioned = options & IMPORT_VERSIONED != 0;
-    const keep = options & IMPORT_KEEP_ON_REFUSAL != 0;
+    const versioned = options & import_option.versioned != 0;
+    const keep = options & import_option.keep_on_refusal != 0;
     var own: ?exports.Own = null;
-    var status = describe.describeAndRecognize(managed, .{
+    var status = admit.inspect(managed, .{
         .versioned = versioned,
-        .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
+        .strict_offset = options & import_option.strict_offset != 0,
     }, out, &own);
     var claimed = false;
     if (status == .ok) {
         if (own) |found| {
-            status = take(managed, found, out);
+            status = admit.take(managed, found, out);
             claimed = status == .ok;
         }
     }
     if (status == .ok) {
-        if (owner.create(if (versioned) .versioned else .legacy, managed, 0)) |created| {
-            out.setOwner(@intFromPtr(created));
-            return 0;
-        }
-        status = .out_of_memory;
-        out.status = @intFromEnum(status);
+        _ = admit.record(managed, versioned, out) catch {
+            status = .out_of_memory;
+        };
+        if (status == .ok) return 0;
     }
     if (keep) {
         // The caller keeps what was refused: an export of this library it took goes back to live.
         if (claimed) exports.unclaim(managed);
-        return @intFromEnum(status);
+        return code(status);
     }
-    return @intFromEnum(releaseRefused(managed, versioned, status, out, claimed));
+    return code(admit.releaseRefused(managed, versioned, status, out, claimed));
 }
 
-/// One of this library's exports goes to one import only: the first to claim it takes it.
-fn take(managed: usize, own: exports.Own, out: *describe.Description) describe.Status {
-    if (own.state == .live and exports.claim(managed)) return .ok;
-    out.status = @intFromEnum(describe.Status.already_imported);
-    out.detail_found = @bitCast(@as(u64, managed));
-    out.detail_limit = @intFromBool(own.versioned);
-    return .already_imported;
+/// Describes a managed tensor without taking it: no owner, no deleter call, ever.
+export fn dlpk_describe(managed_address: f64, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    const managed = abi.addressFromF64(managed_address) orelse return invalid;
+    var own: ?exports.Own = null;
+    return code(admit.inspect(managed, .{
+        .versioned = options & import_option.versioned != 0,
+        .strict_offset = options & import_option.strict_offset != 0,
+    }, out, &own));
 }
 
-/// Hands a refused tensor back: calls its deleter once, where that is safe. Never for a struct
-/// that could not be read, a deleter that is not code, or an export of this library that another
-/// import holds or that was released; this library's own export passed as the other generation
-/// goes through its real deleter. Returns the status to report (a lost race for an export of
-/// this library turns into `already_imported`).
-fn releaseRefused(managed: usize, versioned: bool, status: describe.Status, out: *describe.Description, claimed: bool) describe.Status {
-    if (claimed) {
-        // An export of this library this import took, of the generation claimed (out of memory).
-        dlpack.deleteManaged(managed, versioned);
-        stats.add(.deleters_called, 1);
-        return status;
-    }
-    switch (status) {
-        .null_managed, .bad_address, .unmapped_struct, .bad_deleter, .already_imported, .released_export => return status,
-        else => {},
-    }
-    // Every other refusal comes after describe checked the struct readable and its deleter.
-    std.debug.assert(isStruct(managed));
-    if (exports.recognize(managed)) |own| {
-        if (own.state != .live or !exports.claim(managed)) {
-            out.status = @intFromEnum(describe.Status.already_imported);
-            out.detail_found = @bitCast(@as(u64, managed));
-            out.detail_limit = @intFromBool(own.versioned);
-            return .already_imported;
-        }
-        dlpack.deleteManaged(managed, own.versioned);
-    } else {
-        dlpack.deleteManaged(managed, versioned);
-    }
-    stats.add(.deleters_called, 1);
-    return status;
-}
+/// The shape and strides of the description at `spec` as integers (`dlpk_export`, `dlpk_copy`):
+/// extents not negative, every value exact; a refusal status otherwise.
+const Layout = struct {
+    ndim: usize,
+    shape: [dlpack.rank_max]i64,
+    strides: [dlpack.rank_max]i64,
+};
 
-pub const EXPORT_VERSIONED: u32 = 1;
-/// The export takes over the caller's owner reference instead of adding one.
-pub const EXPORT_ADOPT_OWNER: u32 = 2;
-
-/// Reads an integral f64 the TS side wrote; null when it is not an exact integer in range.
-fn exactInt(value: f64) ?i64 {
-    if (!(value >= -describe.MAX_EXACT_F and value <= describe.MAX_EXACT_F)) return null;
-    if (@floor(value) != value) return null;
-    return @intFromFloat(value);
+fn layoutOf(spec: *const Description, layout: *Layout) ?Status {
+    if (spec.ndim < 0 or spec.ndim > dlpack.rank_max) return .rank;
+    layout.ndim = @intCast(spec.ndim);
+    for (0..layout.ndim) |d| {
+        const extent = abi.integerFromF64(spec.shape[d]) orelse return .shape;
+        if (extent < 0) return .shape;
+        layout.shape[d] = extent;
+        layout.strides[d] = abi.integerFromF64(spec.strides[d]) orelse return .strides;
+    }
+    return null;
 }
 
 /// Builds an export from the description at `spec_address`: data address (address_lo/hi), owner,
@@ -167,26 +157,22 @@ fn exactInt(value: f64) ?i64 {
 /// into address_lo/hi. The TS side has checked the layout against the memory it points into.
 export fn dlpk_export(options: u32, spec_address: f64) i32 {
     const spec = descriptionAt(spec_address) orelse return invalid;
-    if (spec.ndim < 0 or spec.ndim > dlpack.MAX_RANK) return @intFromEnum(describe.Status.rank);
-    const ndim: usize = @intCast(spec.ndim);
-    var shape: [dlpack.MAX_RANK]i64 = undefined;
-    var strides: [dlpack.MAX_RANK]i64 = undefined;
-    for (0..ndim) |d| {
-        shape[d] = exactInt(spec.shape[d]) orelse return @intFromEnum(describe.Status.shape);
-        strides[d] = exactInt(spec.strides[d]) orelse return @intFromEnum(describe.Status.strides);
-    }
+    var layout: Layout = undefined;
+    if (layoutOf(spec, &layout)) |refused| return code(refused);
     const owner_address = @as(usize, spec.owner_hi) << 32 | spec.owner_lo;
+    const dtype_code = std.math.cast(u8, spec.dtype_code) orelse return code(.dtype);
+    const dtype_bits = std.math.cast(u8, spec.dtype_bits) orelse return code(.dtype);
     const managed = exports.create(.{
-        .data = @as(usize, spec.address_hi) << 32 | spec.address_lo,
+        .data = spec.address(),
         .device = .{ .device_type = spec.device_type, .device_id = spec.device_id },
-        .dtype = .{ .code = @intCast(spec.dtype_code), .bits = @intCast(spec.dtype_bits), .lanes = 1 },
-        .shape = shape[0..ndim],
-        .strides = strides[0..ndim],
+        .dtype = .{ .code = dtype_code, .bits = dtype_bits, .lanes = 1 },
+        .shape = layout.shape[0..layout.ndim],
+        .strides = layout.strides[0..layout.ndim],
         .flags = spec.flags,
-        .versioned = options & EXPORT_VERSIONED != 0,
-        .adopt_owner = options & EXPORT_ADOPT_OWNER != 0,
+        .versioned = options & export_option.versioned != 0,
+        .adopt_owner = options & export_option.adopt_owner != 0,
         .owner = if (owner_address == 0) null else @ptrFromInt(owner_address),
-    }) orelse return @intFromEnum(describe.Status.out_of_memory);
+    }) catch return code(.out_of_memory);
     spec.setAddress(managed);
     return 0;
 }
@@ -195,52 +181,64 @@ export fn dlpk_export(options: u32, spec_address: f64) i32 {
 /// so JS never computes the address), pinned as `pin_id` (`pin_bytes` bytes) for as long as the
 /// export lives. The spec's address fields hold the byte offset of element 0 within the buffer;
 /// on success they are overwritten with the managed struct's address.
-export fn dlpk_export_buffer(buffer: ?[*]u8, realm_address: f64, pin_id: f64, pin_bytes: f64, options: u32, spec_address: f64) i32 {
+export fn dlpk_export_buffer(
+    buffer: ?[*]u8,
+    realm_address: f64,
+    pin_id: f64,
+    pin_bytes: f64,
+    options: u32,
+    spec_address: f64,
+) i32 {
     const spec = descriptionAt(spec_address) orelse return invalid;
     const base = buffer orelse return invalid;
     const realm = realmAt(realm_address) orelse return invalid;
-    if (!(pin_id >= 0 and pin_id < describe.MAX_EXACT_F and pin_bytes >= 0 and pin_bytes < describe.MAX_EXACT_F)) {
-        return invalid;
-    }
-    const offset = @as(usize, spec.address_hi) << 32 | spec.address_lo;
-    const pin = owner.createIn(realm, .pin, @intFromFloat(pin_id), @intFromFloat(pin_bytes)) orelse
-        return @intFromEnum(describe.Status.out_of_memory);
+    const id = countFromF64(pin_id) orelse return invalid;
+    const bytes = countFromF64(pin_bytes) orelse return invalid;
+    const offset = spec.address();
+    const pin = owner.createIn(realm, .pin, id, bytes) catch return code(.out_of_memory);
     spec.setAddress(@intFromPtr(base) + offset);
     spec.setOwner(@intFromPtr(pin));
-    const status = dlpk_export(options | EXPORT_ADOPT_OWNER, spec_address);
+    const status = dlpk_export(options | export_option.adopt_owner, spec_address);
     // A failed export leaves the pin's only reference with us: releasing it queues the id, which
     // JS never recorded, so the sweep drops nothing.
     if (status != 0) owner.release(pin);
     return status;
 }
 
+/// A count (an id, a number of bytes) the TS side passed: an integer in [0, 2^53), truncated.
+fn countFromF64(value: f64) ?usize {
+    if (!(value >= 0 and value < abi.exact_max_float)) return null;
+    return @intFromFloat(value);
+}
+
 /// Calls a managed tensor's deleter (a capsule disposed before anyone took it), with the checks of
 /// an import: nothing happens for a struct that is not readable, a deleter that is not code, or an
 /// export of this library that an import took or that was released already.
 export fn dlpk_managed_delete(managed_address: f64, versioned: u32) void {
-    const managed = describe.addressFromF64(managed_address) orelse return;
+    const managed = abi.addressFromF64(managed_address) orelse return;
     _ = deleteChecked(managed, versioned != 0);
 }
 
 /// Whether the deleter ran.
 fn deleteChecked(managed: usize, versioned: bool) bool {
     if (!isStruct(managed)) return false;
-    const size: usize = if (versioned) @sizeOf(dlpack.ManagedTensorVersioned) else @sizeOf(dlpack.ManagedTensor);
-    if (!mappings.readable(managed, size)) return false;
+    if (!mappings.readable(managed, dlpack.managedSize(versioned))) return false;
     if (exports.recognize(managed)) |own| {
         if (own.state != .live or !exports.claim(managed)) return false;
         dlpack.deleteManaged(managed, own.versioned);
         return true;
     }
-    const deleter = @as(*const usize, @ptrFromInt(managed + describe.deleterOffset(versioned))).*;
-    if (deleter != 0 and (exports.isExportDeleter(deleter) or !mappings.executable(deleter))) return false;
+    const deleter = @as(*const usize, @ptrFromInt(managed + dlpack.deleterOffset(versioned))).*;
+    if (deleter != 0 and (exports.isExportDeleter(deleter) or !mappings.executable(deleter))) {
+        return false;
+    }
     dlpack.deleteManaged(managed, versioned);
     return true;
 }
 
 /// Whether `managed` was made by `dlpk_export` (1) or not (0).
 export fn dlpk_is_own_export(managed_address: f64, versioned: u32) u32 {
-    const managed = describe.addressFromF64(managed_address) orelse return 0;
+    const managed = abi.addressFromF64(managed_address) orelse return 0;
     if (!isStruct(managed) or !mappings.readable(managed, @sizeOf(dlpack.ManagedTensor))) return 0;
     const own = exports.recognize(managed) orelse return 0;
     return @intFromBool(own.versioned == (versioned != 0) and own.state != .released);
@@ -249,14 +247,13 @@ export fn dlpk_is_own_export(managed_address: f64, versioned: u32) u32 {
 /// Allocates library memory; writes its address and owner into the description at `out_address`.
 export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
-    const size = exactInt(bytes) orelse return @intFromEnum(describe.Status.overflow);
-    const align_bytes = exactInt(alignment) orelse return @intFromEnum(describe.Status.invalid_argument);
-    if (size < 0) return @intFromEnum(describe.Status.overflow);
-    if (align_bytes <= 0 or align_bytes > 1 << 20 or !std.math.isPowerOfTwo(align_bytes)) {
-        return @intFromEnum(describe.Status.invalid_argument);
-    }
-    const created = memory.allocate(@intCast(size), @intCast(align_bytes), zero != 0) orelse
-        return @intFromEnum(describe.Status.out_of_memory);
+    const size = abi.integerFromF64(bytes) orelse return code(.overflow);
+    const align_bytes = abi.integerFromF64(alignment) orelse return invalid;
+    if (size < 0) return code(.overflow);
+    if (align_bytes <= 0 or align_bytes > memory.alignment_max_bytes) return invalid;
+    if (!std.math.isPowerOfTwo(align_bytes)) return invalid;
+    const created = owner.createNative(@intCast(size), @intCast(align_bytes), zero != 0) catch
+        return code(.out_of_memory);
     out.setAddress(created.payload);
     out.setOwner(@intFromPtr(created));
     return 0;
@@ -266,34 +263,25 @@ export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: f64) i3
 /// strides) into `dst` in C order, `itemsize` bytes per element.
 export fn dlpk_copy(spec_address: f64, dst_address: f64, itemsize: u32) i32 {
     const spec = descriptionAt(spec_address) orelse return invalid;
-    const dst = describe.addressFromF64(dst_address) orelse return invalid;
-    if (spec.ndim < 0 or spec.ndim > dlpack.MAX_RANK or itemsize == 0 or dst == 0) {
-        return @intFromEnum(describe.Status.invalid_argument);
+    const dst = abi.addressFromF64(dst_address) orelse return invalid;
+    if (spec.ndim < 0 or spec.ndim > dlpack.rank_max or itemsize == 0 or dst == 0) return invalid;
+    var layout: Layout = undefined;
+    if (layoutOf(spec, &layout)) |refused| return code(refused);
+    // The copy engine assumes at most 2^53 elements (what any view can hold).
+    var elements: u64 = 1;
+    for (layout.shape[0..layout.ndim]) |extent| {
+        elements = std.math.mul(u64, elements, @intCast(extent)) catch return code(.overflow);
     }
-    const ndim: usize = @intCast(spec.ndim);
-    var shape: [dlpack.MAX_RANK]i64 = undefined;
-    var strides: [dlpack.MAX_RANK]i64 = undefined;
-    for (0..ndim) |d| {
-        shape[d] = exactInt(spec.shape[d]) orelse return @intFromEnum(describe.Status.shape);
-        strides[d] = exactInt(spec.strides[d]) orelse return @intFromEnum(describe.Status.strides);
-    }
-    const src = @as(usize, spec.address_hi) << 32 | spec.address_lo;
-    memory.copyStrided(@ptrFromInt(dst), @ptrFromInt(src), itemsize, shape[0..ndim], strides[0..ndim]);
+    if (elements > abi.exact_max) return code(.overflow);
+    const src = spec.address();
+    const shape = layout.shape[0..layout.ndim];
+    const strides = layout.strides[0..layout.ndim];
+    memory.copyStrided(@ptrFromInt(dst), @ptrFromInt(src), itemsize, shape, strides);
     return 0;
 }
 
-/// Describes a managed tensor without taking it: no owner, no deleter call, ever.
-export fn dlpk_describe(managed_address: f64, options: u32, out_address: f64) i32 {
-    const out = descriptionAt(out_address) orelse return invalid;
-    const managed = describe.addressFromF64(managed_address) orelse return invalid;
-    return @intFromEnum(describe.describe(managed, .{
-        .versioned = options & IMPORT_VERSIONED != 0,
-        .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
-    }, out));
-}
-
 fn ownerAt(value: f64) ?*owner.Owner {
-    const address = describe.addressFromF64(value) orelse return null;
+    const address = abi.addressFromF64(value) orelse return null;
     if (address == 0 or address % @alignOf(owner.Owner) != 0) return null;
     return @ptrFromInt(address);
 }
@@ -306,10 +294,8 @@ export fn dlpk_owner_release(address: f64) void {
     owner.release(ownerAt(address) orelse return);
 }
 
-/// Creates a pin owner: `id` names a JS object the JS side keeps reachable until the id comes back
-/// from `dlpk_pins_drain`.
 fn realmAt(value: f64) ?*owner.Realm {
-    const address = describe.addressFromF64(value) orelse return null;
+    const address = abi.addressFromF64(value) orelse return null;
     if (address == 0 or address % @alignOf(owner.Realm) != 0) return null;
     return @ptrFromInt(address);
 }
@@ -317,19 +303,23 @@ fn realmAt(value: f64) ?*owner.Realm {
 /// A new realm record for one JS realm (the main program, each Worker, each isolate): its address,
 /// or 0 when out of memory. Never freed (a realm cannot announce its end); see owner.Realm.
 export fn dlpk_realm_new() f64 {
-    const realm = owner.createRealm() orelse return 0;
+    const realm = owner.createRealm() catch return 0;
     return @floatFromInt(@intFromPtr(realm));
 }
 
-/// A pin owner of `realm` for the JS object `id`: its release is queued for that realm alone.
+/// A pin owner of `realm` for the JS object `id`: its release is queued for that realm alone. The
+/// JS side keeps the object reachable until the id comes back from `dlpk_pins_drain`.
 export fn dlpk_pin_new(realm_address: f64, id: f64, bytes: f64, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
     const realm = realmAt(realm_address) orelse return invalid;
-    if (!(id >= 0 and id < describe.MAX_EXACT and bytes >= 0 and bytes < describe.MAX_EXACT)) {
-        return @intFromEnum(describe.Status.invalid_argument);
-    }
-    const created = owner.createIn(realm, .pin, @intFromFloat(id), @intFromFloat(bytes)) orelse
-        return @intFromEnum(describe.Status.out_of_memory);
+    const pin_id = countFromF64(id) orelse return invalid;
+    const pin_bytes = countFromF64(bytes) orelse return invalid;
+    const created = owner.createIn(
+        realm,
+        .pin,
+        pin_id,
+        pin_bytes,
+    ) catch return code(.out_of_memory);
     out.setOwner(@intFromPtr(created));
     return 0;
 }
@@ -339,7 +329,7 @@ export fn dlpk_pin_new(realm_address: f64, id: f64, bytes: f64, out_address: f64
 export fn dlpk_pin_share(pin_address: f64) f64 {
     const pin = ownerAt(pin_address) orelse return 0;
     if (pin.kind != .pin or pin.shared_token != 0) return 0;
-    const token = owner.share(pin) orelse return 0;
+    const token = owner.share(pin) catch return 0;
     return @floatFromInt(token);
 }
 
@@ -347,10 +337,10 @@ export fn dlpk_pin_share(pin_address: f64) f64 {
 /// pin is gone already (nothing to keep; the id is queued and swept like any release).
 export fn dlpk_pin_keep(token: f64, realm_address: f64, id: f64, bytes: f64) i32 {
     const realm = realmAt(realm_address) orelse return invalid;
-    if (!(token >= 1 and token < describe.MAX_EXACT and id >= 0 and id < describe.MAX_EXACT)) return invalid;
-    if (!(bytes >= 0 and bytes < describe.MAX_EXACT)) return invalid;
-    const keeper = owner.createIn(realm, .pin, @intFromFloat(id), @intFromFloat(bytes)) orelse
-        return @intFromEnum(describe.Status.out_of_memory);
+    if (!(token >= 1 and token < abi.exact_max_float)) return invalid;
+    const pin_id = countFromF64(id) orelse return invalid;
+    const pin_bytes = countFromF64(bytes) orelse return invalid;
+    const keeper = owner.createIn(realm, .pin, pin_id, pin_bytes) catch return code(.out_of_memory);
     if (owner.keep(@intFromFloat(token), keeper)) return 0;
     owner.release(keeper);
     return 1;
@@ -358,8 +348,12 @@ export fn dlpk_pin_keep(token: f64, realm_address: f64, id: f64, bytes: f64) i32
 
 /// Whether the shared pin `token` has a keeper (1), still waits for one (0), or is gone (-1).
 export fn dlpk_pin_kept(token: f64) i32 {
-    if (!(token >= 1 and token < describe.MAX_EXACT)) return -1;
-    return owner.keptState(@intFromFloat(token));
+    if (!(token >= 1 and token < abi.exact_max_float)) return -1;
+    return switch (owner.keptState(@intFromFloat(token))) {
+        .kept => 1,
+        .waiting => 0,
+        .gone => -1,
+    };
 }
 
 /// How many JS realms using this library have not ended.
@@ -369,31 +363,50 @@ export fn dlpk_realms_live() u32 {
 
 export fn dlpk_pins_drain(realm_address: f64, out_address: f64, capacity: u32) u32 {
     const realm = realmAt(realm_address) orelse return 0;
-    const address = describe.addressFromF64(out_address) orelse return 0;
+    const address = abi.addressFromF64(out_address) orelse return 0;
     if (address == 0 or address % 8 != 0) return 0;
     const out: [*]f64 = @ptrFromInt(address);
     return @intCast(owner.drainRealm(realm, out[0..capacity]));
 }
 
 export fn dlpk_stats(out_address: f64) u32 {
-    const address = describe.addressFromF64(out_address) orelse return 0;
+    const address = abi.addressFromF64(out_address) orelse return 0;
     if (address == 0 or address % 8 != 0) return 0;
     stats.snapshot(@ptrFromInt(address));
-    return stats.COUNT;
+    return stats.counter_count;
 }
 
 // ---------------------------------------------------------------------------------------------
 // The embedded-Python bridge (src/python/): all of these run with the GIL held by the caller.
 
+fn pythonStatus(status: abi.PythonStatus) i32 {
+    return @intFromEnum(status);
+}
+
+/// The ABI status of a failed Python import; the capsule refusals are also written into `out`.
+fn importFailure(err: python.ImportError, out: *Description) i32 {
+    const status: abi.PythonStatus = switch (err) {
+        error.Refused => return out.status,
+        error.NotLoaded => .not_loaded,
+        error.Raised => .raised,
+        error.ArrayInterface => .array_interface,
+        error.Consumed => .consumed,
+        error.CapsuleName => .capsule_name,
+    };
+    if (err == error.Consumed or err == error.CapsuleName) out.status = pythonStatus(status);
+    return pythonStatus(status);
+}
+
 /// Loads libpython (NUL-terminated path) with RTLD_GLOBAL; 0, or -1 with `dlpk_py_load_error`.
 export fn dlpk_py_load(path: [*:0]const u8) i32 {
-    return python.load(path);
+    cpython.load(path) catch return -1;
+    return 0;
 }
 
 /// Copies the last load error (NUL-terminated) into `out`; returns its length.
 export fn dlpk_py_load_error(out: [*]u8, capacity: u32) u32 {
     if (capacity == 0) return 0;
-    const message = std.mem.span(python.loadError());
+    const message = std.mem.span(cpython.loadError());
     const n = @min(message.len, capacity - 1);
     @memcpy(out[0..n], message[0..n]);
     out[n] = 0;
@@ -402,76 +415,84 @@ export fn dlpk_py_load_error(out: [*]u8, capacity: u32) u32 {
 
 /// The address of `Py_None` (0 before `dlpk_py_load`).
 export fn dlpk_py_none() usize {
-    return python.noneObject();
+    return cpython.noneObject();
 }
 
 /// Formats and clears the pending Python exception ("Type: message", NUL-terminated); returns
 /// its length, or -1 when none is pending.
 export fn dlpk_py_take_error(out: [*]u8, capacity: u32) i32 {
     if (capacity == 0) return -1;
-    return python.takeError(out[0..capacity]);
+    const written = cpython.takeError(out[0..capacity]) orelse return -1;
+    return @intCast(written);
 }
 
 /// Consumes a producer's PyCapsule into an owner and a description (see python.consume).
 export fn dlpk_py_consume(capsule_address: f64, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
-    const capsule = describe.addressFromF64(capsule_address) orelse return invalid;
+    const capsule = abi.addressFromF64(capsule_address) orelse return invalid;
     out.status = 0;
-    if (capsule == 0) return @intFromEnum(describe.Status.null_managed);
-    return python.consume(capsule, options & IMPORT_STRICT_OFFSET != 0, out);
+    if (capsule == 0) return code(.null_managed);
+    const strict = options & import_option.strict_offset != 0;
+    python.consume(capsule, strict, out) catch |err| return importFailure(err, out);
+    return 0;
 }
 
 /// Keeps the helper module's `_capsule_of` and `DLPackTensor` and installs the native functions the
 /// Python side calls (capsules, release, CUDA fence) on `module`. Takes the GIL.
 export fn dlpk_py_install(module: f64, capsule_of: f64, tensor_class: f64) i32 {
-    const m = describe.addressFromF64(module) orelse return invalid;
-    const c = describe.addressFromF64(capsule_of) orelse return invalid;
-    const t = describe.addressFromF64(tensor_class) orelse return invalid;
+    const m = abi.addressFromF64(module) orelse return invalid;
+    const c = abi.addressFromF64(capsule_of) orelse return invalid;
+    const t = abi.addressFromF64(tensor_class) orelse return invalid;
     if (m == 0 or c == 0 or t == 0) return invalid;
     python.fence_hook = pythonFence;
-    return python.install(m, c, t);
+    python.install(m, c, t) catch |err| return switch (err) {
+        error.NotLoaded => pythonStatus(.not_loaded),
+        error.Raised => -1,
+    };
+    return 0;
 }
 
 /// The Python side's fence: 0, -2 for the disallowed stream 0, else the CUDA status.
 fn pythonFence(template: usize, stream: usize) i32 {
     if (stream == 0) return -2;
     if (!isStruct(template)) return invalid;
-    return cudaStatus(exports.fenceForConsumer(template, true, stream));
+    return cudaResult(exports.fenceForConsumer(template, true, stream));
 }
 
 /// Gives the calling thread a lasting Python thread state (call without holding the GIL).
 export fn dlpk_py_attach_thread() i32 {
-    return python.attachThread();
+    cpython.attachThread() catch return pythonStatus(.not_loaded);
+    return 0;
 }
 
 /// Drops one reference (takes the GIL).
 export fn dlpk_py_decref(handle: f64) void {
-    const h = describe.addressFromF64(handle) orelse return;
-    if (h != 0) python.decref(h);
+    const h = abi.addressFromF64(handle) orelse return;
+    if (h != 0) cpython.decref(h);
 }
 
 /// `callable(arg)` under the GIL: a new reference, or 0 with the exception pending.
 export fn dlpk_py_call1(callable: f64, arg: f64) f64 {
-    const c = describe.addressFromF64(callable) orelse return 0;
-    const a = describe.addressFromF64(arg) orelse return 0;
+    const c = abi.addressFromF64(callable) orelse return 0;
+    const a = abi.addressFromF64(arg) orelse return 0;
     if (c == 0 or a == 0) return 0;
-    return @floatFromInt(python.call1(c, a));
+    return @floatFromInt(cpython.call1(c, a));
 }
 
 /// A `DLPackTensor` over a versioned export template: a new reference, or 0 with the exception
 /// pending (the template then stays the caller's).
 export fn dlpk_py_wrap(template: f64, readonly: u32) f64 {
-    const t = describe.addressFromF64(template) orelse return 0;
+    const t = abi.addressFromF64(template) orelse return 0;
     if (!isStruct(t)) return 0;
-    return @floatFromInt(python.wrapTemplate(t, readonly != 0));
+    return @floatFromInt(templates.wrapTemplate(t, readonly != 0));
 }
 
 /// `toPython(x, py, { as })`: the object `kind`'s DLPack C exchange table makes from a versioned
 /// export template (see exchange.wrapAs): a new reference, or 0 with the exception pending (the
 /// template then stays the caller's).
 export fn dlpk_py_wrap_as(template: f64, kind: f64) f64 {
-    const t = describe.addressFromF64(template) orelse return 0;
-    const k = describe.addressFromF64(kind) orelse return 0;
+    const t = abi.addressFromF64(template) orelse return 0;
+    const k = abi.addressFromF64(kind) orelse return 0;
     if (!isStruct(t) or k == 0) return 0;
     return @floatFromInt(exchange.wrapAs(t, k));
 }
@@ -480,7 +501,7 @@ export fn dlpk_py_wrap_as(template: f64, kind: f64) f64 {
 /// python.checkObject): 0; 1 its header, 2 its type, 3 a metatype is not readable; 16 before
 /// `dlpk_py_load`. Reads memory only: no GIL needed.
 export fn dlpk_py_check_object(handle: f64) i32 {
-    const h = describe.addressFromF64(handle) orelse return invalid;
+    const h = abi.addressFromF64(handle) orelse return invalid;
     if (h == 0) return invalid;
     return python.checkObject(h);
 }
@@ -501,41 +522,57 @@ export fn dlpk_py_from(
     name_capacity: u32,
 ) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
-    const o = describe.addressFromF64(obj) orelse return invalid;
-    const n = describe.addressFromF64(name_address) orelse return invalid;
+    const o = abi.addressFromF64(obj) orelse return invalid;
+    const n = abi.addressFromF64(name_address) orelse return invalid;
     if (o == 0 or n == 0 or name_capacity == 0) return invalid;
-    if (!(std.math.isNan(stream) or (stream >= -describe.MAX_EXACT_F and stream <= describe.MAX_EXACT_F and @floor(stream) == stream))) {
-        return invalid;
-    }
+    const stream_value: ?i64 = if (std.math.isNan(stream))
+        null
+    else
+        abi.integerFromF64(stream) orelse return invalid;
     out.status = 0;
     const name: [*]u8 = @ptrFromInt(n);
-    return python.from(o, .{
+    python.from(o, .{
         .max_major = max_major,
         .max_minor = max_minor,
         .copy = copy,
         .device_type = device_type,
         .device_id = device_id,
-        .stream = if (std.math.isNan(stream)) null else @intFromFloat(stream),
-        .strict_offset = options & IMPORT_STRICT_OFFSET != 0,
-    }, out, name[0..name_capacity]);
+        .stream = stream_value,
+        .strict_offset = options & import_option.strict_offset != 0,
+    }, out, name[0..name_capacity]) catch |err| return importFailure(err, out);
+    return 0;
 }
 
 // =============================================================================================
 // CUDA (zig/src/cuda.zig). The driver is opened with dlopen at first use (`DLPACK_CUDA_LIB`, else
 // libcuda.so.1); nothing here needs CUDA to load. Statuses: 0 ok, a positive CUresult for a driver
-// failure (details from `dlpk_cuda_last_error` on the same thread), or a negative library status:
-// -1 no driver (`dlpk_cuda_reason` says why), -2 invalid argument, -3 no such device, -4 out of
-// host memory. Handles (streams, events) travel as unsigned words; 1 and 2 are the legacy and
-// per-thread default streams.
+// failure (details from `dlpk_cuda_last_error` on the same thread), or a negative
+// `abi.CudaStatus`. Handles (streams, events) travel as unsigned words; 1 and 2 are the legacy
+// and per-thread default streams.
 
-fn cudaStatus(result: cuda.Error!void) i32 {
-    result catch |err| return cuda.statusOf(err);
+fn cudaStatus(status: abi.CudaStatus) i32 {
+    return @intFromEnum(status);
+}
+
+/// The ABI status of an error: the failing call's CUresult, or a negative library status.
+fn cudaStatusOf(err: cuda.Error) i32 {
+    return switch (err) {
+        error.Driver => cuda.lastResult(),
+        error.Unavailable => cudaStatus(.unavailable),
+        error.InvalidArgument => cudaStatus(.invalid_argument),
+        error.InvalidDevice => cudaStatus(.invalid_device),
+        error.OutOfMemory => cudaStatus(.out_of_memory),
+    };
+}
+
+fn cudaResult(result: cuda.Error!void) i32 {
+    result catch |err| return cudaStatusOf(err);
     return 0;
 }
 
 /// Opens the driver if needed: 0 when it is usable, -1 when not.
 export fn dlpk_cuda_status() i32 {
-    return if (cuda.ensure()) 0 else cuda.STATUS_UNAVAILABLE;
+    return if (cuda.ensure()) 0 else cudaStatus(.unavailable);
 }
 
 /// Copies why the driver is unavailable into `out` (UTF-8, not terminated); returns the length.
@@ -558,13 +595,13 @@ export fn dlpk_cuda_driver_version() i32 {
 
 /// The number of devices, or -1 without a driver.
 export fn dlpk_cuda_device_count() i32 {
-    return if (cuda.ensure()) cuda.deviceCount() else cuda.STATUS_UNAVAILABLE;
+    return if (cuda.ensure()) cuda.deviceCount() else cudaStatus(.unavailable);
 }
 
 /// Writes total memory, compute capability major and minor, and multiprocessor count into
 /// `out[0..4]`, and "<name>\n<pci bus id>" into `text`.
 export fn dlpk_cuda_device_info(ordinal: i32, out: *[4]f64, text: [*]u8, capacity: u32) i32 {
-    const info = cuda.deviceInfo(ordinal, text[0..capacity]) catch |err| return cuda.statusOf(err);
+    const info = cuda.deviceInfo(ordinal, text[0..capacity]) catch |err| return cudaStatusOf(err);
     out.* = .{
         @floatFromInt(info.total_memory),
         @floatFromInt(info.cc_major),
@@ -577,8 +614,8 @@ export fn dlpk_cuda_device_info(ordinal: i32, out: *[4]f64, text: [*]u8, capacit
 /// Writes memory type (0 unregistered, 1 host, 2 device, 3 array, 4 unified), device ordinal,
 /// managed (0/1), range start and range size (0 when unknown) into `out[0..5]`.
 export fn dlpk_cuda_pointer_info(address: f64, out: *[5]f64) i32 {
-    const where = describe.addressFromF64(address) orelse return cuda.STATUS_INVALID_ARGUMENT;
-    const a = cuda.pointerAttributes(where, true) catch |err| return cuda.statusOf(err);
+    const where = abi.addressFromF64(address) orelse return cudaStatus(.invalid_argument);
+    const a = cuda.pointerAttributes(where, true) catch |err| return cudaStatusOf(err);
     out.* = .{
         @floatFromInt(a.memory_type),
         @floatFromInt(a.ordinal),
@@ -589,14 +626,19 @@ export fn dlpk_cuda_pointer_info(address: f64, out: *[5]f64) i32 {
     return 0;
 }
 
-/// Allocates `bytes` of device (kind 0), page-locked host (1) or managed (2) memory in the primary
+/// Allocates `bytes` of device (kind 0), page-locked host (1) or managed memory (2) in the primary
 /// context of `ordinal`, zeroed on request; writes address and owner into the description.
 export fn dlpk_cuda_alloc(kind: u32, ordinal: i32, bytes: f64, zero: u32, out_address: f64) i32 {
-    const out = descriptionAt(out_address) orelse return cuda.STATUS_INVALID_ARGUMENT;
-    const size = exactInt(bytes) orelse return cuda.STATUS_INVALID_ARGUMENT;
-    if (size < 0 or kind > 2) return cuda.STATUS_INVALID_ARGUMENT;
-    const created = cuda.allocate(@enumFromInt(kind), ordinal, @intCast(size), zero != 0) catch |err|
-        return cuda.statusOf(err);
+    const out = descriptionAt(out_address) orelse return cudaStatus(.invalid_argument);
+    const size = abi.integerFromF64(bytes) orelse return cudaStatus(.invalid_argument);
+    if (size < 0 or kind > 2) return cudaStatus(.invalid_argument);
+    const created = owner.createCuda(
+        @enumFromInt(kind),
+        ordinal,
+        @intCast(size),
+        zero != 0,
+    ) catch |err|
+        return cudaStatusOf(err);
     out.setAddress(created.payload);
     out.setOwner(@intFromPtr(created));
     return 0;
@@ -605,55 +647,76 @@ export fn dlpk_cuda_alloc(kind: u32, ordinal: i32, bytes: f64, zero: u32, out_ad
 /// Copies `bytes`: direction 0 host->device, 1 device->host, 2 device->device, 3 device->device
 /// across devices (`ordinal` the destination's, `src_ordinal` the source's). `stream` 0 uses the
 /// synchronous calls; otherwise the copy is queued on `stream` and, with `wait`, awaited.
-export fn dlpk_cuda_copy(direction: u32, dst_address: f64, src_address: f64, bytes: f64, ordinal: i32, src_ordinal: i32, stream: usize, wait: u32) i32 {
-    const size = exactInt(bytes) orelse return cuda.STATUS_INVALID_ARGUMENT;
-    const dst = describe.addressFromF64(dst_address) orelse return cuda.STATUS_INVALID_ARGUMENT;
-    const src = describe.addressFromF64(src_address) orelse return cuda.STATUS_INVALID_ARGUMENT;
-    if (size < 0 or direction > 3) return cuda.STATUS_INVALID_ARGUMENT;
-    return cudaStatus(cuda.copy(@enumFromInt(direction), dst, src, @intCast(size), ordinal, src_ordinal, stream, wait != 0));
+export fn dlpk_cuda_copy(
+    direction: u32,
+    dst_address: f64,
+    src_address: f64,
+    bytes: f64,
+    ordinal: i32,
+    src_ordinal: i32,
+    stream: usize,
+    wait: u32,
+) i32 {
+    const size = abi.integerFromF64(bytes) orelse return cudaStatus(.invalid_argument);
+    const dst = abi.addressFromF64(dst_address) orelse return cudaStatus(.invalid_argument);
+    const src = abi.addressFromF64(src_address) orelse return cudaStatus(.invalid_argument);
+    if (size < 0 or direction > 3) return cudaStatus(.invalid_argument);
+    return cudaResult(cuda.copy(.{
+        .direction = @enumFromInt(direction),
+        .dst = dst,
+        .src = src,
+        .bytes = @intCast(size),
+        .ordinal = ordinal,
+        .src_ordinal = src_ordinal,
+    }, stream, wait != 0));
 }
 
 export fn dlpk_cuda_stream_create(ordinal: i32, out: *u64) i32 {
-    out.* = cuda.streamCreate(ordinal) catch |err| return cuda.statusOf(err);
+    out.* = cuda.streamCreate(ordinal) catch |err| return cudaStatusOf(err);
     return 0;
 }
 
 export fn dlpk_cuda_stream_destroy(ordinal: i32, stream: usize) i32 {
-    return cudaStatus(cuda.streamDestroy(ordinal, stream));
+    return cudaResult(cuda.streamDestroy(ordinal, stream));
 }
 
 export fn dlpk_cuda_stream_synchronize(ordinal: i32, stream: usize) i32 {
-    return cudaStatus(cuda.streamSynchronize(ordinal, stream));
+    return cudaResult(cuda.streamSynchronize(ordinal, stream));
 }
 
 export fn dlpk_cuda_event_create(ordinal: i32, out: *u64) i32 {
-    out.* = cuda.eventCreate(ordinal) catch |err| return cuda.statusOf(err);
+    out.* = cuda.eventCreate(ordinal) catch |err| return cudaStatusOf(err);
     return 0;
 }
 
 export fn dlpk_cuda_event_record(ordinal: i32, event: usize, stream: usize) i32 {
-    return cudaStatus(cuda.eventRecord(ordinal, event, stream));
+    return cudaResult(cuda.eventRecord(ordinal, event, stream));
 }
 
 export fn dlpk_cuda_event_destroy(ordinal: i32, event: usize) i32 {
-    return cudaStatus(cuda.eventDestroy(ordinal, event));
+    return cudaResult(cuda.eventDestroy(ordinal, event));
 }
 
 export fn dlpk_cuda_stream_wait_event(ordinal: i32, stream: usize, event: usize) i32 {
-    return cudaStatus(cuda.streamWaitEvent(ordinal, stream, event));
+    return cudaResult(cuda.streamWaitEvent(ordinal, stream, event));
 }
 
 /// Makes stream `consumer` wait for the work queued so far on stream `producer` (both handles of
 /// device `ordinal`'s context; nothing to do when they are the same stream).
 export fn dlpk_cuda_fence(ordinal: i32, producer: usize, consumer: usize) i32 {
-    return cudaStatus(cuda.fence(ordinal, producer, consumer));
+    return cudaResult(cuda.fence(ordinal, producer, consumer));
 }
 
 /// Attaches a producer stream to one of this library's exports of CUDA-family data: an event is
 /// recorded on it now and released with the export.
-export fn dlpk_cuda_export_attach_stream(managed_address: f64, versioned: u32, ordinal: i32, stream: usize) i32 {
-    const managed = describe.addressFromF64(managed_address) orelse return cuda.STATUS_INVALID_ARGUMENT;
-    return cudaStatus(exports.attachStream(managed, versioned != 0, ordinal, stream));
+export fn dlpk_cuda_export_attach_stream(
+    managed_address: f64,
+    versioned: u32,
+    ordinal: i32,
+    stream: usize,
+) i32 {
+    const managed = abi.addressFromF64(managed_address) orelse return cudaStatus(.invalid_argument);
+    return cudaResult(exports.attachStream(managed, versioned != 0, ordinal, stream));
 }
 
 /// `__dlpack__(stream=...)` for one of this library's exports, callable from any thread: `stream`
@@ -661,24 +724,37 @@ export fn dlpk_cuda_export_attach_stream(managed_address: f64, versioned: u32, o
 /// -2; 1 legacy default, 2 per-thread default, else a handle). Python's None is 1. Takes plain
 /// words (not f64 addresses) because Python calls it through ctypes, like `dlpk_py_capsule`.
 export fn dlpk_cuda_export_fence(managed: usize, versioned: u32, stream: usize) i32 {
-    return cudaStatus(exports.fenceForConsumer(managed, versioned != 0, stream));
+    return cudaResult(exports.fenceForConsumer(managed, versioned != 0, stream));
 }
 
 /// Live CUDA allocations and bytes (device, host, managed), live events, and failed frees.
-export fn dlpk_cuda_stats(out: *[cuda.COUNTERS]f64) u32 {
+export fn dlpk_cuda_stats(out: *[cuda.counter_count]f64) u32 {
     return @intCast(cuda.snapshot(out));
+}
+
+test "CUDA errors map to ABI statuses" {
+    const testing = std.testing;
+    try testing.expectEqual(cudaStatus(.unavailable), cudaStatusOf(error.Unavailable));
+    try testing.expectEqual(cudaStatus(.invalid_device), cudaStatusOf(error.InvalidDevice));
+    try testing.expectEqual(@as(i32, -1), cudaStatusOf(error.Unavailable));
+    try testing.expectEqual(cuda.lastResult(), cudaStatusOf(error.Driver));
 }
 
 test {
     std.testing.refAllDecls(@This());
-    _ = dlpack;
-    _ = describe;
-    _ = owner;
-    _ = stats;
-    _ = exports;
-    _ = memory;
-    _ = python;
-    _ = exchange;
+    _ = abi;
+    _ = admit;
+    _ = cpython;
     _ = cuda;
+    _ = describe;
+    _ = dlpack;
+    _ = exchange;
+    _ = exports;
     _ = mappings;
+    _ = memory;
+    _ = owner;
+    _ = python;
+    _ = stats;
+    _ = templates;
+    _ = verify;
 }

@@ -3,6 +3,7 @@
 
 const std = @import("std");
 
+/// The order `dlpk_stats` writes the counters in (src/abi.ts `StatsCounter`).
 pub const Counter = enum(u8) {
     imports,
     exports,
@@ -13,9 +14,10 @@ pub const Counter = enum(u8) {
     deleters_called,
 };
 
-pub const COUNT = @typeInfo(Counter).@"enum".fields.len;
+pub const counter_count = @typeInfo(Counter).@"enum".fields.len;
 
-var counters: [COUNT]std.atomic.Value(i64) = [_]std.atomic.Value(i64){std.atomic.Value(i64).init(0)} ** COUNT;
+const Value = std.atomic.Value(i64);
+var counters: [counter_count]Value = [_]Value{Value.init(0)} ** counter_count;
 
 pub fn add(counter: Counter, delta: i64) void {
     _ = counters[@intFromEnum(counter)].fetchAdd(delta, .monotonic);
@@ -26,7 +28,7 @@ pub fn get(counter: Counter) i64 {
 }
 
 /// Writes every counter as an f64 (what the JS side reads without BigInt conversions).
-pub fn snapshot(out: *[COUNT]f64) void {
+pub fn snapshot(out: *[counter_count]f64) void {
     for (out, 0..) |*slot, i| slot.* = @floatFromInt(counters[i].load(.monotonic));
 }
 
@@ -35,8 +37,11 @@ test "counters add and snapshot" {
     add(.pins, 3);
     add(.pins, -1);
     try std.testing.expectEqual(before + 2, get(.pins));
-    var out: [COUNT]f64 = undefined;
+    var out: [counter_count]f64 = undefined;
     snapshot(&out);
-    try std.testing.expectEqual(@as(f64, @floatFromInt(before + 2)), out[@intFromEnum(Counter.pins)]);
+    try std.testing.expectEqual(
+        @as(f64, @floatFromInt(before + 2)),
+        out[@intFromEnum(Counter.pins)],
+    );
     add(.pins, -2);
 }

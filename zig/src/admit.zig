@@ -1,0 +1,142 @@
+//! The steps of every import, in the order the entries that import take them (root.zig's
+//! `dlpk_import` and `dlpk_describe`, python.zig's capsules, exchange.zig's tables):
+//! 1. validate the struct (describe.zig: reads memory, calls nothing);
+//! 2. check its device claim (verify.zig: may open the CUDA driver);
+//! 3. take it when it is one of this library's exports (one export, one import);
+//! 4. record the owner that will call its deleter (owner.zig).
+//! What a refusal does to the producer differs per entry, so each entry handles refusals itself.
+
+const std = @import("std");
+const assert = std.debug.assert;
+const abi = @import("abi.zig");
+const describe = @import("describe.zig");
+const dlpack = @import("dlpack.zig");
+const exports = @import("exports.zig");
+const owner = @import("owner.zig");
+const stats = @import("stats.zig");
+const verify = @import("verify.zig");
+
+const Description = abi.Description;
+const Status = abi.Status;
+
+pub const Options = describe.Options;
+
+/// Steps 1 and 2: validates `managed` and checks its device claim, filling `out`. Sets `own` when
+/// the struct is one of this library's exports (steps 3 and 4 need it).
+pub fn inspect(managed: usize, options: Options, out: *Description, own: *?exports.Own) Status {
+    const status = describe.validate(managed, options, out, own);
+    if (status != .ok) return status;
+    return verify.deviceClaim(out);
+}
+
+/// Step 3: takes one of this library's exports that `inspect` accepted; the first import to
+/// claim it takes it, any later one is refused (`already_imported`).
+pub fn take(managed: usize, own: exports.Own, out: *Description) Status {
+    assert(out.status == @intFromEnum(Status.ok));
+    if (own.state == .live and exports.claim(managed)) return .ok;
+    return refuseTaken(managed, own, out);
+}
+
+/// The refusal of an export of this library that another import took (or that was released).
+pub fn refuseTaken(managed: usize, own: exports.Own, out: *Description) Status {
+    const found: i64 = @bitCast(@as(u64, managed));
+    return out.refuse(.already_imported, abi.detail_dim.none, found, @intFromBool(own.versioned));
+}
+
+/// Step 4: an owner holding the accepted tensor, its address written into `out`. When out of
+/// memory, `out` says so and the tensor is still the caller's.
+pub fn record(managed: usize, versioned: bool, out: *Description) error{OutOfMemory}!*owner.Owner {
+    assert(out.status == @intFromEnum(Status.ok));
+    const kind: owner.Kind = if (versioned) .versioned else .legacy;
+    const created = owner.create(kind, managed, 0) catch |err| {
+        _ = out.refuse(.out_of_memory, abi.detail_dim.none, 0, 0);
+        return err;
+    };
+    out.setOwner(@intFromPtr(created));
+    return created;
+}
+
+/// Hands a refused tensor back: calls its deleter once, where that is safe. Never for a struct
+/// that could not be read, a deleter that is not code, or an export of this library that another
+/// import holds or that was released; this library's own export passed as the other generation
+/// goes through its real deleter. `claimed`: step 3 took this library's export (then refused for
+/// want of memory). Returns the status to report (a lost race for an export of this library
+/// turns into `already_imported`).
+pub fn releaseRefused(
+    managed: usize,
+    versioned: bool,
+    status: Status,
+    out: *Description,
+    claimed: bool,
+) Status {
+    assert(status != .ok);
+    if (claimed) {
+        // An export of this library this import took, of the generation claimed.
+        dlpack.deleteManaged(managed, versioned);
+        stats.add(.deleters_called, 1);
+        return status;
+    }
+    switch (status) {
+        .null_managed,
+        .bad_address,
+        .unmapped_struct,
+        .bad_deleter,
+        .already_imported,
+        .released_export,
+        => return status,
+        else => {},
+    }
+    // Every other refusal comes after the validator checked the struct readable and its deleter.
+    assert(abi.plausible(dlpack.ManagedTensorVersioned, managed));
+    if (exports.recognize(managed)) |own| {
+        if (own.state != .live or !exports.claim(managed)) return refuseTaken(managed, own, out);
+        dlpack.deleteManaged(managed, own.versioned);
+    } else {
+        dlpack.deleteManaged(managed, versioned);
+    }
+    stats.add(.deleters_called, 1);
+    return status;
+}
+
+const testing = std.testing;
+
+var test_deleter_calls: u32 = 0;
+
+fn countingDeleter(_: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    test_deleter_calls += 1;
+}
+
+test "a refused tensor is released once, and only where that is safe" {
+    var out = std.mem.zeroes(Description);
+    var foreign = std.mem.zeroes(dlpack.ManagedTensorVersioned);
+    foreign.deleter = countingDeleter;
+    const managed = @intFromPtr(&foreign);
+    const before = test_deleter_calls;
+    // Refusals made before the struct or its deleter could be trusted call nothing.
+    for ([_]Status{ .bad_address, .unmapped_struct, .bad_deleter, .already_imported }) |status| {
+        try testing.expectEqual(status, releaseRefused(managed, true, status, &out, false));
+    }
+    try testing.expectEqual(before, test_deleter_calls);
+    // A refusal of a readable struct with a code deleter hands it back once.
+    try testing.expectEqual(Status.dtype, releaseRefused(managed, true, .dtype, &out, false));
+    try testing.expectEqual(before + 1, test_deleter_calls);
+
+    // One of this library's exports that an import took is not released again.
+    var data = [_]f32{ 1, 2 };
+    const export_managed = try exports.create(.{
+        .data = @intFromPtr(&data),
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+        .shape = &.{2},
+        .strides = &.{1},
+        .flags = 0,
+        .versioned = true,
+        .adopt_owner = false,
+        .owner = null,
+    });
+    try testing.expect(exports.claim(export_managed));
+    const status = releaseRefused(export_managed, false, .generation, &out, false);
+    try testing.expectEqual(Status.already_imported, status);
+    try testing.expectEqual(exports.State.taken, exports.recognize(export_managed).?.state);
+    dlpack.deleteManaged(export_managed, true);
+}
