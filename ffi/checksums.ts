@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "0991f79f8f6cd7519d3fbad1cb826aae4130ba9bec990f2458f3073de4c95cff",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "6c2c0f5784aef55226060438274fa6d83884af1118461b6d40d42b27d6f12aae",
-  "libdlpack-0.1.0-linux-aarch64.so": "64f789ba0412a10afaa6c68a92cc13181a1b5232dbecf507200b9fad51aba841",
-  "libdlpack-0.1.0-linux-x86_64.so": "e8c6c4e2a4777a63baf9021e6229d2734bf2b27ceccb78975e7b4ee6181f16be",
-  "libdlpack-0.1.0-windows-x86_64.dll": "a8ba99ca4178087f313d773938a9bf319dad842c66d58704fe8b765ca00d440a",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "ba636585141ca21ec4bf3fa08ed95d4e4696e08332d481491aa4f660a02db3c5",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "3b197d85d6f971c7885f0f213c6bf7a3bcda25eca1f180e59badbb7ac7f5163a",
+  "libdlpack-0.1.0-linux-aarch64.so": "6c6bf912e826a047ade5508133b6b3a86cb3b1959a7264afe069f86d45d69639",
+  "libdlpack-0.1.0-linux-x86_64.so": "30618b3e6acc503e3037d7f6c6eb306a537ecc65517b0b62af77177828357c53",
+  "libdlpack-0.1.0-windows-x86_64.dll": "152b44bf970fc541d981262bf6ace933d4952cb7a33b3852840726b7bab0c2a1",
 });
