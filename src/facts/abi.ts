@@ -89,7 +89,7 @@ export const Status = {
   releasedExport: 24,
 } as const;
 
-/** Statuses of the Python bridge beyond `Status` (20 and 21 overlap `Status`: see zig/src/abi.zig). */
+/** Statuses of the Python bridge beyond `Status` (kept clear of its numbers: `dlpk_py_from` returns both). */
 export const PythonStatus = {
   consumed: 14,
   capsuleName: 15,

@@ -6,7 +6,7 @@
  * @module
  */
 import { DLPackError, shown } from "./errors.ts";
-import { MAX_RANK } from "./limits.ts";
+import { MAX_RANK } from "./abi.ts";
 import { isArray, isCount, isSafeInt, slots } from "./intrinsics.ts";
 
 /** Largest element count or byte span a view may have (JS numbers index exactly up to here). */

@@ -7,40 +7,50 @@ import { DLPackError, type ErrorCode } from "../facts/errors.ts";
 import { deviceName, formatDevice } from "../facts/devices.ts";
 import { lastDriverError } from "./cuda_driver.ts";
 import { DESCRIPTION_BYTES, runtime } from "../../ffi/mod.ts";
-import { MAX_RANK } from "../facts/limits.ts";
+import {
+  DescriptionF64,
+  DescriptionI32,
+  DescriptionI64,
+  DescriptionU32,
+  DetailDim,
+  Layout,
+  MAX_RANK,
+  Status as NativeStatus,
+} from "../facts/abi.ts";
 
 export { MAX_RANK };
 
 const BYTES = DESCRIPTION_BYTES;
 
 // Offsets in units of each view (see the comptime asserts beside `Description`).
-export const I32 = { status: 0, dim: 1, ndim: 2, deviceType: 3, deviceId: 4, major: 5, minor: 6 } as const;
+// Short names for the generated indices (src/facts/abi.ts holds the numbers).
+export const I32 = {
+  status: DescriptionI32.status,
+  dim: DescriptionI32.detailDim,
+  ndim: DescriptionI32.ndim,
+  deviceType: DescriptionI32.deviceType,
+  deviceId: DescriptionI32.deviceId,
+  major: DescriptionI32.versionMajor,
+  minor: DescriptionI32.versionMinor,
+} as const;
 export const U32 = {
-  flags: 7,
-  code: 8,
-  bits: 9,
-  lanes: 10,
-  layout: 11,
-  addressLo: 12,
-  addressHi: 13,
-  ownerLo: 14,
-  ownerHi: 15,
+  flags: DescriptionU32.flags,
+  code: DescriptionU32.dtypeCode,
+  bits: DescriptionU32.dtypeBits,
+  lanes: DescriptionU32.dtypeLanes,
+  layout: DescriptionU32.layout,
+  addressLo: DescriptionU32.addressLo,
+  addressHi: DescriptionU32.addressHi,
+  ownerLo: DescriptionU32.ownerLo,
+  ownerHi: DescriptionU32.ownerHi,
 } as const;
-export const I64 = { found: 8, limit: 9 } as const;
-export const F64 = {
-  byteOffset: 10,
-  size: 11,
-  nbytes: 12,
-  minOffset: 13,
-  maxOffset: 14,
-  shape: 15,
-  strides: 15 + MAX_RANK,
-} as const;
+export const I64 = { found: DescriptionI64.detailFound, limit: DescriptionI64.detailLimit } as const;
+export const F64 = DescriptionF64;
 
-export const LAYOUT_C = 1;
-export const LAYOUT_F = 2;
+export const LAYOUT_C = Layout.c;
+export const LAYOUT_F = Layout.f;
 /** `layout` bit: the device claim is confirmed (host memory, or the CUDA driver agreed). */
-export const DEVICE_VERIFIED = 0x100;
+export const DEVICE_VERIFIED = Layout.deviceVerified;
 
 /** One scratch per JS realm (workers get their own module instance, hence their own scratch). */
 export class Scratch {
@@ -106,41 +116,11 @@ function beyondExact(lo: number, hi: number): DLPackError {
 /** The scratch every native call of this realm writes into. */
 export const scratch: Scratch = new Scratch();
 
-/** Native status codes (zig/src/describe.zig `Status`). */
-export const Status = {
-  ok: 0,
-  nullManaged: 1,
-  version: 2,
-  flags: 3,
-  rank: 4,
-  dtype: 5,
-  device: 6,
-  shape: 7,
-  overflow: 8,
-  nullData: 9,
-  byteOffset: 10,
-  outOfMemory: 11,
-  invalidArgument: 12,
-  strides: 13,
-  /** Cannot be a managed tensor (misaligned, first page, beyond user space): nothing read. */
-  badAddress: 17,
-  // CUDA claim checks (zig/src/cuda.zig); 14-16 are the Python bridge's statuses.
-  deviceClaim: 18,
-  cuda: 19,
-  /** The struct is not in readable memory: nothing read, no deleter called. */
-  unmappedStruct: 20,
-  /** The deleter is not executable code: never called, the tensor is leaked. */
-  badDeleter: 21,
-  /** One of this library's exports passed as the other generation. */
-  generation: 22,
-  /** One of this library's exports that an import already took. */
-  alreadyImported: 23,
-  /** One of this library's exports whose deleter already ran. */
-  releasedExport: 24,
-} as const;
+/** Native status codes (generated from zig/src/abi.zig `Status`). */
+export const Status = NativeStatus;
 
 /** `detail_dim` of a shape or strides refusal whose array is not in readable memory. */
-const DIM_UNREADABLE = -3;
+const DIM_UNREADABLE = DetailDim.unreadable;
 
 const STRUCT_NAMES = ["DLManagedTensor (legacy)", "DLManagedTensorVersioned"] as const;
 const SOURCE_KEYS = ["{ legacy }", "{ versioned }"] as const;
@@ -297,7 +277,7 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       code = "shape";
       message = dim >= 0
         ? `negative extent ${found} in dimension ${dim}`
-        : dim === -2
+        : dim === DetailDim.badPointer
         ? `the shape pointer 0x${BigInt.asUintN(64, found).toString(16)} cannot point at int64 values`
         : dim === DIM_UNREADABLE
         ? `the shape array at ${hex(found)} (${limit} bytes for ndim ${s.i32[I32.ndim]}) is not in readable memory`
@@ -321,7 +301,7 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       break;
     case Status.strides:
       code = "strides";
-      message = dim === -2
+      message = dim === DetailDim.badPointer
         ? `the strides pointer 0x${BigInt.asUintN(64, found).toString(16)} cannot point at int64 values`
         : dim === DIM_UNREADABLE
         ? `the strides array at ${hex(found)} (${limit} bytes for ndim ${s.i32[I32.ndim]}) is not in readable memory`
@@ -329,7 +309,7 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       break;
     case Status.deviceClaim:
       code = "device";
-      message = dim === -2
+      message = dim === DetailDim.badPointer
         ? `the tensor claims ${claimOf(s)} but the CUDA driver sees ${limit} device(s)`
         : `the tensor claims ${claimOf(s)} but the CUDA driver reports ${
           memoryText(Number(found), Number(limit))

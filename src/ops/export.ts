@@ -51,6 +51,7 @@ import {
   typedArrayByteLength,
   typedArrayTag,
 } from "../facts/intrinsics.ts";
+import { ExportOption, Flag } from "../facts/abi.ts";
 
 /** Options of the export functions. */
 export interface ExportOptions {
@@ -70,13 +71,13 @@ export interface ExportOptions {
 /** What can be exported. */
 export type Exportable = BufferView | AnyTypedArray;
 
-const READ_ONLY = 1;
-const IS_COPIED = 2;
-const SUBBYTE_PADDED = 4;
+const READ_ONLY = Flag.readOnly;
+const IS_COPIED = Flag.isCopied;
+const SUBBYTE_PADDED = Flag.isSubbyteTypePadded;
 /** `dlpk_export` option bits (zig/src/root.zig). */
-export const EXPORT_VERSIONED = 1;
+export const EXPORT_VERSIONED = ExportOption.versioned;
 /** The export takes over the caller's owner reference. */
-export const EXPORT_ADOPT_OWNER = 2;
+export const EXPORT_ADOPT_OWNER = ExportOption.adoptOwner;
 
 /** @internal An export's layout. */
 export interface Layout {

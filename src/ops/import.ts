@@ -14,6 +14,7 @@ import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/cap
 import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";
 import { callWith, getPrototypeOf, ObjectPrototype } from "../facts/intrinsics.ts";
+import { Flag, ImportOption } from "../facts/abi.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
@@ -38,9 +39,9 @@ export type DLPackSource = ManagedAddress | Capsule | DLPackProvider;
 /** The protocol version this consumer asks producers for. */
 const MAX_VERSION: readonly [number, number] = [1, 3];
 
-const IMPORT_VERSIONED = 1;
-const IMPORT_STRICT_OFFSET = 2;
-const READ_ONLY = 1;
+const IMPORT_VERSIONED = ImportOption.versioned;
+const IMPORT_STRICT_OFFSET = ImportOption.strictOffset;
+const READ_ONLY = Flag.readOnly;
 
 /**
  * Imports one managed tensor: a raw address the caller hands over, or a capsule (taken here).

@@ -6,7 +6,7 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
-import { PythonStatus } from "../facts/abi.ts";
+import { Flag, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
 import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
@@ -55,7 +55,7 @@ const STATUS_INTERFACE = PythonStatus.arrayInterface;
 const STATUS_RAISED = PythonStatus.raised;
 /** `detail_limit` of a description filled through a producer's C exchange table (exchange.zig). */
 const EXCHANGE_MARK = 0x4558n;
-const READ_ONLY = 1;
+const READ_ONLY = Flag.readOnly;
 const INT32_MAX = 0x7fff_ffff;
 const isView = ArrayBuffer.isView;
 const parseJson = JSON.parse;

@@ -55,6 +55,7 @@ import {
   typedArrayTag,
 } from "../facts/intrinsics.ts";
 import { listText } from "../facts/layout.ts";
+import { Flag } from "../facts/abi.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
 export type Access = "readwrite" | "readonly" | "unknown";
@@ -106,9 +107,9 @@ export interface ViewInit {
   readonly keepAlive?: unknown;
 }
 
-const READ_ONLY = 1;
-const IS_COPIED = 2;
-const SUBBYTE_PADDED = 4;
+const READ_ONLY = Flag.readOnly;
+const IS_COPIED = Flag.isCopied;
+const SUBBYTE_PADDED = Flag.isSubbyteTypePadded;
 
 /** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does.
  * A private field stamped onto the buffer (the constructor returns the buffer itself): unlike a

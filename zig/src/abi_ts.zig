@@ -89,8 +89,8 @@ const entries = .{
     .{ "Layout", abi.layout, "The bits of `Description.layout`." },
     .{ "Status", abi.Status, "Statuses of imports, exports, allocations and copies " ++
         "(`Description.status`)." },
-    .{ "PythonStatus", abi.PythonStatus, "Statuses of the Python bridge beyond `Status` (20 and " ++
-        "21 overlap `Status`: see zig/src/abi.zig)." },
+    .{ "PythonStatus", abi.PythonStatus, "Statuses of the Python bridge beyond `Status` (kept " ++
+        "clear of its numbers: `dlpk_py_from` returns both)." },
     .{ "CudaStatus", abi.CudaStatus, "Negative statuses of the CUDA calls; a positive status is " ++
         "the driver's CUresult." },
     .{ "DescriptionOffset", writeOffsets, "Byte offsets of the `Description` fields." },
