@@ -8,7 +8,7 @@ import { fromPython, toPython } from "../python.ts";
 import { producerStream } from "../cuda.ts";
 import { missing, noPython, python } from "./support/python.ts";
 import { collectGarbage, repoRoot, runIsolated, test } from "./support/harness.ts";
-import { live, refused } from "./support/assertions.ts";
+import { live, refused, settledLive } from "./support/assertions.ts";
 import { fakeDriverPath } from "./support/fakecuda.ts";
 import { COUNTER_NAMES, INSTALL_XT } from "./python_exchange_ctypes.ts";
 
@@ -56,7 +56,7 @@ async function balanced(before: ReturnType<typeof live>, names: string): Promise
 
 test("DLPackTensor's table: every 1.3 field at its offset, each function called there", async () => {
   const py = setup();
-  const before = live();
+  const before = await settledLive();
   const x = new Float32Array([1, 2, 3, 4, 5, 6]);
   using d = toPython(x, py, { shape: [2, 3] });
   py.set("d", d);
@@ -202,7 +202,7 @@ result = "hostile calls refused: %d" % refused
 
 test("fromPython takes a producer's table: no __dlpack__ call, stream and refusals (ctypes fake)", async () => {
   const py = setup();
-  const before = live();
+  const before = await settledLive();
   py.exec("xt.Fake.behaviour = 'ok'; xt.Fake.device_type = 1; xt.Fake.code = 2; fake = xt.FakeTensor()");
   using fake = py.eval("fake");
   const deletedBefore = py.eval("xt.Fake.deleted").toJS() as number;
@@ -308,7 +308,7 @@ console.log("RESULT", s.imports, s.exports, s.pinned);
 
 test("fromPython of a DLPackTensor takes its own table; read-only data falls back to __dlpack__", async () => {
   const py = setup();
-  const before = live();
+  const before = await settledLive();
   const x = new Int32Array([1, 2, 3]);
   using d = toPython(x, py);
   let seen = delta(() => {
@@ -365,7 +365,7 @@ del f, fields, src, out, m, made, back, lent, stream, extents, proto, fresh
 
 test("fromPython of torch tensors goes through torch's table (a subclass whose __dlpack__ raises)", async () => {
   const py = setup();
-  const before = live();
+  const before = await settledLive();
   py.exec(`
 import torch
 class NoDlpack(torch.Tensor):
@@ -415,7 +415,7 @@ sub = base.as_subclass(NoDlpack)
 
 test("toPython({ as: torch.Tensor }) makes a torch tensor through torch's table", async () => {
   const py = setup();
-  const before = live();
+  const before = await settledLive();
   const x = new Float64Array([1, 2, 3, 4, 5, 6]);
   using Tensor = py.eval("__import__('torch').Tensor");
   let t!: ReturnType<typeof toPython>;
@@ -440,7 +440,7 @@ test("toPython({ as: torch.Tensor }) makes a torch tensor through torch's table"
 
 test("tvm-ffi takes JS exports through DLPackTensor's table, __dlpack__ never called", async () => {
   const py = setup();
-  const before = live();
+  const before = await settledLive();
   const x = new Float32Array([1, 2, 3, 4]);
   using d = toPython(x, py);
   using ro = toPython(new Float32Array(2), py, { readonly: true });
@@ -476,7 +476,7 @@ def _refuse(self, *args, **kwargs):
 
 test("fromPython and toPython({ as }) use tvm-ffi's table", async () => {
   const py = setup();
-  const before = live();
+  const before = await settledLive();
   py.exec(`
 import tvm_ffi, numpy as np
 class NoDlpackWrapper(tvm_ffi.core.DLTensorTestWrapper):

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { DLPackError, stats } from "../../mod.ts";
+import { collectGarbage } from "./harness.ts";
 
 /**
  * Asserts that `f` throws a `DLPackError` with `code`. The third argument is either a pattern the
@@ -43,4 +44,22 @@ export function refused(
 export function live(): { imports: number; exports: number; allocations: number; pinned: number } {
   const s = stats();
   return { imports: s.imports, exports: s.exports, allocations: s.allocations, pinned: s.pinned };
+}
+
+/**
+ * {@link live} once the counters have stopped moving: bun test runs every file in one process and
+ * deno test every file in one process too, so releases left over from an earlier file (a
+ * finalizer, a terminated realm's pins) can land while a later test runs. Collects garbage and
+ * polls until two readings 25 ms apart agree (at most two seconds).
+ */
+export async function settledLive(): Promise<ReturnType<typeof live>> {
+  let previous = live();
+  for (const end = Date.now() + 2_000; Date.now() < end;) {
+    await collectGarbage(2);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+    const now = live();
+    if (JSON.stringify(now) === JSON.stringify(previous)) return now;
+    previous = now;
+  }
+  return previous;
 }
