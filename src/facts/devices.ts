@@ -4,6 +4,7 @@
  */
 import { DLPackError, shown } from "./errors.ts";
 import { freeze, isInteger } from "./intrinsics.ts";
+import { DeviceType as DEVICE_TYPES } from "./abi.ts";
 
 /** The device kinds of DLPack 1.3. */
 export type DeviceType =
@@ -36,22 +37,7 @@ export interface Device {
 // Object.prototype is ever found.
 const CODES: Readonly<Record<DeviceType, number>> = freeze({
   __proto__: null,
-  cpu: 1,
-  cuda: 2,
-  cudaHost: 3,
-  opencl: 4,
-  vulkan: 7,
-  metal: 8,
-  vpi: 9,
-  rocm: 10,
-  rocmHost: 11,
-  extDev: 12,
-  cudaManaged: 13,
-  oneapi: 14,
-  webgpu: 15,
-  hexagon: 16,
-  maia: 17,
-  trn: 18,
+  ...DEVICE_TYPES,
 }) as unknown as Record<DeviceType, number>;
 
 const DEVICE_LIST = Object.keys(CODES).join(", ");
