@@ -23,7 +23,7 @@ export function releaseFileName(version: string, os: string, arch: string): stri
 }
 
 /** The most bytes a release build may have. The artifacts have about 100 KiB and
- * tests/release.test.ts keeps each under an eighth of this, so a download or cache entry beyond it
+ * tests/distribution/release.test.ts keeps each under an eighth of this, so a download or cache entry beyond it
  * is refused without being read whole. */
 export const MAX_RELEASE_BYTES = 4 * 1024 * 1024;
 

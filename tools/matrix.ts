@@ -1,5 +1,5 @@
 // Turns the latest interop-matrix run (.scratch/matrix/deno.json and bun.json, written by
-// tests/python_matrix.test.ts) into the tables of docs/python.md. A cell says supported only if a case of
+// tests/python/matrix.test.ts) into the tables of docs/python.md. A cell says supported only if a case of
 // that run exercised it. `deno task matrix` rewrites docs/python.md between the matrix markers;
 // `--print` writes the tables to stdout instead.
 import { existsSync, readFileSync } from "node:fs";

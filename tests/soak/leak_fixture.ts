@@ -1,5 +1,5 @@
 /**
- * A deliberately leaking workload, for the soak's own test (tests/soak.test.ts): the soak must
+ * A deliberately leaking workload, for the soak's own test (tests/reliability/soak.test.ts): the soak must
  * fail when memory is kept, or its flat-RSS verdict would prove nothing.
  * @module
  */

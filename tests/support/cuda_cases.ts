@@ -3,8 +3,8 @@
  * (tests/support/cuda_child.ts), because a process opens its CUDA driver once:
  * - "fake": the FAKE driver (tests/native/fakecuda.zig) over host memory, 2 devices. These check
  *   the driver-facing logic for real without a GPU; they do not replace a GPU run. "fakepython":
- *   the same driver, cases through the embedded Python (tests/python_cuda.test.ts).
- * - "real": the machine's own driver (tests/cuda_gpu.test.ts runs them only where one exists).
+ *   the same driver, cases through the embedded Python (tests/python/cuda.test.ts).
+ * - "real": the machine's own driver (tests/cuda/gpu.test.ts runs them only where one exists).
  * - "missing": DLPACK_CUDA_LIB pointing at no file: the no-driver behaviour, forced.
  * - "noinit", "notdriver": a driver whose cuInit fails, and a library that is not a driver.
  * @module

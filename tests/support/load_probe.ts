@@ -1,4 +1,4 @@
-// Loads libdlpack in a fresh process and prints what happened (used by tests/library.test.ts).
+// Loads libdlpack in a fresh process and prints what happened (used by tests/distribution/library.test.ts).
 import { corePath } from "../../ffi/mod.ts";
 import { DLPackError } from "../../mod.ts";
 

@@ -1,5 +1,5 @@
 // Runs the matrix cases of one peer (DLPACK_PEER, a name from tests/support/peers.ts) in this
-// process and prints one "PEER-CASE <json>" line per case. Started by tests/python_matrix.test.ts
+// process and prints one "PEER-CASE <json>" line per case. Started by tests/python/matrix.test.ts
 // for the peers that need a process of their own; not a test file itself.
 import { runtime } from "../../ffi/mod.ts";
 import { openPython } from "../../python.ts";

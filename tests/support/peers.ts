@@ -2,7 +2,7 @@
  * The interop matrix as data: one table of Python peers (how each makes, exports, imports and
  * reads back a tensor, which dtypes, layouts and DLPack generations it offers and accepts, and what
  * it is known to refuse), and one generic runner that turns every combination into a case. Each
- * case checks the address (zero-copy), dtype, shape and every value. tests/python_matrix.test.ts
+ * case checks the address (zero-copy), dtype, shape and every value. tests/python/matrix.test.ts
  * registers the cases; a peer that cannot share a process with the others runs its cases in a child
  * process (tests/support/peer_child.ts) whose PYTHONPATH names only the base site and its own.
  * @module
@@ -472,7 +472,7 @@ def make(a): return tf.constant(a)
       dtypeName: "y.dtype.name",
       readback: "np.asarray(tf.reshape(y, [-1]))",
       alignedOnly: "TensorFlow takes less-aligned memory without a copy, then aborts the process in its first " +
-        "kernel over it (tests/python_peers.test.ts shows it)",
+        "kernel over it (tests/python/peers.test.ts shows it)",
       known: [
         {
           kind: "refuses",

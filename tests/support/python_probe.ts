@@ -1,4 +1,4 @@
-// Opens the embedded Python in a fresh process and prints the outcome (tests/python_bridge.test.ts).
+// Opens the embedded Python in a fresh process and prints the outcome (tests/python/bridge.test.ts).
 import { openPython } from "../../python.ts";
 import { DLPackError } from "../../mod.ts";
 

@@ -1,5 +1,5 @@
 // Opens libdlpack with a bare handle (no core()), optionally asks it to retain itself, closes the
-// handle, and prints whether the library is still mapped (tests/library.test.ts, Linux only).
+// handle, and prints whether the library is still mapped (tests/distribution/library.test.ts, Linux only).
 import { readFileSync } from "node:fs";
 import { findLibrary, openLibrary } from "../../ffi/mod.ts";
 

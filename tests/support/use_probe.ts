@@ -1,5 +1,5 @@
 // Calls useLibrary() with the path in DLPACK_TEST_USE (before any use), then reports where the
-// library was loaded from (used by tests/lookup.test.ts in fresh processes).
+// library was loaded from (used by tests/distribution/lookup.test.ts in fresh processes).
 import { corePath, runtime } from "../../ffi/mod.ts";
 import { DLPackError, useLibrary } from "../../mod.ts";
 

@@ -1,5 +1,5 @@
 /**
- * A Worker for tests/workers.test.ts: its own JS realm using the same native library as the
+ * A Worker for tests/reliability/workers.test.ts: its own JS realm using the same native library as the
  * main thread. It answers one message at a time; every answer carries `op` back and either the
  * result or `error` (a message), so the test sees failures instead of a silent worker.
  * @module

@@ -1,0 +1,170 @@
+// Concurrent use from Workers (each its own JS realm over the same native library): a
+// SharedArrayBuffer exported and consumed from several realms at once, structs handed from one
+// realm to another, and the pin queues kept apart (a realm must never unpin another's buffer).
+import assert from "node:assert/strict";
+import { exportDLPack, share, stats } from "../../mod.ts";
+import { pinnedCount, realmAddress } from "../../src/native/owner.ts";
+import { core } from "../../ffi/mod.ts";
+import { consumerValues, tp } from "../support/producer.ts";
+import { collectGarbage, test } from "../support/harness.ts";
+import { live } from "../support/assertions.ts";
+
+const WORKER_URL = new URL("../support/worker.ts", import.meta.url).href;
+
+/** Polls `condition` every 20 ms for up to `ms`; returns whether it became true. */
+async function eventually(condition: () => boolean, ms = 5_000): Promise<boolean> {
+  for (const end = Date.now() + ms; Date.now() < end;) {
+    if (condition()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return condition();
+}
+
+/** A worker with a request/answer helper that surfaces the worker's errors. */
+class Realm {
+  /** Live native realms before this Worker made its own (this realm's own made first). */
+  readonly #realmsBefore = realmAddress() && core().dlpk_realms_live();
+  readonly #worker = new Worker(WORKER_URL, { type: "module" });
+  #pending: ((value: Record<string, unknown>) => void)[] = [];
+  #failed: unknown;
+
+  constructor() {
+    this.#worker.onmessage = (e: MessageEvent<Record<string, unknown>>) => this.#pending.shift()?.(e.data);
+    this.#worker.onerror = (e: Event) => {
+      this.#failed = (e as ErrorEvent).message ?? e;
+      (e as Event).preventDefault?.();
+      for (const resolve of this.#pending.splice(0)) resolve({ error: String(this.#failed) });
+    };
+  }
+
+  ask(message: Record<string, unknown>): Promise<Record<string, unknown>> {
+    if (this.#failed !== undefined) return Promise.resolve({ error: String(this.#failed) });
+    return new Promise((resolve) => {
+      this.#pending.push(resolve);
+      this.#worker.postMessage(message);
+    });
+  }
+
+  async expect(message: Record<string, unknown>): Promise<Record<string, unknown>> {
+    const answer = await this.ask(message);
+    assert.equal(answer.error, undefined, `worker failed on ${message.op}: ${answer.error}`);
+    return answer;
+  }
+
+  /** Ends the Worker and waits until its thread is gone and its native realm ended (which frees
+   * the pins left in its queue), so later counts do not move under the next test. */
+  async terminate(): Promise<void> {
+    this.#worker.terminate();
+    const ended = await eventually(() => core().dlpk_realms_live() <= this.#realmsBefore);
+    assert.ok(ended, "the Worker's realm did not end with its thread");
+  }
+}
+
+test("three Workers and the main thread export one SharedArrayBuffer concurrently", async () => {
+  await collectGarbage();
+  const before = live();
+  const sab = new SharedArrayBuffer(64);
+  const all = new Float32Array(sab);
+  const realms = [new Realm(), new Realm(), new Realm()];
+  try {
+    const rounds = 600;
+    const answers = realms.map((realm, i) => realm.expect({ op: "hammer", sab, slot: i, rounds }));
+    // The main thread works on the same buffer meanwhile, yielding so the workers' answers land.
+    for (let r = 0; r < rounds; r++) {
+      const address = share(all).take();
+      if (r % 2 === 0) tp.tp_consume(address, 1);
+      else tp.tp_consume_on_thread(address, 1);
+      if (r % 50 === 0) await new Promise((resolve) => setTimeout(resolve, 0));
+    }
+    for (const [i, answer] of (await Promise.all(answers)).entries()) {
+      assert.equal(answer.pinned, 0, `worker ${i} still pins something`);
+      // One in three rounds wrote slot i + 1 through an imported view of the shared buffer.
+      assert.equal(answer.value, rounds / 3, `worker ${i}'s writes`);
+      assert.equal(all[i], rounds / 3, `worker ${i}'s writes, seen from the main thread`);
+    }
+    assert.equal(pinnedCount(), 0);
+  } finally {
+    await Promise.all(realms.map((realm) => realm.terminate()));
+  }
+  assert.deepEqual(live(), before);
+}, { timeout: 120_000 });
+
+test("a struct exported on the main thread and released on a Worker unpins on the main thread", async () => {
+  const before = live();
+  const realm = new Realm();
+  try {
+    const data = new Float32Array([1, 2, 3, 4]);
+    const address = exportDLPack(data).take();
+    assert.equal(pinnedCount(), 1);
+    const answer = await realm.expect({ op: "import", address, slot: 2 });
+    assert.equal(answer.before, 3);
+    assert.equal(data[2], 42, "the worker wrote into the main thread's array");
+    stats();
+    assert.equal(pinnedCount(), 0, "the release on the worker's thread reached this realm's queue");
+  } finally {
+    await realm.terminate();
+  }
+  assert.deepEqual(live(), before);
+}, { timeout: 60_000 });
+
+test("a Worker's released pin is never drained by the main thread (ids collide across realms)", async () => {
+  const before = live();
+  const realm = new Realm();
+  try {
+    // The main thread holds a pinned export whose memory a consumer still reads...
+    const held = exportDLPack(new Float32Array([4, 5, 6, 7])).take();
+    const pinnedHere = pinnedCount();
+    // ...while the worker releases one of its own pins (numbered from 1 like ours) and does
+    // not sweep, so its id waits in the native queue.
+    await realm.expect({ op: "release-without-sweep" });
+    stats(); // with one process-wide queue this drained the worker's id and unpinned ours
+    assert.equal(pinnedCount(), pinnedHere, "the main thread's pin survives the worker's release");
+    await collectGarbage();
+    assert.deepEqual(consumerValues(held, true), [4, 5, 6, 7]);
+    const swept = await realm.expect({ op: "sweep" });
+    assert.equal(swept.pinned, 0, "the worker drained its own id");
+    tp.tp_consume(held, 1);
+    stats();
+    assert.equal(pinnedCount(), 0);
+  } finally {
+    await realm.terminate();
+  }
+  assert.deepEqual(live(), before);
+}, { timeout: 60_000 });
+
+test("a Worker's export of its own SharedArrayBuffer stays readable after the Worker is terminated", async () => {
+  const before = live();
+  const realm = new Realm();
+  let address: bigint | undefined;
+  try {
+    address = (await realm.expect({ op: "export-own", shared: true })).address as bigint;
+    // The Worker's pin, and the main thread's keeper pin of the same backing store.
+    assert.ok(await eventually(() => live().pinned === before.pinned + 2), `pins: ${live().pinned}`);
+  } finally {
+    await realm.terminate();
+  }
+  // The Worker's heap is gone; the memory is not: the main thread still holds the buffer.
+  await collectGarbage();
+  assert.deepEqual(consumerValues(address!, true), [1, 2, 3, 4]);
+  tp.tp_consume(address!, 1);
+  assert.ok(await eventually(() => live().pinned === before.pinned), "the keeper pin went with the export");
+  assert.deepEqual(live(), before);
+}, { timeout: 60_000 });
+
+test("a terminated Worker's pins stop counting once their consumers release them", async () => {
+  const before = live();
+  const realm = new Realm();
+  let address: bigint | undefined;
+  try {
+    address = (await realm.expect({ op: "export-own", shared: false })).address as bigint;
+    assert.equal(live().pinned, before.pinned + 1);
+  } finally {
+    await realm.terminate();
+  }
+  // A plain ArrayBuffer died with the Worker (docs/architecture.md: the caller must not end a Worker whose
+  // non-shared exports are still in use), so the consumer only releases it, without reading.
+  tp.tp_consume(address!, 1);
+  // Nothing will ever drain the ended realm's queue: its thread's exit freed the record.
+  assert.ok(await eventually(() => live().pinned === before.pinned), `pins: ${live().pinned}`);
+  assert.deepEqual(live(), before);
+}, { timeout: 60_000 });
