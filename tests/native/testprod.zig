@@ -355,8 +355,9 @@ export fn tp_static_tensor(bytes: f64, rows: u32) usize {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Bulk helpers for the thread and soak tests (tests/reliability/threads.test.ts, tests/soak/): many tensors
-// per FFI call, and releases that run on native threads while the JS thread keeps working.
+// Bulk helpers for the thread and soak tests (tests/reliability/threads.test.ts, tests/soak/):
+// many tensors per FFI call, and releases that run on native threads while the JS thread keeps
+// working.
 
 /// Makes `count` tensors from one spec; writes their addresses into `out`. Returns how many were
 /// made (fewer when out of memory).
@@ -439,8 +440,8 @@ export fn tp_release_wait(handle: usize) void {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hostile memory for the address tests (tests/reliability/addresses.test.ts): pages that are not readable,
-// structs of random bytes, and fields overwritten in place.
+// Hostile memory for the address tests (tests/reliability/addresses.test.ts): pages that are not
+// readable, structs of random bytes, and fields overwritten in place.
 
 var guard_region = std.atomic.Value(usize).init(0);
 
