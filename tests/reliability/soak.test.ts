@@ -35,7 +35,8 @@ test("soak: 12 s of mixed traffic, memory flat, counters and producers back to z
 
 test("soak: a leaking workload fails it", () => {
   const fixture = new URL("../soak/leak_fixture.ts", import.meta.url).pathname;
-  const { code, report } = soak({ SOAK_SECONDS: "3", SOAK_MAX_DRIFT_MB: "16", SOAK_EXTRA: fixture });
+  // Five seconds: a loaded machine takes a second or more per burst, and drift needs three samples or more.
+  const { code, report } = soak({ SOAK_SECONDS: "5", SOAK_MAX_DRIFT_MB: "16", SOAK_EXTRA: fixture });
   assert.equal(code, 1);
   assert.ok(report.failures.some((f) => f.startsWith("RSS outside the JS heap grew")), report.failures.join("; "));
   assert.ok(report.failures.some((f) => f.startsWith("stats().allocations")), report.failures.join("; "));
