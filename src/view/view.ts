@@ -476,6 +476,7 @@ export class BufferView {
   #share: Owner | undefined = undefined;
   #epoch: number;
 
+  /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
   private constructor(
     address: number,
     owner: number,
