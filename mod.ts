@@ -48,6 +48,7 @@ export {
   type Tuple,
   type TypedView,
 } from "./src/view/view.ts";
+export { type ViewJSON } from "./src/view/inspect.ts";
 export { Owner } from "./src/native/owner.ts";
 export { type Requirements } from "./src/ops/requirements.ts";
 export {

@@ -146,10 +146,24 @@ let loaded: OpenLibrary<Symbols> | undefined;
 let chosen: string | undefined;
 let preparing: Promise<string> | undefined;
 
-const remoteHint = () =>
-  `Set DLPACK_LIB to a built libdlpack, build one with ${BUILD_COMMAND}, or set DLPACK_BASE_URL to where ${
-    releaseFileName(RELEASE_VERSION, runtime().os, runtime().arch)
-  } can be downloaded.`;
+/** Whether this module was imported by URL: there is then no checkout, and no build script, next to it. */
+const importedByUrl = (): boolean => filePath(new URL(import.meta.url)) === undefined;
+
+const remoteHint = () => {
+  const release = releaseFileName(RELEASE_VERSION, runtime().os, runtime().arch);
+  return importedByUrl()
+    ? `Set DLPACK_BASE_URL to a mirror that serves ${release}, or DLPACK_LIB to a libdlpack of this version ` +
+      `(built from a clone of the repository).`
+    : `Set DLPACK_LIB to a built libdlpack, build one with ${BUILD_COMMAND}, or set DLPACK_BASE_URL to where ${release} ` +
+      `can be downloaded.`;
+};
+
+/** What to do about a library of another ABI: rebuild it in a checkout; by URL, use the release build. */
+const rebuildHint = () =>
+  importedByUrl()
+    ? `point DLPACK_LIB at a libdlpack of this version, or unset it (and do not call useLibrary) so that ` +
+      `\`await ready()\` loads the verified release build`
+    : `rebuild it with ${BUILD_COMMAND}`;
 
 function corePathOrThrow(): string {
   const found = lookup("DLPACK_LIB", "dlpack", chosen);
@@ -157,7 +171,7 @@ function corePathOrThrow(): string {
   const rt = runtime();
   if (found.denied !== undefined) throw deniedError(libraryFileName(rt.os), found);
   const release = releaseFileName(RELEASE_VERSION, rt.os, rt.arch);
-  const remote = filePath(new URL(import.meta.url)) === undefined;
+  const remote = importedByUrl();
   throw new DLPackError(
     "library",
     `${libraryFileName(rt.os)} not found; tried: ${found.tried.join("; ")}. ` +
@@ -301,7 +315,7 @@ function load(file: string, shownPath: string): OpenLibrary<Symbols> {
     if (version !== ABI_VERSION) {
       throw new DLPackError(
         "library",
-        `${shownPath} speaks native ABI ${version}, this module needs ${ABI_VERSION}: rebuild it with ${BUILD_COMMAND}`,
+        `${shownPath} speaks native ABI ${version}, this module needs ${ABI_VERSION}: ${rebuildHint()}`,
       );
     }
     lib = openLibrary(file, symbols, shownPath);
@@ -313,7 +327,7 @@ function load(file: string, shownPath: string): OpenLibrary<Symbols> {
     lib.close();
     throw new DLPackError(
       "library",
-      `${shownPath} describes tensors in ${size} bytes, this module expects ${DESCRIPTION_BYTES}: rebuild it with ${BUILD_COMMAND}`,
+      `${shownPath} describes tensors in ${size} bytes, this module expects ${DESCRIPTION_BYTES}: ${rebuildHint()}`,
     );
   }
   // Deleters and capsule destructors handed to foreign code point into this library: it must stay

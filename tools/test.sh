@@ -17,6 +17,14 @@ else
   echo "test.sh: the pinned Python packages could not be installed; Python tests will be skipped" >&2
 fi
 
+# The JS libraries of examples/integrations/ (ONNX Runtime, Apache Arrow, ndarray) at the versions
+# tools/integrations/package-lock.json pins; without them those tests skip, saying why.
+if NODE_MODULES=$("$ROOT/tools/npm.sh"); then
+  export DLPACK_NODE_MODULES="$NODE_MODULES"
+else
+  echo "test.sh: the pinned npm packages could not be installed; the integration tests will be skipped" >&2
+fi
+
 failed_suites=""
 passed_checks=0
 skipped_checks=0

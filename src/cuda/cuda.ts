@@ -202,9 +202,10 @@ export function destroyStream(stream: StreamHandle, device?: number): void {
 }
 
 /** Waits until all work queued on `stream` (default: the legacy default stream) is done. */
-export function synchronize(stream: StreamHandle = LEGACY_STREAM, device?: number): void {
+export function synchronize(stream?: StreamHandle, device?: number): void {
   const d = deviceArg(device, "cuda.synchronize()");
-  cudaCheck(core().dlpk_cuda_stream_synchronize(d, handleOf(stream, "stream")), "cuda.synchronize()", d);
+  const s = handleOf(stream === undefined ? LEGACY_STREAM : stream, "stream");
+  cudaCheck(core().dlpk_cuda_stream_synchronize(d, s), "cuda.synchronize()", d);
 }
 
 /** Creates an event (timing disabled) on `device`; destroy it with {@link destroyEvent}. */

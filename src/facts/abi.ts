@@ -14,7 +14,7 @@ export const ABI_VERSION = 10;
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;
 
-/** The highest rank (`ndim`) the library accepts. */
+/** The highest rank (`ndim`) a tensor may have here (numpy's limit too; DLPack sets none): an import, export or allocation with more dimensions is refused with `DLPackError` code `"rank"`. */
 export const MAX_RANK = 64;
 
 /** Elements and bytes are at most this (2^53), addresses below it: JS numbers are exact. */

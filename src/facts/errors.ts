@@ -36,11 +36,11 @@ export class DLPackError extends Error {
   readonly refusals: readonly string[];
 
   /** Makes an error; `refusals` is only set by requirement checks. */
-  constructor(code: ErrorCode, message: string, refusals: readonly string[] = []) {
+  constructor(code: ErrorCode, message: string, refusals?: readonly string[]) {
     super(message);
     this.name = "DLPackError";
     this.code = code;
-    this.refusals = refusals;
+    this.refusals = refusals === undefined ? [] : refusals;
   }
 }
 

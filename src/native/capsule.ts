@@ -77,7 +77,7 @@ export class Capsule {
     });
   }
 
-  /** @internal Made by the export functions. The backstop is the last step: once it holds the
+  /** @ignore (library-internal) Made by the export functions. The backstop is the last step: once it holds the
    * capsule nothing here throws. */
   constructor(address: number, versioned: boolean) {
     this.#address = address;
@@ -95,7 +95,7 @@ export class Capsule {
     return this.#versioned;
   }
 
-  /** @internal Neither taken nor disposed. */
+  /** @ignore (library-internal) Neither taken nor disposed. */
   get owned(): boolean {
     return this.#state === OWNED;
   }
@@ -119,7 +119,7 @@ export class Capsule {
     return address;
   }
 
-  /** @internal `take()` as a number. */
+  /** @ignore (library-internal) `take()` as a number. */
   takeAddress(): number {
     return this.#take();
   }

@@ -35,7 +35,7 @@ export class CudaDriverError extends DLPackError {
   /** The driver function that failed (for example "cuMemAlloc_v2"). */
   readonly call: string;
 
-  /** @internal Made from the native side's record of the failure. */
+  /** @ignore (library-internal) Made from the native side's record of the failure. */
   constructor(what: string, result: number, errorName: string, call: string, description: string) {
     super(
       "cuda",

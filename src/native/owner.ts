@@ -230,7 +230,7 @@ export class Owner {
     ownerLive = (x) => #address in x && (x as Owner).#holder === undefined && (x as Owner).#address !== 0;
   }
 
-  /** @internal Use `view.keepAlive` or `owner.retain()`. */
+  /** @ignore (library-internal) Use `view.keepAlive` or `owner.retain()`. */
   constructor(address: number, holder: Releasable | undefined) {
     this.#address = address;
     this.#holder = holder;

@@ -312,7 +312,7 @@ export class PyObject {
   #py: Python;
   #epoch: number;
 
-  /** @internal Takes over a new reference (only the bridge makes these). */
+  /** @ignore (library-internal) Takes over a new reference (only the bridge makes these). */
   constructor(handle: number, py: Python, key: typeof INTERNAL) {
     if (key !== INTERNAL) {
       throw new DLPackError("argument", "PyObjects are made by the Python bridge (py.eval, py.import, obj.get, ...)");
@@ -332,7 +332,7 @@ export class PyObject {
     return toBigInt(this.#live());
   }
 
-  /** @internal The handle as a number, checked alive. */
+  /** @ignore (library-internal) The handle as a number, checked alive. */
   get handleNumber(): number {
     return this.#live();
   }
@@ -472,13 +472,13 @@ export class Python {
   #state: BridgeState;
   #closed = false;
 
-  /** @internal Use {@link openPython}. */
+  /** @ignore (library-internal) Use {@link openPython}. */
   constructor(s: BridgeState, key: typeof INTERNAL) {
     if (key !== INTERNAL) throw new DLPackError("argument", "Python handles are made by openPython()");
     this.#state = s;
   }
 
-  /** @internal The shared state, checked open. */
+  /** @ignore (library-internal) The shared state, checked open. */
   get state(): BridgeState {
     return stateOf(this);
   }

@@ -37,6 +37,16 @@ import type { DLPackProtocolOptions } from "../ops/export.ts";
 import type { Capsule } from "../native/capsule.ts";
 import type { CopyOptions } from "../ops/copy.ts";
 import { viewOps } from "./hooks.ts";
+import {
+  applyTo,
+  DENO_INSPECT,
+  formatView,
+  hexAddress,
+  type InspectFacts,
+  NODE_INSPECT,
+  type ViewJSON,
+  viewJSON,
+} from "./inspect.ts";
 import { expectBigInt, expectInteger, expectNumber, readBits, typeError, writeBits } from "./codec.ts";
 import {
   ArrayBufferCtor,
@@ -466,6 +476,7 @@ export class BufferView {
   #share: Owner | undefined = undefined;
   #epoch: number;
 
+  /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
   private constructor(
     address: number,
     owner: number,
@@ -638,28 +649,28 @@ export class BufferView {
     return this.#owner === 0;
   }
 
-  /** @internal The native owner record (for exports that retain it). */
+  /** @ignore (library-internal) The native owner record (for exports that retain it). */
   get nativeOwner(): number {
     this.#live();
     return this.#owner;
   }
 
-  /** @internal Element 0's address as a number. */
+  /** @ignore (library-internal) Element 0's address as a number. */
   get addressNumber(): number {
     return this.#address;
   }
 
-  /** @internal Strides without the defensive copy. */
+  /** @ignore (library-internal) Strides without the defensive copy. */
   get rawStrides(): readonly number[] {
     return this.#strides;
   }
 
-  /** @internal Shape without the defensive copy. */
+  /** @ignore (library-internal) Shape without the defensive copy. */
   get rawShape(): readonly number[] {
     return this.#shape;
   }
 
-  /** @internal The raw flag bits. */
+  /** @ignore (library-internal) The raw flag bits. */
   get flagBits(): number {
     return this.#flags;
   }
@@ -674,6 +685,9 @@ export class BufferView {
    * for host-accessible memory. Element 0 sits at `spanOffset`. Complex dtypes interleave real
    * and imaginary parts; bfloat16 comes as Uint16Array bits; bool, FP8, FP6 and FP4 as Uint8Array.
    * The array is detached (length 0) when the view is disposed, so it can never read freed memory.
+   * JS has no read-only TypedArray: for a view whose `access` is "readonly" (or "unknown") the
+   * array is still writable, and a write lands in the producer's memory. Use `toArray()` for a
+   * copy of your own.
    */
   array(): AnyTypedArray {
     return this.#makeArray();
@@ -835,7 +849,8 @@ export class BufferView {
 
   /**
    * A contiguous C-order copy in a new JS TypedArray (complex interleaved, packed sub-byte types
-   * one code per byte).
+   * one code per byte): the way to get values you may write without touching the view's memory
+   * (a read-only view's `array()` is writable; see {@link BufferView.array}).
    */
   toArray(): AnyTypedArray {
     return this.#toArray();
@@ -1116,7 +1131,68 @@ export class BufferView {
     }
   }
 
-  /** @internal A one-line description for logs. */
+  // Inspection: what console.log and JSON.stringify show. The formatting is in inspect.ts; here
+  // is only what decides whether values may be read (a live view over host memory) and how.
+  /** `get` as the class defined it (a caller may replace the prototype's). */
+  static readonly #get: (...index: number[]) => Scalar = BufferView.prototype.get;
+
+  /** @ignore (library-internal) `console.log(view)` in Deno; see {@link BufferView.toJSON}. */
+  [DENO_INSPECT](): string {
+    return this.#inspect();
+  }
+
+  /** @ignore (library-internal) `console.log(view)` in Bun and Node (the same text as in Deno). */
+  [NODE_INSPECT](): string {
+    return this.#inspect();
+  }
+
+  /**
+   * The view's metadata, without values, for `JSON.stringify(view)`. `console.log(view)` prints the
+   * same facts and the values, numpy-style: nested brackets per axis, the first and last 3 items of
+   * each axis above 1000 elements, no values for device memory or a disposed view.
+   */
+  toJSON(): ViewJSON {
+    return viewJSON({
+      dtype: this.#info.name,
+      shape: this.#shape,
+      strides: this.#strides,
+      device: this.#device,
+      access: this.#access,
+      size: this.#size,
+      nbytes: this.#nbytes,
+      address: hexAddress(this.#address),
+      owner: this.#ownerName,
+      producer: this.#producer,
+      version: this.#major < 0 ? null : { major: this.#major, minor: this.#minor },
+      disposed: this.#owner === 0,
+    });
+  }
+
+  #inspect(): string {
+    const facts: InspectFacts = {
+      dtype: this.#info.name,
+      kind: this.#info.kind,
+      bits: this.#info.bits,
+      shape: this.#shape,
+      strides: this.#strides,
+      device: formatDevice(this.#device),
+      access: this.#access,
+      disposed: this.#owner === 0,
+    };
+    if (this.#owner === 0) return formatView(facts, undefined, "disposed");
+    if (this.#device.type !== "cpu" && !isHostAccessible(this.#device.type)) {
+      return formatView(facts, undefined, "device");
+    }
+    try {
+      // Throws instead of reading when the array() buffer was transferred away.
+      this.#live();
+      return formatView(facts, (index) => applyTo(BufferView.#get, this, index) as Scalar, undefined);
+    } catch (error) {
+      return formatView(facts, undefined, { error: error instanceof DLPackError ? error.message : shown(error) });
+    }
+  }
+
+  /** @ignore (library-internal) A one-line description for logs. */
   toString(): string {
     return `BufferView(${this.#info.name}, ${listText(this.#shape)}, ${formatDevice(this.#device)}${
       this.#owner === 0 ? ", disposed" : ""

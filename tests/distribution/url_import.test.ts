@@ -162,7 +162,7 @@ test("by URL: a 404, an unreachable server and a refused --allow-net are clear e
       unreachable.stderr.includes(`http://127.0.0.1:${dead}/dist/${artifact} (no connection: `),
       show(unreachable),
     );
-    assert.match(unreachable.stderr, /set DLPACK_BASE_URL to where/);
+    assert.match(unreachable.stderr, /Set DLPACK_BASE_URL to a mirror that serves/);
 
     // The same host outside --allow-net is Deno's refusal, not a dead network, and says which flag.
     const refused = await runByUrl(box, server.port, "dist", cache, {
@@ -243,6 +243,22 @@ test("by URL: using the module before `await ready()` is a clear error saying so
       show(out),
     );
     assert.ok(!existsSync(`${box.denoDir}/dlpack-ts`), "nothing is downloaded behind the program's back");
+  } finally {
+    await server.close();
+    rmSync(box.root, { recursive: true, force: true });
+  }
+}, { skip, timeout: 120_000 });
+
+test("by URL: a failed download's error says what a URL user can do, not how to build in a checkout", async () => {
+  const box = sandbox();
+  const server = serveLoopback(handler);
+  try {
+    const cache = `${box.root}/cache`;
+    const out = await runByUrl(box, server.port, "missing", cache, { DLPACK_CACHE: cache });
+    assert.notEqual(out.code, 0, show(out));
+    assert.ok(out.stderr.includes(`Set DLPACK_BASE_URL to a mirror that serves ${artifact}`), show(out));
+    assert.ok(out.stderr.includes("built from a clone of the repository"), show(out));
+    assert.ok(!out.stderr.includes("tools/build.sh"), show(out));
   } finally {
     await server.close();
     rmSync(box.root, { recursive: true, force: true });

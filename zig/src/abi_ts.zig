@@ -72,7 +72,9 @@ const entries = .{
         "or a shared layout changes." },
     .{ "DESCRIPTION_BYTES", @sizeOf(abi.Description), "Bytes of the native `Description` record " ++
         "every native call reads or writes." },
-    .{ "MAX_RANK", dlpack.rank_max, "The highest rank (`ndim`) the library accepts." },
+    .{ "MAX_RANK", dlpack.rank_max, "The highest rank (`ndim`) a tensor may have here (numpy's " ++
+        "limit too; DLPack sets none): an import, export or allocation with more dimensions is " ++
+        "refused with `DLPackError` code `\"rank\"`." },
     .{ "EXACT_MAX", abi.exact_max, "Elements and bytes are at most this (2^53), addresses below " ++
         "it: JS numbers are exact." },
     .{ "DLPACK_VERSION", writeVersion, "The DLPack version this library speaks and writes into " ++
