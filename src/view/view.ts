@@ -36,7 +36,7 @@ import { infoOfTriple } from "../facts/dtypes.ts";
 import type { DLPackProtocolOptions } from "../ops/export.ts";
 import type { Capsule } from "../native/capsule.ts";
 import type { CopyOptions } from "../ops/copy.ts";
-import { type ShapeOp, viewOps } from "./hooks.ts";
+import { viewOps } from "./hooks.ts";
 import type { SliceItem } from "../facts/shape.ts";
 import { expectBigInt, expectInteger, expectNumber, readBits, typeError, writeBits } from "./codec.ts";
 import {
