@@ -52,6 +52,9 @@ test("slice: integers, null, strings and ranges, negative steps, ellipsis, clamp
 });
 
 test("slice agrees with Python's slice semantics (brute force over bounds and steps)", () => {
+  // The pure arithmetic: element 0 of a reversed axis is its last element.
+  assert.deepEqual(sliceLayout([4, 5], [5, 1], ["::-1", 2]), { shape: [4], strides: [-5], offset: 17 });
+  assert.deepEqual(sliceLayout([4, 5], [5, 1], ["...", "1:4:2"]), { shape: [4, 2], strides: [5, 2], offset: 1 });
   for (const n of [0, 1, 5]) {
     for (const step of [-3, -1, 1, 2]) {
       for (const start of [null, -7, -1, 0, 2, 6]) {
