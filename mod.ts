@@ -56,7 +56,7 @@ export {
 export { type Range, type SliceItem } from "./src/facts/shape.ts";
 export { fromArray, type FromArrayOptions } from "./src/ops/view_ops.ts";
 export { Owner } from "./src/native/owner.ts";
-export { type Requirements } from "./src/ops/requirements.ts";
+export { type RequiredDType, type RequiredNdim, type RequiredView, type Requirements } from "./src/ops/requirements.ts";
 export {
   type DLPackProvider,
   type DLPackSource,

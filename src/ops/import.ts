@@ -245,6 +245,7 @@ export function importDLPack<const R extends Requirements>(
   src: DLPackSource,
   opts: ImportOptions & { readonly require: R },
 ): RequiredView<R>;
+/** Imports a DLPack tensor as a zero-copy view (see the overload above). */
 export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView;
 export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView {
   return importChecked(src, false, opts);
@@ -258,6 +259,7 @@ export function fromDLPack<const R extends Requirements>(
   src: DLPackSource,
   opts: ImportOptions & { readonly require: R },
 ): { view: RequiredView<R>; owner: Owner };
+/** The strict import, returning the view and its owner share (see the overload above). */
 export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: BufferView; owner: Owner };
 export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: BufferView; owner: Owner } {
   const view = importChecked(src, true, opts);

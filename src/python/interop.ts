@@ -184,6 +184,7 @@ export function fromPython<const R extends Requirements>(
   obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
   opts: FromPythonOptions & { readonly require: R },
 ): RequiredView<R>;
+/** Imports a Python object's tensor as a zero-copy view (see the overload above). */
 export function fromPython(
   obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
   opts?: FromPythonOptions | null,
