@@ -972,7 +972,10 @@ export class BufferView {
     }
     const tag = typedArrayTag(src);
     if (tag === undefined) {
-      throw new DLPackError("argument", `copyFrom takes a BufferView or a TypedArray, got ${shown(src)}`);
+      throw new DLPackError(
+        "argument",
+        `copyFrom takes a BufferView, a TypedArray or nested arrays of values, got ${shown(src)}`,
+      );
     }
     this.#copyFromTypedArray(src as AnyTypedArray, tag, opts);
     return this;
