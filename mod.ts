@@ -20,6 +20,7 @@ export {
   type Complex,
   type DLDataType,
   type DType,
+  type DTypeOfArray,
   dtypeOfArray,
   DTYPES,
   fromDLDataType,
@@ -45,12 +46,18 @@ export {
   type BuildTuple,
   type DLPackVersion,
   type Flags,
+  type ItemOf,
+  type Minus,
+  type Nested,
+  type Plus1,
   type Tuple,
   type TypedView,
 } from "./src/view/view.ts";
 export { type ViewJSON } from "./src/view/inspect.ts";
+export { type Range, type SliceItem } from "./src/facts/shape.ts";
+export { fromArray, type FromArrayOptions } from "./src/ops/view_ops.ts";
 export { Owner } from "./src/native/owner.ts";
-export { type Requirements } from "./src/ops/requirements.ts";
+export { type RequiredDType, type RequiredNdim, type RequiredView, type Requirements } from "./src/ops/requirements.ts";
 export {
   type DLPackProvider,
   type DLPackSource,

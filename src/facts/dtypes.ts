@@ -62,6 +62,20 @@ export type ArrayOf<D extends DType> = D extends "int8" ? Int8Array<ArrayBuffer>
   : D extends "float64" | "complex128" ? Float64Array<ArrayBuffer>
   : Uint8Array<ArrayBuffer>;
 
+/** The dtype of a TypedArray type (`Float32Array` is "float32"; both Uint8 arrays are "uint8"). */
+export type DTypeOfArray<T extends AnyTypedArray> = T extends Int8Array<ArrayBufferLike> ? "int8"
+  : T extends Uint8Array<ArrayBufferLike> | Uint8ClampedArray<ArrayBufferLike> ? "uint8"
+  : T extends Int16Array<ArrayBufferLike> ? "int16"
+  : T extends Uint16Array<ArrayBufferLike> ? "uint16"
+  : T extends Int32Array<ArrayBufferLike> ? "int32"
+  : T extends Uint32Array<ArrayBufferLike> ? "uint32"
+  : T extends Float16Array<ArrayBufferLike> ? "float16"
+  : T extends Float32Array<ArrayBufferLike> ? "float32"
+  : T extends Float64Array<ArrayBufferLike> ? "float64"
+  : T extends BigInt64Array<ArrayBufferLike> ? "int64"
+  : T extends BigUint64Array<ArrayBufferLike> ? "uint64"
+  : DType;
+
 /** A complex element as `[real, imaginary]`. */
 export type Complex = readonly [number, number];
 

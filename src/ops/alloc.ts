@@ -9,7 +9,7 @@ import { type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice } from "../facts/devices.ts";
 import { refusalError, scratch, Status, U32 } from "../native/description.ts";
 import { checkShape, cStrides, layoutOf, sizeOf } from "../facts/layout.ts";
-import { type BufferView, LIBRARY_NAME, makeView } from "../view/view.ts";
+import { type BufferView, LIBRARY_NAME, makeView, type TypedView } from "../view/view.ts";
 import { allocateCuda, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "../native/cuda_memory.ts";
 import { isCudaFamily } from "../native/cuda_driver.ts";
 import { deferredCount, deferredNumbers, releaseDeferred, retryQuietly } from "../native/owner.ts";
@@ -171,12 +171,21 @@ function contiguousView(
 }
 
 /** Uninitialised native memory for a C-contiguous tensor (aligned, default 64 bytes). It is freed
- * when the view and every export and share of it are gone. */
-export function empty(shape: readonly number[], dtype: DType, opts?: AllocOptions): BufferView {
-  return allocate(shape, dtype, opts, false);
+ * when the view and every export and share of it are gone. A literal dtype (and shape) types the
+ * result: `empty([2, 3], "float32").array()` is a `Float32Array`. */
+export function empty<D extends DType, const S extends readonly number[]>(
+  shape: S,
+  dtype: D,
+  opts?: AllocOptions,
+): TypedView<D, S["length"]> {
+  return allocate(shape, dtype, opts, false) as TypedView<D, S["length"]>;
 }
 
 /** Like {@link empty}, filled with zero bytes. */
-export function zeros(shape: readonly number[], dtype: DType, opts?: AllocOptions): BufferView {
-  return allocate(shape, dtype, opts, true);
+export function zeros<D extends DType, const S extends readonly number[]>(
+  shape: S,
+  dtype: D,
+  opts?: AllocOptions,
+): TypedView<D, S["length"]> {
+  return allocate(shape, dtype, opts, true) as TypedView<D, S["length"]>;
 }

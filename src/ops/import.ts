@@ -15,11 +15,16 @@ import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";
 import { callWith, getPrototypeOf, ObjectPrototype } from "../facts/intrinsics.ts";
 import { Flag, ImportOption } from "../facts/abi.ts";
+import { type Checked, checkImported, readRequirements, type RequiredView, type Requirements } from "./requirements.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
   /** Names the producer (recorded as `view.producer`). */
   readonly producer?: string;
+  /** What the view must meet (as `view.require`); a view that does not is released and
+   * `DLPackError` ("requirements") thrown. A literal `dtype` and `ndim` (or `shape`) type the
+   * result: `importDLPack(x, { require: { dtype: "float32", ndim: 2 } })` is a `TypedView<"float32", 2>`. */
+  readonly require?: Requirements;
 }
 
 /** A raw managed-tensor address of either generation. */
@@ -217,21 +222,47 @@ function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | 
   throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
 }
 
+/** @internal The `require` option, read and checked before anything is taken (undefined when absent). */
+export function requirementsOf(opts: { readonly require?: Requirements } | null | undefined): Checked | undefined {
+  if (opts === undefined || opts === null) return undefined;
+  const req: unknown = optionsObject(opts, "options").require;
+  return req === undefined ? undefined : readRequirements(req as Requirements);
+}
+
+/** Imports, then checks `require`: a view that fails it is disposed (its producer released). */
+function importChecked(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
+  const required = requirementsOf(opts);
+  const view = importSource(src, strict, opts);
+  return required === undefined ? view : checkImported(view, required, "the imported tensor");
+}
+
 /**
  * Imports a DLPack tensor as a zero-copy view. The producer's `byte_offset` is folded into
  * `view.address`. A refused tensor is handed back to its producer (deleter called exactly once)
- * before the `DLPackError` is thrown.
+ * before the `DLPackError` is thrown. With `require`, the view is checked too (and typed).
  */
+export function importDLPack<const R extends Requirements>(
+  src: DLPackSource,
+  opts: ImportOptions & { readonly require: R },
+): RequiredView<R>;
+/** Imports a DLPack tensor as a zero-copy view (see the overload above). */
+export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView;
 export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView {
-  return importSource(src, false, opts);
+  return importChecked(src, false, opts);
 }
 
 /**
  * The strict import: like `importDLPack`, but a non-zero `byte_offset` is refused too. Returns
  * the view and its owner share; `owner.release()` (or `using`) disposes the view.
  */
+export function fromDLPack<const R extends Requirements>(
+  src: DLPackSource,
+  opts: ImportOptions & { readonly require: R },
+): { view: RequiredView<R>; owner: Owner };
+/** The strict import, returning the view and its owner share (see the overload above). */
+export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: BufferView; owner: Owner };
 export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: BufferView; owner: Owner } {
-  const view = importSource(src, true, opts);
+  const view = importChecked(src, true, opts);
   try {
     return { view, owner: keepAliveOf(view) };
   } catch (error) {

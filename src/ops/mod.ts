@@ -6,3 +6,4 @@
 import "./copy.ts";
 import "./export.ts";
 import "./requirements.ts";
+import "./view_ops.ts";

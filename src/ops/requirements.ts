@@ -11,12 +11,15 @@ import {
   addressOf,
   type BufferView,
   deviceOfView,
+  disposeView,
   infoOf,
   layoutBitsOf,
   shapeOf,
   sizeOf,
+  type TypedView,
 } from "../view/view.ts";
 import { registerViewOps } from "../view/hooks.ts";
+import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import { LAYOUT_C, LAYOUT_F } from "../native/description.ts";
 import { listText } from "../facts/layout.ts";
 import { isArray, isCount, isInteger, objectSlots } from "../facts/intrinsics.ts";
@@ -41,8 +44,17 @@ export interface Requirements {
   readonly writable?: boolean;
 }
 
-/** Requirements as read from the caller's object: each field once, arrays copied. */
-interface Checked {
+/** The dtype a requirement pins down statically (`DType` unless it is one literal). */
+export type RequiredDType<R> = R extends { readonly dtype: infer D extends DType } ? D : DType;
+/** The rank a requirement pins down statically (from `ndim`, else from `shape`'s length). */
+export type RequiredNdim<R> = R extends { readonly ndim: infer N extends number } ? N
+  : R extends { readonly shape: infer S extends readonly unknown[] } ? S["length"]
+  : number;
+/** The view an import with `require: R` returns: typed when `R` names a literal dtype and rank. */
+export type RequiredView<R> = TypedView<RequiredDType<R>, RequiredNdim<R>>;
+
+/** @internal Requirements as read from the caller's object: each field once, arrays copied. */
+export interface Checked {
   dtypes: DType[] | undefined;
   shape: (number | null)[] | undefined;
   ndim: number | undefined;
@@ -80,7 +92,8 @@ function readArray(value: unknown[], what: string): unknown[] {
   return out;
 }
 
-function readRequirements(req: Requirements): Checked {
+/** @internal Reads and checks a caller's requirements once (throws "requirements" for a bad one). */
+export function readRequirements(req: Requirements): Checked {
   if (req === null || typeof req !== "object" || isArray(req)) {
     bad(`requirements must be an object such as { dtype: "float32" }, got ${shown(req)}`);
   }
@@ -158,7 +171,11 @@ function orList(names: readonly string[]): string {
 
 /** The refusal messages for `view` against `req` (empty when everything holds). */
 export function requirementRefusals(view: BufferView, req: Requirements): string[] {
-  const r = readRequirements(req);
+  return refusalsOf(view, readRequirements(req));
+}
+
+/** @internal The refusal messages for `view` against requirements already read. */
+export function refusalsOf(view: BufferView, r: Checked): string[] {
   const found = objectSlots<string>(8);
   let count = 0;
   const name = infoOf(view).name;
@@ -203,6 +220,24 @@ export function requirementRefusals(view: BufferView, req: Requirements): string
   const out = objectSlots<string>(count);
   for (let i = 0; i < count; i++) out[i] = found[i];
   return out as string[];
+}
+
+/** @internal An import's `require` check: returns `view` when it meets `r`; otherwise disposes it
+ * (its producer is released) and throws `DLPackError` ("requirements") listing every refusal. */
+export function checkImported(view: BufferView, r: Checked, what: string): BufferView {
+  let refusals: string[];
+  try {
+    refusals = refusalsOf(view, r);
+  } catch (error) {
+    deferredObjects[deferredCount[1]++] = view; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
+  if (refusals.length === 0) return view;
+  disposeView(view);
+  let text = "";
+  for (let i = 0; i < refusals.length; i++) text += (i === 0 ? "" : "; ") + refusals[i];
+  throw new DLPackError("requirements", `${what} does not meet the requirements: ${text}`, refusals);
 }
 
 registerViewOps({ refusals: requirementRefusals });

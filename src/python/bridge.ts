@@ -408,8 +408,9 @@ export class PyObject {
   }
 
   /** The value as JSON-compatible JS (numbers, strings, booleans, null, arrays, objects; numpy
-   * arrays and scalars through `tolist()`; NaN and infinities kept). */
-  toJS(): unknown {
+   * arrays and scalars through `tolist()`; NaN and infinities kept). `T` types the result at the
+   * call site (`obj.toJS<number[]>()`); it is the caller's claim, not checked. */
+  toJS<T = unknown>(): T {
     this.#live();
     const s = stateOf(this.#py);
     const text = withGil(s, () => {
@@ -429,7 +430,7 @@ export class PyObject {
         return repr === "nan" ? NaN : repr === "inf" ? Infinity : -Infinity;
       }
       return value;
-    });
+    }) as T;
   }
 
   /** Releases the reference. Idempotent. */
@@ -536,6 +537,17 @@ export class Python {
       const status = s.capi.PyDict_SetItemString(this.#mainDict(), cString(key), v);
       s.capi.Py_DecRef(v);
       if (status !== 0) throw pythonError(`set ${key}`);
+    });
+  }
+
+  /** The object bound to `name` in `__main__` (what `set` bound, or `exec` defined); throws
+   * `DLPackError` ("python") when there is none. */
+  get(name: string): PyObject {
+    const key = textArgument(name, "py.get() name");
+    const s = stateOf(this);
+    return withGil(s, () => {
+      const main = check(s.capi.PyImport_AddModule(cString("__main__")), "__main__");
+      return new PyObject(check(s.capi.PyObject_GetAttrString(main, cString(key)), `get ${key}`), this, INTERNAL);
     });
   }
 

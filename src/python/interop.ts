@@ -10,6 +10,8 @@ import { Flag, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
 import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
+import { requirementsOf } from "../ops/import.ts";
+import { checkImported, type RequiredView, type Requirements } from "../ops/requirements.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
 import { accessOf, type BufferView, buildFromScratch, deviceOfView, isBufferView } from "../view/view.ts";
@@ -47,6 +49,9 @@ export interface FromPythonOptions {
   /** The consumer's stream, passed to the producer (CUDA; None for CPU): -1 (no synchronization)
    * or a positive handle below 2^53 (1 and 2 are CUDA's legacy and per-thread default streams). */
   readonly stream?: number | bigint | null;
+  /** What the view must meet (as `view.require`); one that does not is released and
+   * `DLPackError` ("requirements") thrown. A literal `dtype` and `ndim` (or `shape`) type the result. */
+  readonly require?: Requirements;
 }
 
 const STATUS_CONSUMED = PythonStatus.consumed;
@@ -175,9 +180,28 @@ function streamOption(value: unknown): number {
  * object. `view.producer` names the producer's type ("numpy.ndarray"). Every option is checked
  * before Python is called.
  */
+export function fromPython<const R extends Requirements>(
+  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  opts: FromPythonOptions & { readonly require: R },
+): RequiredView<R>;
+/** Imports a Python object's tensor as a zero-copy view (see the overload above). */
 export function fromPython(
   obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
   opts?: FromPythonOptions | null,
+): BufferView;
+export function fromPython(
+  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  opts?: FromPythonOptions | null,
+): BufferView {
+  // Checked before Python is called, like every other option.
+  const required = requirementsOf(opts);
+  const view = importPython(obj, opts);
+  return required === undefined ? view : checkImported(view, required, "the tensor from Python");
+}
+
+function importPython(
+  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  opts: FromPythonOptions | null | undefined,
 ): BufferView {
   let s: BridgeState;
   let py: Python | undefined;

@@ -5,8 +5,9 @@
  * @module
  */
 import { DLPackError, shown } from "../facts/errors.ts";
-import type { DType, Scalar } from "../facts/dtypes.ts";
-import { floor, typedArrayLength } from "../facts/intrinsics.ts";
+import type { AnyTypedArray, Complex, DType, DTypeInfo, MiniFloatDType, Scalar } from "../facts/dtypes.ts";
+import { floor, isArray, typedArrayLength } from "../facts/intrinsics.ts";
+import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 
 /** A float element (and a bfloat16 or minifloat one before encoding) must be a number. */
 export function expectNumber(value: Scalar, dtype: DType): number {
@@ -98,5 +99,62 @@ export function packCodes(codes: Uint8Array, bytes: Uint8Array, bits: number): v
     const word = (codes[k] & ((1 << bits) - 1)) << (bit & 7);
     bytes[bit >>> 3] |= word & 0xff;
     if ((bit & 7) + bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
+  }
+}
+
+/** Checks `value` as an element of `info`'s dtype and stores it as element `k` of `out`, an array
+ * in the form of `toArray()` (complex interleaved, sub-byte floats one code per element). */
+export function encodeElement(info: DTypeInfo, value: Scalar, out: AnyTypedArray, k: number): void {
+  switch (info.kind) {
+    case "int":
+      out[k] = expectInteger(value, info.name);
+      return;
+    case "float":
+      out[k] = expectNumber(value, info.name);
+      return;
+    case "bigint":
+      out[k] = expectBigInt(value, info.name);
+      return;
+    case "bool":
+      if (typeof value !== "boolean") throw typeError(info.name, "a boolean", value);
+      out[k] = value ? 1 : 0;
+      return;
+    case "bfloat16":
+      out[k] = numberToBfloat16(expectNumber(value, info.name));
+      return;
+    case "minifloat":
+      out[k] = encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name));
+      return;
+    case "complex": {
+      // Each part read once.
+      if (!isArray(value)) throw typeError(info.name, "[real, imaginary]", value);
+      const length: unknown = value.length;
+      const re: unknown = value[0];
+      const im: unknown = value[1];
+      if (length !== 2 || typeof re !== "number" || typeof im !== "number") {
+        throw typeError(info.name, "[real, imaginary]", value);
+      }
+      out[2 * k] = re;
+      out[2 * k + 1] = im;
+      return;
+    }
+  }
+}
+
+/** Element `k` of `flat`, an array in the form of `toArray()`, as `get` returns it. */
+export function decodeElement(info: DTypeInfo, flat: AnyTypedArray, k: number): Scalar {
+  switch (info.kind) {
+    case "int":
+    case "float":
+    case "bigint":
+      return flat[k];
+    case "bool":
+      return flat[k] !== 0;
+    case "bfloat16":
+      return bfloat16ToNumber(flat[k] as number);
+    case "minifloat":
+      return decodeMiniFloat(info.name as MiniFloatDType, flat[k] as number);
+    case "complex":
+      return [flat[2 * k] as number, flat[2 * k + 1] as number] as Complex;
   }
 }

@@ -7,12 +7,15 @@
  * @module
  */
 import { DLPackError } from "../facts/errors.ts";
-import type { AnyTypedArray, DTypeInfo } from "../facts/dtypes.ts";
+import type { AnyTypedArray, DTypeInfo, Scalar } from "../facts/dtypes.ts";
 import type { Capsule } from "../native/capsule.ts";
 import type { BufferView } from "./view.ts";
 import type { Requirements } from "../ops/requirements.ts";
 import type { CopyOptions } from "../ops/copy.ts";
 import type { DLPackProtocolOptions } from "../ops/export.ts";
+
+/** The zero-copy view operations, by method name. */
+export type ShapeOp = "slice" | "at" | "transpose" | "permute" | "reshape" | "broadcastTo" | "squeeze" | "expandDims";
 
 /** What the view layer asks of the operations layer. */
 export interface ViewOps {
@@ -30,6 +33,16 @@ export interface ViewOps {
   dlpack(view: BufferView, opts: DLPackProtocolOptions | undefined): Capsule;
   /** `view.refusals(req)`, `require(req)`, `as(dtype, ndim)`. */
   refusals(view: BufferView, req: Requirements): string[];
+  /** `view.slice(...)`, `at(...)`, `transpose()`, ...: the derived view (`args` as the method got them). */
+  shaped(view: BufferView, op: ShapeOp, args: readonly unknown[]): BufferView;
+  /** `view[Symbol.iterator]()` (`entries` false) and `view.entries()` (true). */
+  iterate(view: BufferView, entries: boolean): IterableIterator<unknown>;
+  /** `view.toNested()`. */
+  toNested(view: BufferView): unknown;
+  /** `view.fill(value)`. */
+  fill(view: BufferView, value: Scalar): void;
+  /** `copyFrom(nested)`: the nested values in the form of `toArray()`, checked against the shape. */
+  flatten(view: BufferView, nested: readonly unknown[]): AnyTypedArray;
 }
 
 function missing(name: string): () => never {
@@ -50,6 +63,11 @@ export const viewOps: ViewOps = {
   packedCodes: missing("copyFrom()"),
   dlpack: missing("__dlpack__()"),
   refusals: missing("requirement checks"),
+  shaped: missing("view operations"),
+  iterate: missing("iteration"),
+  toNested: missing("toNested()"),
+  fill: missing("fill()"),
+  flatten: missing("copyFrom()"),
 };
 
 /** @internal Called by each operations module at load with the methods it implements. */
@@ -61,4 +79,9 @@ export function registerViewOps(ops: Partial<ViewOps>): void {
   if (ops.packedCodes !== undefined) viewOps.packedCodes = ops.packedCodes;
   if (ops.dlpack !== undefined) viewOps.dlpack = ops.dlpack;
   if (ops.refusals !== undefined) viewOps.refusals = ops.refusals;
+  if (ops.shaped !== undefined) viewOps.shaped = ops.shaped;
+  if (ops.iterate !== undefined) viewOps.iterate = ops.iterate;
+  if (ops.toNested !== undefined) viewOps.toNested = ops.toNested;
+  if (ops.fill !== undefined) viewOps.fill = ops.fill;
+  if (ops.flatten !== undefined) viewOps.flatten = ops.flatten;
 }

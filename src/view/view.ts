@@ -4,7 +4,7 @@
  * requirements, and releases its share of the memory exactly once.
  * @module
  */
-import { runtime } from "../../ffi/mod.ts";
+import { core, runtime } from "../../ffi/mod.ts";
 import { DLPackError, shown } from "../facts/errors.ts";
 import type {
   AnyTypedArray,
@@ -47,6 +47,7 @@ import {
   type ViewJSON,
   viewJSON,
 } from "./inspect.ts";
+import type { SliceItem } from "../facts/shape.ts";
 import { expectBigInt, expectInteger, expectNumber, readBits, typeError, writeBits } from "./codec.ts";
 import {
   ArrayBufferCtor,
@@ -177,6 +178,7 @@ type Construct = (
 ) => BufferView;
 
 let construct: Construct;
+let derive: (base: BufferView, layout: DerivedLayout) => BufferView;
 let branded: (x: object) => boolean;
 let liveView: (x: object) => boolean;
 let internals: Internals;
@@ -262,6 +264,28 @@ export function toArrayOf(view: BufferView): AnyTypedArray {
 /** @internal `view.keepAlive`. */
 export function keepAliveOf(view: BufferView): Owner {
   return internals.keepAlive(view);
+}
+
+/** @internal The layout of a view derived from another (`slice`, `reshape`, ...), over the same
+ * memory; the view operations compute it from the base's own shape and strides. */
+export interface DerivedLayout {
+  /** Bytes from the base's element 0 to the new element 0. */
+  readonly byteOffset: number;
+  readonly shape: number[];
+  readonly strides: number[];
+  readonly size: number;
+  readonly nbytes: number;
+  readonly minOffset: number;
+  readonly maxOffset: number;
+  readonly layout: number;
+  /** The result may not be written even if the base may (a broadcast repeats elements). */
+  readonly readonly: boolean;
+}
+
+/** @internal A new view over part of `base`'s memory, holding its own share of the same owner:
+ * disposing either leaves the other intact. Refused ("disposed") for a disposed base. */
+export function deriveView(base: BufferView, layout: DerivedLayout): BufferView {
+  return derive(base, layout);
 }
 
 /** Makes a view; only library modules call this. */
@@ -421,6 +445,40 @@ export class BufferView {
         verified,
         keepAlive,
       );
+    derive = (v, d) => {
+      v.#live();
+      const owner = v.#owner;
+      core().dlpk_owner_retain(owner);
+      // The new reference is the new view's: if building it fails, give it back.
+      try {
+        const access = d.readonly && v.#access === "readwrite" ? "readonly" : v.#access;
+        return new BufferView(
+          v.#address + d.byteOffset,
+          owner,
+          v.#info,
+          d.shape,
+          d.strides,
+          d.size,
+          d.nbytes,
+          d.minOffset,
+          d.maxOffset,
+          d.layout,
+          v.#device,
+          access,
+          v.#major,
+          v.#minor,
+          v.#flags,
+          v.#producer,
+          v.#ownerName,
+          v.#verified,
+          v.#keepAliveValue,
+        );
+      } catch (error) {
+        deferredNumbers[deferredCount[0]++] = owner;
+        retryQuietly();
+        throw error;
+      }
+    };
     branded = (x) => #owner in x;
     liveView = (x) => #owner in x && (x as BufferView).#owner !== 0;
     internals = {
@@ -914,17 +972,25 @@ export class BufferView {
    *
    * `src` may also be a TypedArray in the form `toArray()` returns: the TypedArray type of
    * `array()` for this dtype, holding every element in C order (complex interleaved, sub-byte
-   * floats one code per element), `size` elements long (twice that for complex).
+   * floats one code per element), `size` elements long (twice that for complex); or nested JS
+   * arrays of element values shaped exactly like this view (the form `toNested()` returns).
    */
-  copyFrom(src: BufferView | AnyTypedArray, opts?: CopyOptions): this {
+  copyFrom(src: BufferView | AnyTypedArray | readonly unknown[], opts?: CopyOptions): this {
     this.#live();
     if (isBufferView(src)) {
       viewOps.copyInto(this, src, opts);
       return this;
     }
+    if (isArray(src)) {
+      this.#copyFromTypedArray(viewOps.flatten(this, src), this.#info.tag, opts);
+      return this;
+    }
     const tag = typedArrayTag(src);
     if (tag === undefined) {
-      throw new DLPackError("argument", `copyFrom takes a BufferView or a TypedArray, got ${shown(src)}`);
+      throw new DLPackError(
+        "argument",
+        `copyFrom takes a BufferView, a TypedArray or nested arrays of values, got ${shown(src)}`,
+      );
     }
     this.#copyFromTypedArray(src as AnyTypedArray, tag, opts);
     return this;
@@ -1069,6 +1135,75 @@ export class BufferView {
     if (refusals.length > 0) {
       throw new DLPackError("requirements", `requirements not met: ${joined(refusals)}`, refusals);
     }
+    return this;
+  }
+
+  /**
+   * numpy's basic indexing, zero-copy: one item per leading axis, each an integer (picks that
+   * index and drops the axis; negative counts from the end), `null` (the whole axis, numpy's `:`),
+   * a `"start:stop:step"` string or a `{ start, stop, step }` range (negative steps walk
+   * backwards; bounds are clamped like Python's), or `"..."` for as many whole axes as needed.
+   * Axes without an item are kept whole. The result shares this view's memory and owner.
+   */
+  slice(...items: SliceItem[]): BufferView {
+    return viewOps.shaped(this, "slice", items);
+  }
+
+  /** The sub-view at integer indices on the leading axes (negative from the end, like
+   * `Array.prototype.at`); with `ndim` indices a 0-d view of one element. Zero-copy. */
+  at(...indices: number[]): BufferView {
+    return viewOps.shaped(this, "at", indices);
+  }
+
+  /** The axes reversed (numpy's `.T`), zero-copy. */
+  transpose(): BufferView {
+    return viewOps.shaped(this, "transpose", []);
+  }
+
+  /** The axes in the order `axes` lists them (the array API's `permute_dims`), zero-copy. */
+  permute(axes: readonly number[]): BufferView {
+    return viewOps.shaped(this, "permute", [axes]);
+  }
+
+  /** The same elements in C order under a new shape (one extent may be -1). Zero-copy; throws
+   * `DLPackError` ("strides") when the strides do not allow it: reshape `copy()` then. */
+  reshape(shape: readonly number[]): BufferView {
+    return viewOps.shaped(this, "reshape", [shape]);
+  }
+
+  /** numpy's broadcasting to `shape`: repeated axes get stride 0. Zero-copy and read-only. */
+  broadcastTo(shape: readonly number[]): BufferView {
+    return viewOps.shaped(this, "broadcastTo", [shape]);
+  }
+
+  /** Without extent-1 axes: all of them, or the axis (or axes) given, which must have extent 1. */
+  squeeze(axis?: number | readonly number[]): BufferView {
+    return viewOps.shaped(this, "squeeze", [axis]);
+  }
+
+  /** With a new extent-1 axis at `axis` of the result (default 0; negative from the end). */
+  expandDims(axis?: number): BufferView {
+    return viewOps.shaped(this, "expandDims", [axis]);
+  }
+
+  /** Iterates the first axis: element values for a 1-d view, sub-views (`at(i)`) otherwise. */
+  [Symbol.iterator](): IterableIterator<Scalar | BufferView> {
+    return viewOps.iterate(this, false) as IterableIterator<Scalar | BufferView>;
+  }
+
+  /** `[index, item]` pairs over the first axis, as `Array.prototype.entries`. */
+  entries(): IterableIterator<[number, Scalar | BufferView]> {
+    return viewOps.iterate(this, true) as IterableIterator<[number, Scalar | BufferView]>;
+  }
+
+  /** The values as nested JS arrays (numpy's `tolist()`); a 0-d view gives its one value. */
+  toNested(): unknown {
+    return viewOps.toNested(this);
+  }
+
+  /** Writes `value` into every element (checked once, as `set` checks it). */
+  fill(value: Scalar): this {
+    viewOps.fill(this, value);
     return this;
   }
 
@@ -1228,4 +1363,47 @@ export interface TypedView<D extends DType, N extends number> extends BufferView
   get(...index: Tuple<number, N>): ScalarOf<D>;
   /** Writes the element at exactly `ndim` indices. */
   set(value: ScalarOf<D>, ...index: Tuple<number, N>): void;
+  /** {@link BufferView.slice}, typed: the dtype is kept (integer items drop axes). */
+  slice(...items: SliceItem[]): TypedView<D, number>;
+  /** {@link BufferView.at}, typed: each index drops a leading axis. */
+  at<const I extends number[]>(...indices: I): TypedView<D, Minus<N, I["length"]>>;
+  /** {@link BufferView.transpose}, typed. */
+  transpose(): TypedView<D, N>;
+  /** {@link BufferView.permute}, typed. */
+  permute(axes: readonly number[]): TypedView<D, N>;
+  /** {@link BufferView.reshape}, typed: the rank is the new shape's length. */
+  reshape<const S extends readonly number[]>(shape: S): TypedView<D, S["length"]>;
+  /** {@link BufferView.broadcastTo}, typed. */
+  broadcastTo<const S extends readonly number[]>(shape: S): TypedView<D, S["length"]>;
+  /** {@link BufferView.squeeze}, typed. */
+  squeeze(axis?: number | readonly number[]): TypedView<D, number>;
+  /** {@link BufferView.expandDims}, typed: one axis more. */
+  expandDims(axis?: number): TypedView<D, Plus1<N>>;
+  /** Iterates the first axis: values for a 1-d view, sub-views otherwise. */
+  [Symbol.iterator](): IterableIterator<ItemOf<D, N>>;
+  /** `[index, item]` pairs over the first axis. */
+  entries(): IterableIterator<[number, ItemOf<D, N>]>;
+  /** Nested arrays of this dtype's values, `ndim` deep. */
+  toNested(): Nested<ScalarOf<D>, N>;
+  /** Writes `value` into every element. */
+  fill(value: ScalarOf<D>): this;
 }
+
+/** `N - K` for small literal ranks (number when either is not a literal). */
+export type Minus<N extends number, K extends number> = number extends N ? number
+  : number extends K ? number
+  : Tuple<unknown, N> extends [...Tuple<unknown, K>, ...infer R] ? R["length"] extends infer L extends number ? L
+    : number
+  : never;
+/** `N + 1` for literal ranks. */
+export type Plus1<N extends number> = number extends N ? number
+  : [...Tuple<unknown, N>, unknown]["length"] extends infer L extends number ? L
+  : number;
+/** What iterating a `TypedView<D, N>` yields: values for N = 1, views of rank N - 1 otherwise. */
+export type ItemOf<D extends DType, N extends number> = number extends N ? ScalarOf<D> | TypedView<D, number>
+  : N extends 1 ? ScalarOf<D>
+  : TypedView<D, Minus<N, 1>>;
+/** `T` nested `N` arrays deep (what `toNested()` returns). */
+export type Nested<T, N extends number> = number extends N ? unknown
+  : N extends 0 ? T
+  : Nested<T, Minus<N, 1>>[];

@@ -169,6 +169,37 @@ export const CASES: readonly CudaCase[] = [
   },
 
   // -------------------------------------------------------------------------------------------
+  // View operations on device memory
+  {
+    name: "view operations on device memory: zero-copy on the device, the producer stream kept, fill and toNested",
+    groups: ["fake", "real"],
+    run(ctx) {
+      noLeaks(ctx, () => {
+        const d = zeros([3, 4], "float32", { device: CUDA0 });
+        fill(d, range(12));
+        const s = d.slice("::-1", "1:3");
+        assert.deepEqual(s.device, CUDA0);
+        assert.equal(s.verified, true);
+        assert.equal(s.address, d.address + 36n, "element 0 is row 2, column 1 of the same allocation");
+        assert.deepEqual(s.toNested(), [[9, 10], [5, 6], [1, 2]], "read through the driver");
+        refused(() => s.array(), "device");
+        const producer = cuda.createStream();
+        cuda.setProducerStream(d, producer);
+        const t = d.transpose();
+        assert.equal(cuda.producerStream(t), producer, "later fences of the derived view wait for the same work");
+        assert.deepEqual(valuesOf(t), [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]);
+        const row = d.at(1);
+        row.fill(-1);
+        assert.deepEqual(valuesOf(d), [0, 1, 2, 3, -1, -1, -1, -1, 8, 9, 10, 11]);
+        d.dispose();
+        assert.deepEqual(valuesOf(row), [-1, -1, -1, -1], "the device memory outlives the base view");
+        for (const v of [s, t, row]) v.dispose();
+        cuda.destroyStream(producer);
+      });
+    },
+  },
+
+  // -------------------------------------------------------------------------------------------
   // Allocation and lifetimes
   {
     name: "zeros/empty on cuda, cudaHost and cudaManaged: device, verified, zeroed, array() only on the host kinds",
