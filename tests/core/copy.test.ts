@@ -1,7 +1,7 @@
 // The native strided copy behind copy() and copyFrom(), byte for byte against an element-by-element
 // reference written here: every item size (1, 2, 4, 8, 16 bytes), ranks 1-4, permuted, gapped and
-// flipped layouts, ragged edges around the transpose kernel's tiles, and transposes big enough for
-// its streaming stores.
+// flipped layouts, ragged edges around the transpose kernel's tiles, and transposes on both sides of
+// the size from which it streams its output.
 import assert from "node:assert/strict";
 import { type BufferView, type DType, exportDLPack, importDLPack, zeros } from "../../mod.ts";
 import { live } from "../support/assertions.ts";
@@ -143,25 +143,39 @@ for (const [dtype, itemsize] of DTYPES) {
   });
 }
 
-test("transposes big enough to stream past the caches, aligned and not", () => {
+test("transposes on both sides of the streaming threshold, aligned and not", () => {
   const next = generator(0xbeef);
-  // 1024 x 1024 float32 is 4 MiB, the size from which the kernel streams its output.
   checkLayout("float32", 4, layoutOf([1024, 1024], [1, 0], [1, 1], [false, false]), next);
   checkLayout("float32", 4, layoutOf([1030, 1030], [1, 0], [1, 1], [false, true]), next);
   checkLayout("uint8", 1, layoutOf([2048, 2048], [1, 0], [1, 1], [true, false]), next);
   checkLayout("float64", 8, layoutOf([768, 768], [1, 0], [1, 1], [false, false]), next);
-  // A destination that does not start on a cache line (a TypedArray 4 bytes into its buffer).
-  const buffer = new Float32Array(1024 * 1024);
-  for (let k = 0; k < buffer.length; k++) buffer[k] = k;
-  using src = importDLPack(exportDLPack(buffer, { shape: [1024, 1024], strides: [1, 1024] }));
-  const backing = new Float32Array(1024 * 1024 + 2);
-  using shifted = importDLPack(exportDLPack(backing.subarray(1, 1 + 1024 * 1024), { shape: [1024, 1024] }));
+  // 3328 x 3328 float32 is 44 MiB, over the size from which the kernel streams its output:
+  // into a fresh copy(), into a touched array, and into one that does not start on a cache line
+  // (a TypedArray 4 bytes into its buffer), which cannot stream.
+  const n = 3328;
+  const source = new Float32Array(n * n);
+  for (let k = 0; k < source.length; k++) source[k] = k;
+  using src = importDLPack(exportDLPack(source, { shape: [n, n], strides: [1, n] }));
+  const expectTransposed = (out: Float32Array, at: number, what: string) => {
+    for (let i = 0; i < n; i++) {
+      for (let j = 0; j < n; j++) {
+        if (out[at + i * n + j] !== j * n + i) assert.fail(`${what}: element (${i}, ${j})`);
+      }
+    }
+  };
+  {
+    using copied = src.copy();
+    expectTransposed(copied.array() as Float32Array, 0, "copy()");
+  }
+  {
+    using into = zeros([n, n], "float32");
+    into.copyFrom(src);
+    expectTransposed(into.array() as Float32Array, 0, "copyFrom() into a touched array");
+  }
+  const backing = new Float32Array(n * n + 2);
+  using shifted = importDLPack(exportDLPack(backing.subarray(1, 1 + n * n), { shape: [n, n] }));
   shifted.copyFrom(src);
   assert.equal(backing[0], 0);
-  assert.equal(backing[1 + 1024 * 1024], 0);
-  for (let i = 0; i < 1024; i++) {
-    for (let j = 0; j < 1024; j++) {
-      if (backing[1 + i * 1024 + j] !== j * 1024 + i) assert.fail(`element (${i}, ${j})`);
-    }
-  }
+  assert.equal(backing[1 + n * n], 0);
+  expectTransposed(backing, 1, "copyFrom() into an unaligned array");
 });
