@@ -8,6 +8,7 @@
  */
 import { core } from "../../ffi/mod.ts";
 import { DLPackError, shown } from "../facts/errors.ts";
+import { CUDA_COUNTERS, CudaCounter } from "../facts/abi.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import { cudaCheck, driverAvailable, driverReason, ensureDriver } from "../native/cuda_driver.ts";
 import { objectSlots, toBigInt } from "../facts/intrinsics.ts";
@@ -152,21 +153,21 @@ export interface CudaStats {
   readonly freeFailures: number;
 }
 
-const statsOut = new Float64Array(8);
+const statsOut = new Float64Array(CUDA_COUNTERS);
 
 /** The live CUDA counts (all zero when nothing is held; needs no driver). */
 export function cudaStats(): CudaStats {
   statsOut.fill(0);
   core().dlpk_cuda_stats(statsOut);
   return {
-    deviceAllocations: statsOut[0],
-    deviceBytes: statsOut[1],
-    hostAllocations: statsOut[2],
-    hostBytes: statsOut[3],
-    managedAllocations: statsOut[4],
-    managedBytes: statsOut[5],
-    events: statsOut[6],
-    freeFailures: statsOut[7],
+    deviceAllocations: statsOut[CudaCounter.deviceAllocations],
+    deviceBytes: statsOut[CudaCounter.deviceBytes],
+    hostAllocations: statsOut[CudaCounter.hostAllocations],
+    hostBytes: statsOut[CudaCounter.hostBytes],
+    managedAllocations: statsOut[CudaCounter.managedAllocations],
+    managedBytes: statsOut[CudaCounter.managedBytes],
+    events: statsOut[CudaCounter.events],
+    freeFailures: statsOut[CudaCounter.freeFailures],
   };
 }
 

@@ -5,8 +5,9 @@
  */
 import { DLPackError, shown } from "./errors.ts";
 import { freeze, typedArrayTag } from "./intrinsics.ts";
+import { DTYPES as ABI_DTYPES, TypeCode } from "./abi.ts";
 
-/** Every element type the library reads and writes. */
+/** Every element type the library reads and writes: the names of the native dtype table. */
 export type DType =
   | "bool"
   | "int8"
@@ -35,6 +36,11 @@ export type DType =
   | "float6_e2m3fn"
   | "float6_e3m2fn"
   | "float4_e2m1fn";
+
+// The union is spelled out for the documentation; the compiler checks it names exactly the
+// generated table's dtypes (a dtype added in Zig fails the type check until it is added here).
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+true satisfies Same<DType, (typeof ABI_DTYPES)[number]["name"]>;
 
 /** The DLPack triple of a dtype. */
 export interface DLDataType {
@@ -136,11 +142,9 @@ function info(
   code: number,
   bits: number,
   kind: StorageKind,
-  array: TypedArrayConstructor | undefined,
+  ctor: TypedArrayConstructor,
   slots = 1,
 ): DTypeInfo {
-  // Runtimes without Float16Array hand out the raw bits.
-  const ctor = array ?? Uint16Array;
   return Object.freeze({
     name,
     dl: Object.freeze({ code, bits, lanes: 1 }),
@@ -153,35 +157,55 @@ function info(
   });
 }
 
-const TABLE: readonly DTypeInfo[] = [
-  info("bool", 6, 8, "bool", Uint8Array),
-  info("int8", 0, 8, "int", Int8Array),
-  info("int16", 0, 16, "int", Int16Array),
-  info("int32", 0, 32, "int", Int32Array),
-  info("int64", 0, 64, "bigint", BigInt64Array),
-  info("uint8", 1, 8, "int", Uint8Array),
-  info("uint16", 1, 16, "int", Uint16Array),
-  info("uint32", 1, 32, "int", Uint32Array),
-  info("uint64", 1, 64, "bigint", BigUint64Array),
-  info("float16", 2, 16, "float", Float16),
-  info("float32", 2, 32, "float", Float32Array),
-  info("float64", 2, 64, "float", Float64Array),
-  info("bfloat16", 4, 16, "bfloat16", Uint16Array),
-  info("complex32", 5, 32, "complex", Float16, 2),
-  info("complex64", 5, 64, "complex", Float32Array, 2),
-  info("complex128", 5, 128, "complex", Float64Array, 2),
-  info("float8_e3m4", 7, 8, "minifloat", Uint8Array),
-  info("float8_e4m3", 8, 8, "minifloat", Uint8Array),
-  info("float8_e4m3b11fnuz", 9, 8, "minifloat", Uint8Array),
-  info("float8_e4m3fn", 10, 8, "minifloat", Uint8Array),
-  info("float8_e4m3fnuz", 11, 8, "minifloat", Uint8Array),
-  info("float8_e5m2", 12, 8, "minifloat", Uint8Array),
-  info("float8_e5m2fnuz", 13, 8, "minifloat", Uint8Array),
-  info("float8_e8m0fnu", 14, 8, "minifloat", Uint8Array),
-  info("float6_e2m3fn", 15, 6, "minifloat", Uint8Array),
-  info("float6_e3m2fn", 16, 6, "minifloat", Uint8Array),
-  info("float4_e2m1fn", 17, 4, "minifloat", Uint8Array),
-];
+// Runtimes without Float16Array hand out the raw bits.
+const FLOATS: Readonly<Record<number, TypedArrayConstructor>> = {
+  16: Float16 ?? Uint16Array,
+  32: Float32Array,
+  64: Float64Array,
+};
+const INTS: Readonly<Record<number, TypedArrayConstructor>> = { 8: Int8Array, 16: Int16Array, 32: Int32Array };
+const UINTS: Readonly<Record<number, TypedArrayConstructor>> = { 8: Uint8Array, 16: Uint16Array, 32: Uint32Array };
+
+/** How JS stores the elements of a dtype of the native table: what it knows per type code. */
+function storedAs(name: DType, code: number, bits: number): DTypeInfo {
+  const of = (arrays: Readonly<Record<number, TypedArrayConstructor>>, width: number): TypedArrayConstructor => {
+    const found = arrays[width];
+    if (found === undefined) throw unstorable(name, code);
+    return found;
+  };
+  switch (code) {
+    case TypeCode.bool:
+      return info(name, code, bits, "bool", Uint8Array);
+    case TypeCode.int:
+      return bits === 64
+        ? info(name, code, bits, "bigint", BigInt64Array)
+        : info(name, code, bits, "int", of(INTS, bits));
+    case TypeCode.uint:
+      return bits === 64
+        ? info(name, code, bits, "bigint", BigUint64Array)
+        : info(name, code, bits, "int", of(UINTS, bits));
+    case TypeCode.float:
+      return info(name, code, bits, "float", of(FLOATS, bits));
+    case TypeCode.bfloat:
+      return info(name, code, bits, "bfloat16", Uint16Array);
+    case TypeCode.complex:
+      return info(name, code, bits, "complex", of(FLOATS, bits / 2), 2);
+  }
+  // The float8, float6 and float4 codes: one byte per element in array(), decoded by get().
+  if (code >= TypeCode.float8E3m4 && code <= TypeCode.float4E2m1fn) {
+    return info(name, code, bits, "minifloat", Uint8Array);
+  }
+  throw unstorable(name, code);
+}
+
+function unstorable(name: string, code: number): DLPackError {
+  return new DLPackError(
+    "library",
+    `the native dtype table has ${name} (code ${code}), which this module cannot store`,
+  );
+}
+
+const TABLE: readonly DTypeInfo[] = ABI_DTYPES.map((d) => storedAs(d.name, d.code, d.bits));
 
 // Prototype-less lookup tables: a name such as "constructor" or "__proto__" finds nothing, and
 // nothing a caller installs on Object.prototype is ever found.
@@ -190,6 +214,26 @@ for (const t of TABLE) BY_NAME[t.name] = t;
 // Dense (code, bits) -> info table: the import hot path looks up every tensor's dtype.
 const BY_TRIPLE: Array<DTypeInfo | undefined> = new Array(32 * 256).fill(undefined);
 for (const t of TABLE) BY_TRIPLE[t.dl.code * 256 + t.dl.bits] = t;
+
+/** The bit widths the table's dtypes of a DLPack type code have (empty for a code it lacks). */
+export function widthsOfCode(code: number): readonly number[] {
+  const widths: number[] = [];
+  for (const t of TABLE) if (t.dl.code === code) widths.push(t.bits);
+  return widths;
+}
+
+/** The DLPack type codes of the table, ascending, as text ("0-2 and 4-17"). */
+export function typeCodesText(): string {
+  const codes = [...new Set(TABLE.map((t) => t.dl.code))].sort((a, b) => a - b);
+  const runs: string[] = [];
+  for (let k = 0; k < codes.length;) {
+    let end = k;
+    while (end + 1 < codes.length && codes[end + 1] === codes[end] + 1) end++;
+    runs.push(end === k ? `${codes[k]}` : `${codes[k]}-${codes[end]}`);
+    k = end + 1;
+  }
+  return runs.length < 2 ? runs.join("") : `${runs.slice(0, -1).join(", ")} and ${runs[runs.length - 1]}`;
+}
 
 /** Every dtype name, in table order. */
 export const DTYPES: readonly DType[] = Object.freeze(TABLE.map((t) => t.name));

@@ -24,15 +24,24 @@ function rankOf(value: unknown[], what: string): number {
 
 /** Checks a shape argument and copies it: an array of at most 64 non-negative safe integers. */
 export function checkShape(shape: unknown, what = "shape"): number[] {
-  if (!isArray(shape)) {
-    throw new DLPackError("shape", `${what} must be an array of integers, got ${shown(shape)}`);
-  }
-  const n = rankOf(shape, what);
-  const out = slots(n);
+  return readExtents(shape, what, false) as number[];
+}
+
+/**
+ * Reads a caller's list of extents once (its length, then each element once) into a fresh array:
+ * at most 64 non-negative safe integers, and `null` ("any extent") too where `wildcards`.
+ * Refusals are `DLPackError`s ("shape", or "rank" for too many dimensions).
+ */
+export function readExtents(value: unknown, what: string, wildcards: boolean): (number | null)[] {
+  const or = wildcards ? " or null" : "";
+  if (!isArray(value)) throw new DLPackError("shape", `${what} must be an array of integers${or}, got ${shown(value)}`);
+  const n = rankOf(value, what);
+  const out: (number | null)[] = slots(n);
   for (let d = 0; d < n; d++) {
-    const e: unknown = shape[d];
-    if (!isCount(e)) throw new DLPackError("shape", `${what}[${d}] must be a non-negative integer, got ${shown(e)}`);
-    out[d] = e;
+    const e: unknown = value[d];
+    if (wildcards && e === null) out[d] = null;
+    else if (isCount(e)) out[d] = e;
+    else throw new DLPackError("shape", `${what}[${d}] must be a non-negative integer${or}, got ${shown(e)}`);
   }
   return out;
 }

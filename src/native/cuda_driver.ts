@@ -7,14 +7,7 @@
 import { core } from "../../ffi/mod.ts";
 import { DLPackError } from "../facts/errors.ts";
 import type { DeviceType } from "../facts/devices.ts";
-
-/** Native statuses below zero (a positive status is a CUresult). */
-export const CudaStatus = {
-  unavailable: -1,
-  invalidArgument: -2,
-  invalidDevice: -3,
-  outOfMemory: -4,
-} as const;
+import { CudaStatus } from "../facts/abi.ts";
 
 /** Capacity of `text`: a constant, so no replaced length getter can size a native write. */
 const TEXT_BYTES = 1024;

@@ -16,7 +16,9 @@ import {
   Layout,
   MAX_RANK,
   Status as NativeStatus,
+  TypeCode,
 } from "../facts/abi.ts";
+import { typeCodesText, widthsOfCode } from "../facts/dtypes.ts";
 
 export { MAX_RANK };
 
@@ -214,26 +216,21 @@ function memoryText(found: number, ordinal: number): string {
   }
 }
 
-const DTYPE_BITS: Readonly<Record<number, string>> = {
-  0: "8, 16, 32 or 64",
-  1: "8, 16, 32 or 64",
-  2: "16, 32 or 64",
-  4: "16",
-  5: "32, 64 or 128",
-  6: "8",
-  15: "6",
-  16: "6",
-  17: "4",
-};
+/** "8, 16, 32 or 64". */
+function alternatives(values: readonly number[]): string {
+  return values.length < 2 ? values.join("") : `${values.slice(0, -1).join(", ")} or ${values[values.length - 1]}`;
+}
 
 function describeDtypeRefusal(code: number, bits: number, lanes: number): string {
   const triple = `code ${code}, bits ${bits}, lanes ${lanes}`;
   if (lanes !== 1) return `vector dtypes are not supported (${triple}; lanes must be 1)`;
-  if (code === 3) return `opaque handles have no element type (${triple})`;
-  if (code >= 7 && code <= 14) return `float8 codes need bits 8 (got ${triple})`;
-  const allowed = DTYPE_BITS[code];
-  if (allowed !== undefined) return `dtype code ${code} needs bits ${allowed} (got ${triple})`;
-  return `unknown dtype code ${code} (${triple}); known codes are 0-2 and 4-17`;
+  if (code === TypeCode.opaqueHandle) return `opaque handles have no element type (${triple})`;
+  if (code >= TypeCode.float8E3m4 && code <= TypeCode.float8E8m0fnu) {
+    return `float8 codes need bits ${alternatives(widthsOfCode(code))} (got ${triple})`;
+  }
+  const allowed = widthsOfCode(code);
+  if (allowed.length > 0) return `dtype code ${code} needs bits ${alternatives(allowed)} (got ${triple})`;
+  return `unknown dtype code ${code} (${triple}); known codes are ${typeCodesText()}`;
 }
 
 /** The error for a native refusal, read from the scratch the call wrote. `released` says whether

@@ -3,6 +3,7 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
+import { STATS_COUNTERS, StatsCounter } from "../facts/abi.ts";
 import { releaseDeferred, sweepPins } from "./owner.ts";
 
 /** What is alive right now. Every count returns to zero once everything is released. */
@@ -24,7 +25,7 @@ export interface Stats {
 }
 
 // Over an ArrayBuffer of its own, as its address is cached (see `drained` in owner.ts).
-const counters = new Float64Array(new ArrayBuffer(8 * 8));
+const counters = new Float64Array(new ArrayBuffer(8 * STATS_COUNTERS));
 let countersAt = 0;
 
 /** The live counters (sweeps released pins first). */
@@ -33,12 +34,12 @@ export function stats(): Stats {
   sweepPins();
   core().dlpk_stats(countersAt ||= runtime().addressOf(counters));
   return {
-    imports: counters[0],
-    exports: counters[1],
-    allocations: counters[2],
-    allocatedBytes: counters[3],
-    pinned: counters[4],
-    pinnedBytes: counters[5],
-    deletersCalled: counters[6],
+    imports: counters[StatsCounter.imports],
+    exports: counters[StatsCounter.exports],
+    allocations: counters[StatsCounter.allocations],
+    allocatedBytes: counters[StatsCounter.allocationBytes],
+    pinned: counters[StatsCounter.pins],
+    pinnedBytes: counters[StatsCounter.pinnedBytes],
+    deletersCalled: counters[StatsCounter.deletersCalled],
   };
 }

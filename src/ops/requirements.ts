@@ -21,7 +21,7 @@ import {
 import { registerViewOps } from "../view/hooks.ts";
 import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import { LAYOUT_C, LAYOUT_F } from "../native/description.ts";
-import { listText } from "../facts/layout.ts";
+import { listText, readExtents } from "../facts/layout.ts";
 import { isArray, isCount, isInteger, objectSlots } from "../facts/intrinsics.ts";
 
 /** What a caller needs of a view. Every field is optional. */
@@ -124,13 +124,12 @@ export function readRequirements(req: Requirements): Checked {
   }
   let extents: (number | null)[] | undefined;
   if (shape !== undefined) {
-    if (!isArray(shape)) bad(`shape must be an array of extents or null, got ${shown(shape)}`);
-    const read = readArray(shape, "shape");
-    for (let d = 0; d < read.length; d++) {
-      const e = read[d];
-      if (e !== null && !isCount(e)) bad(`shape extents must be non-negative integers or null, got ${shown(e)}`);
+    try {
+      extents = readExtents(shape, "shape", true);
+    } catch (error) {
+      if (error instanceof DLPackError) bad(error.message);
+      throw error;
     }
-    extents = read as (number | null)[];
   }
   if (ndim !== undefined && !isCount(ndim)) bad(`ndim must be a non-negative integer, got ${shown(ndim)}`);
   if (size !== undefined && !isCount(size)) bad(`size must be a non-negative integer, got ${shown(size)}`);

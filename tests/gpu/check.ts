@@ -4,7 +4,8 @@
 // into $OUT (or the current directory) and exits non-zero when any case failed.
 //
 // Sections:
-//   library    every CUDA case of tests/support/cuda_cases.ts marked "real", against the real driver
+//   library    every "real" case of tests/cuda/device.test.ts, against the real driver (run by that
+//              file in a child process, as its "real GPU" tests are)
 //   bandwidth  host<->device copy bandwidth through view.copyFrom (pageable and page-locked host
 //              memory, device to device), values checked after each kind of copy
 //   python     PYTHON-BRIDGE cases: torch, cupy and jax CUDA tensors through the embedded CPython
@@ -14,7 +15,7 @@
 import * as cuda from "../../cuda.ts";
 import { type BufferView, empty, stats } from "../../mod.ts";
 import { corePath, runtime } from "../../ffi/mod.ts";
-import { CASES } from "../support/cuda_cases.ts";
+import { CASE_GROUP_ENV, runScript } from "../support/harness.ts";
 import { fromPython, openPython, type PyObject, type Python, toPython } from "../../python.ts";
 
 type Status = "pass" | "fail" | "skip";
@@ -76,9 +77,19 @@ console.log(JSON.stringify(environment, null, 2));
 // library: the shared CUDA cases against the real driver
 
 const noDriver = status.available ? undefined : `no CUDA driver: ${status.reason}`;
-for (const c of CASES) {
-  if (!c.groups.includes("real")) continue;
-  await check("library", c.name, () => c.run({ fake: null }), noDriver);
+const deviceCases = new URL("../cuda/device.test.ts", import.meta.url).pathname;
+const child = runScript(deviceCases, { [CASE_GROUP_ENV]: "real" });
+const reported = child.stdout.split("\n").filter((line) => line.startsWith("CUDA-CASE "));
+if (reported.length === 0) {
+  await check("library", "the real-driver cases of tests/cuda/device.test.ts", () => {
+    throw new Error(`the child process reported no case (exit code ${child.code}):\n${child.stderr.slice(-3000)}`);
+  });
+}
+for (const line of reported) {
+  const outcome = JSON.parse(line.slice("CUDA-CASE ".length)) as { name: string; ok: boolean; message?: string };
+  await check("library", outcome.name, () => {
+    if (!outcome.ok) throw new Error(outcome.message);
+  }, noDriver);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,8 +23,14 @@ export interface TestOptions {
   readonly timeout?: number;
 }
 
-/** Registers a test with the running test runner. */
+/** Set in a child process started on a test file to run that file's CUDA cases of one group
+ * (tests/support/cuda_groups.ts); such a process is no test run and registers no tests. */
+export const CASE_GROUP_ENV = "DLPACK_CUDA_TEST_GROUP";
+const caseChild = runtime().env(CASE_GROUP_ENV) !== undefined;
+
+/** Registers a test with the running test runner (nothing in a CUDA case child process). */
 export function test(name: string, fn: Body, options: TestOptions = {}): void {
+  if (caseChild) return;
   const skip = options.skip;
   const fullName = skip ? `${name} [skipped: ${skip}]` : name;
   if (isDeno) {

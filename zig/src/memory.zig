@@ -5,6 +5,7 @@ const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
 const dlpack = @import("dlpack.zig");
+const transpose = @import("transpose.zig");
 
 // ---------------------------------------------------------------------------------------------
 // Records (owners, exports, wrappers): the C heap through `std.heap.raw_c_allocator`, with error
@@ -152,7 +153,8 @@ pub fn copyStrided(
     // A strided innermost dimension (a transpose, a column slice) is copied in square tiles of the
     // last two dims, so every cache line read serves several rows of the output.
     const inner_jump = @abs(c.strides[ndim - 1]) * itemsize;
-    const tiled = ndim >= 2 and inner_jump > cache_line_bytes and
+    const tiled = ndim >= 2 and transpose.supports(itemsize) and
+        inner_jump > transpose.cache_line_bytes and
         @abs(c.strides[ndim - 2]) < @abs(c.strides[ndim - 1]);
     const kernel: Kernel = .{
         .tiled = tiled,
@@ -199,15 +201,15 @@ const Kernel = struct {
     fn copy(self: Kernel, dst: [*]u8, src: [*]const u8) void {
         assert(self.rows > 0 and self.cols > 0);
         if (self.tiled) {
-            copyTiled(
-                dst,
-                src,
-                self.itemsize,
-                self.rows,
-                self.cols,
-                self.row_stride_bytes,
-                self.col_stride_bytes,
-            );
+            transpose.copyBlock(.{
+                .dst = dst,
+                .pitch = self.cols,
+                .src = src,
+                .rows = self.rows,
+                .cols = self.cols,
+                .row_stride_bytes = self.row_stride_bytes,
+                .col_stride_bytes = self.col_stride_bytes,
+            }, self.itemsize);
         } else if (self.col_stride_bytes == @as(i64, @intCast(self.itemsize))) {
             const bytes = self.blockBytes();
             @memcpy(dst[0..bytes], src[0..bytes]);
@@ -217,99 +219,13 @@ const Kernel = struct {
     }
 };
 
-// A tile spans one cache line of the source along the rows and one of the output along the
-// columns (16 x 16 float32). It is gathered into a small buffer first, reading each source line
-// whole, then written out a whole output line at a time. With power-of-two strides every line of a
-// tile maps to the same cache set, so copying straight from source to output (each step touching
-// one line of each) thrashes that set; through the buffer only one line of each side is live.
-const cache_line_bytes = 64;
-
-fn copyTiled(
-    dst: [*]u8,
-    src: [*]const u8,
-    itemsize: usize,
-    rows: usize,
-    cols: usize,
-    row_stride: i64,
-    col_stride: i64,
-) void {
-    inline for (.{ 1, 2, 4, 8, 16 }) |size| {
-        if (itemsize == size) {
-            return copyTiledSized(size, dst, src, rows, cols, row_stride, col_stride);
-        }
-    }
-    // Other item sizes (never produced by the dtype table) fall back to element runs.
-    for (0..rows) |i| {
-        copyRun(
-            dst + i * cols * itemsize,
-            offsetPtr(src, @as(i64, @intCast(i)) * row_stride),
-            itemsize,
-            cols,
-            col_stride,
-        );
-    }
-}
-
-fn copyTiledSized(
-    comptime size: usize,
-    dst: [*]u8,
-    src: [*]const u8,
-    rows: usize,
-    cols: usize,
-    row_stride: i64,
-    col_stride: i64,
-) void {
-    // The inner loops run on addresses the import validated (the whole span lies in the
-    // producer's memory): plain wrapping arithmetic, no per-element checks.
-    @setRuntimeSafety(false);
-    const T = std.meta.Int(.unsigned, size * 8);
-    const tile: usize = @max(cache_line_bytes / size, 4);
-    var buffer: [tile][tile]T = undefined;
-    const out: [*]align(1) T = @ptrCast(dst);
-    const base = @intFromPtr(src);
-    const rs: usize = @bitCast(@as(isize, @intCast(row_stride)));
-    const cs: usize = @bitCast(@as(isize, @intCast(col_stride)));
-    // Blocks of about 1 KiB per source column and per output row: their pages fit the TLB and
-    // their lines the L2 cache, whichever way a tile walks.
-    const block: usize = @as(usize, tile) * (1024 / cache_line_bytes);
-    var block_row: usize = 0;
-    while (block_row < rows) : (block_row += block) {
-        const row_end = @min(block_row + block, rows);
-        var block_col: usize = 0;
-        while (block_col < cols) : (block_col += block) {
-            const col_end = @min(block_col + block, cols);
-            var row0 = block_row;
-            while (row0 < row_end) : (row0 += tile) {
-                const n_rows = @min(tile, row_end - row0);
-                var col0 = block_col;
-                while (col0 < col_end) : (col0 += tile) {
-                    const n_cols = @min(tile, col_end - col0);
-                    // Gather: down each source column (consecutive rows share its cache lines).
-                    for (0..n_cols) |j| {
-                        var at = base +% row0 *% rs +% (col0 + j) *% cs;
-                        for (0..n_rows) |i| {
-                            buffer[j][i] = @as(*align(1) const T, @ptrFromInt(at)).*;
-                            at +%= rs;
-                        }
-                    }
-                    // Scatter: along each output row.
-                    for (0..n_rows) |i| {
-                        const row = out + (row0 + i) * cols + col0;
-                        for (0..n_cols) |j| row[j] = buffer[j][i];
-                    }
-                }
-            }
-        }
-    }
-}
-
 fn offsetPtr(base: [*]const u8, offset: i64) [*]const u8 {
     const address: usize = @intCast(@as(i64, @intCast(@intFromPtr(base))) + offset);
     return @ptrFromInt(address);
 }
 
 fn copyRun(dst: [*]u8, src: [*]const u8, itemsize: usize, count: usize, stride_bytes: i64) void {
-    @setRuntimeSafety(false); // addresses inside the validated span, as in copyTiledSized
+    @setRuntimeSafety(false); // addresses inside the validated span
     const step: usize = @bitCast(@as(isize, @intCast(stride_bytes)));
     inline for (.{ 1, 2, 4, 8, 16 }) |size| {
         if (itemsize == size) {
@@ -435,5 +351,100 @@ test "strided copy: tiled transposes of every item size match element-by-element
                 try testing.expectEqualSlices(u8, want, got);
             };
         };
+    }
+}
+
+/// The element-by-element reference: an odometer over every dim, one item at a time.
+fn copyReference(
+    dst: []u8,
+    src: [*]const u8,
+    itemsize: usize,
+    shape: []const i64,
+    strides: []const i64,
+) void {
+    assert(shape.len == strides.len and shape.len <= dlpack.rank_max);
+    var index = [_]i64{0} ** dlpack.rank_max;
+    var out: usize = 0;
+    for (shape) |extent| if (extent == 0) return;
+    while (true) {
+        var element: i64 = 0;
+        for (shape, 0..) |_, d| element += index[d] * strides[d];
+        const at = offsetPtr(src, element * @as(i64, @intCast(itemsize)));
+        @memcpy(dst[out..][0..itemsize], at[0..itemsize]);
+        out += itemsize;
+        var d = shape.len;
+        while (true) {
+            if (d == 0) return assert(out == dst.len);
+            d -= 1;
+            index[d] += 1;
+            if (index[d] < shape[d]) break;
+            index[d] = 0;
+        }
+    }
+}
+
+/// A random view of rank 1-4 over a C-contiguous buffer: its dims permuted, some stepping over
+/// every other element, some flipped. Returns the element offset of the view's first element.
+fn randomLayout(random: std.Random, shape: []i64, strides: []i64, buffer_elements: *usize) i64 {
+    const ndim = shape.len;
+    var steps: [4]i64 = undefined;
+    var order: [4]usize = .{ 0, 1, 2, 3 };
+    random.shuffle(usize, order[0..ndim]);
+    var count: i64 = 1;
+    for (0..ndim) |d| {
+        // Mostly small extents, now and then one past a 1-byte tile's 64 items (a few thousand
+        // elements in all, so that a round stays cheap in a Debug build).
+        const big = count < 200 and random.uintLessThan(u8, 3) == 0;
+        shape[d] = if (big)
+            random.intRangeAtMost(i64, 60, 150)
+        else
+            random.intRangeAtMost(i64, 1, 9);
+        count *= shape[d];
+        steps[d] = if (random.uintLessThan(u8, 4) == 0) 2 else 1;
+    }
+    // The buffer's dims in `order`, innermost last; each view dim steps over its buffer dim.
+    var pitch: i64 = 1;
+    var k = ndim;
+    while (k > 0) {
+        k -= 1;
+        const d = order[k];
+        strides[d] = pitch * steps[d];
+        pitch *= shape[d] * steps[d];
+    }
+    buffer_elements.* = @intCast(pitch);
+    var origin: i64 = 0;
+    for (0..ndim) |d| {
+        if (random.boolean()) {
+            origin += (shape[d] - 1) * strides[d];
+            strides[d] = -strides[d];
+        }
+    }
+    return origin;
+}
+
+test "strided copy: random layouts of rank 1-4 and every item size match the reference" {
+    var prng = std.Random.DefaultPrng.init(0x5eed_c0b1);
+    const random = prng.random();
+    const sizes = [_]usize{ 1, 2, 4, 8, 16, 3 };
+    for (0..600) |round| {
+        const itemsize = sizes[round % sizes.len];
+        const ndim = 1 + random.uintLessThan(usize, 4);
+        var shape: [4]i64 = undefined;
+        var strides: [4]i64 = undefined;
+        var elements: usize = 0;
+        const origin = randomLayout(random, shape[0..ndim], strides[0..ndim], &elements);
+        const src = try testing.allocator.alloc(u8, elements * itemsize);
+        defer testing.allocator.free(src);
+        random.bytes(src);
+        var count: usize = 1;
+        for (shape[0..ndim]) |extent| count *= @intCast(extent);
+        const got = try testing.allocator.alloc(u8, count * itemsize);
+        defer testing.allocator.free(got);
+        const want = try testing.allocator.alloc(u8, count * itemsize);
+        defer testing.allocator.free(want);
+        const first = src.ptr + @as(usize, @intCast(origin)) * itemsize;
+        copyStrided(got.ptr, first, itemsize, shape[0..ndim], strides[0..ndim]);
+        copyReference(want, first, itemsize, shape[0..ndim], strides[0..ndim]);
+        try testing.expectEqualSlices(u8, want, got);
     }
 }

@@ -1,119 +1,30 @@
-/**
- * The CUDA test cases. They run in a child process whose driver is chosen by environment
- * (tests/support/cuda_child.ts), because a process opens its CUDA driver once:
- * - "fake": the FAKE driver (tests/native/fakecuda.zig) over host memory, 2 devices. These check
- *   the driver-facing logic for real without a GPU; they do not replace a GPU run. "fakepython":
- *   the same driver, cases through the embedded Python (tests/python/cuda.test.ts).
- * - "real": the machine's own driver (tests/cuda/gpu.test.ts runs them only where one exists).
- * - "missing": DLPACK_CUDA_LIB pointing at no file: the no-driver behaviour, forced.
- * - "noinit", "notdriver": a driver whose cuInit fails, and a library that is not a driver.
- * @module
- */
+// CUDA cases against a driver: the FAKE driver (tests/native/fakecuda.zig, over host memory with
+// two devices: device memory is PROT_NONE to the host, contexts and handles are checked strictly)
+// always, and this machine's own driver and GPU where there is one (elsewhere every "real GPU"
+// case is reported skipped with the reason). The fake-driver cases check the driver-facing logic
+// for real without a GPU; they are no substitute for a GPU run (tests/gpu/ on a device machine).
+// Each group runs in a child process of its own (tests/support/cuda_groups.ts).
 import assert from "node:assert/strict";
 import * as cuda from "../../cuda.ts";
-import {
-  type BufferView,
-  DLPackError,
-  type DType,
-  empty,
-  exportDLPack,
-  exportDLPackLegacy,
-  fromArrayInterface,
-  importDLPack,
-  stats,
-  zeros,
-} from "../../mod.ts";
+import { empty, exportDLPack, exportDLPackLegacy, fromArrayInterface, importDLPack, stats, zeros } from "../../mod.ts";
 import { core, runtime } from "../../ffi/mod.ts";
-import { deleted, make, tp } from "./producer.ts";
-import { fromPython, openPython, toPython } from "../../python.ts";
-import type { FakeDriver } from "./fakecuda.ts";
+import { deleted, make, tp } from "../support/producer.ts";
+import { refused } from "../support/assertions.ts";
+import { fakeDriverPath } from "../support/fakecuda.ts";
+import {
+  claim,
+  CUDA0,
+  type CudaCase,
+  fakeOf,
+  fill,
+  hostView,
+  noLeaks,
+  range,
+  registerGroup,
+  valuesOf,
+} from "../support/cuda_groups.ts";
 
-/** The child process groups (see the module doc). */
-export type Group = "fake" | "fakepython" | "real" | "missing" | "noinit" | "notdriver";
-
-/** What a case gets: the fake driver's hooks in the "fake" group. */
-export interface CaseContext {
-  readonly fake: FakeDriver | null;
-}
-
-/** One case and the groups it runs in. */
-export interface CudaCase {
-  readonly name: string;
-  readonly groups: readonly Group[];
-  readonly run: (ctx: CaseContext) => void;
-}
-
-const CUDA0 = { type: "cuda", id: 0 } as const;
-
-function fakeOf(ctx: CaseContext): FakeDriver {
-  assert.ok(ctx.fake !== null, "this case needs the fake driver");
-  return ctx.fake;
-}
-
-function refused(f: () => unknown, code: string, pattern?: RegExp): DLPackError {
-  let caught: unknown;
-  assert.throws(f, (e: unknown) => {
-    caught = e;
-    assert.ok(e instanceof DLPackError, `expected DLPackError, got ${e}`);
-    assert.equal(e.code, code, e.message);
-    if (pattern) assert.match(e.message, pattern);
-    return true;
-  });
-  return caught as DLPackError;
-}
-
-/** A host view in library memory holding `values`. */
-function hostView(values: readonly number[], shape: readonly number[] = [values.length], dtype: DType = "float32") {
-  const v = empty(shape, dtype);
-  (v.array() as Float32Array).set(values);
-  return v;
-}
-
-/** Copies `values` into `dst` (any device) through a temporary host view. */
-function fill(dst: BufferView, values: readonly number[]): void {
-  using h = empty(dst.shape, dst.dtype);
-  (h.array() as Float32Array).set(values);
-  dst.copyFrom(h);
-}
-
-function valuesOf(view: BufferView): number[] {
-  using host = view.toHost();
-  return Array.from(host.toArray() as Float32Array);
-}
-
-const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
-
-/** Checks that `f` releases everything it allocates (library counts, CUDA counts, fake regions). */
-function noLeaks(ctx: CaseContext, f: () => void): void {
-  const before = { s: stats(), c: cuda.cudaStats(), f: ctx.fake?.stats() };
-  f();
-  const after = { s: stats(), c: cuda.cudaStats(), f: ctx.fake?.stats() };
-  assert.equal(after.s.allocations, before.s.allocations, "library allocations");
-  assert.equal(after.s.imports, before.s.imports, "imports");
-  assert.equal(after.s.exports, before.s.exports, "exports");
-  assert.equal(after.c.deviceAllocations, before.c.deviceAllocations, "device allocations");
-  assert.equal(after.c.hostAllocations, before.c.hostAllocations, "pinned allocations");
-  assert.equal(after.c.managedAllocations, before.c.managedAllocations, "managed allocations");
-  assert.equal(after.c.events, before.c.events, "events");
-  assert.equal(after.c.freeFailures, 0, "failed frees");
-  if (before.f !== undefined && after.f !== undefined) {
-    assert.equal(after.f.deviceAllocations, before.f.deviceAllocations, "fake driver: device regions");
-    assert.equal(after.f.hostAllocations, before.f.hostAllocations, "fake driver: pinned regions");
-    assert.equal(after.f.managedAllocations, before.f.managedAllocations, "fake driver: managed regions");
-    assert.equal(after.f.events, before.f.events, "fake driver: live events");
-    assert.equal(after.f.wrongContext, 0, "fake driver: calls with the wrong context current");
-    assert.equal(after.f.contextDepth, 0, "fake driver: context stack balanced");
-  }
-}
-
-/** Imports a producer tensor that claims `device` over `data` (an address) or its own host memory. */
-function claim(device: [number, number], shape: number[], data?: number) {
-  return make({ device, shape, dtype: "float32", ...(data === undefined ? {} : { data }) });
-}
-
-const MISSING = /needs the CUDA driver, which is missing or unusable here: .*could not be loaded/;
-
-export const CASES: readonly CudaCase[] = [
+const CASES: readonly CudaCase[] = [
   // -------------------------------------------------------------------------------------------
   // Driver and devices
   {
@@ -167,7 +78,6 @@ export const CASES: readonly CudaCase[] = [
       });
     },
   },
-
   // -------------------------------------------------------------------------------------------
   // View operations on device memory
   {
@@ -288,7 +198,6 @@ export const CASES: readonly CudaCase[] = [
       });
     },
   },
-
   // -------------------------------------------------------------------------------------------
   // Copies
   {
@@ -433,7 +342,6 @@ export const CASES: readonly CudaCase[] = [
       });
     },
   },
-
   // -------------------------------------------------------------------------------------------
   // Import verification
   {
@@ -576,52 +484,6 @@ export const CASES: readonly CudaCase[] = [
       });
     },
   },
-
-  {
-    name: "through the Python bridge: a device view crosses toPython -> fromPython zero-copy and verified",
-    groups: ["fakepython"],
-    run() {
-      using d = empty([4], "float32", { device: CUDA0 });
-      fill(d, [1, 2, 3, 4]);
-      const py = openPython();
-      const obj = toPython(d, py);
-      assert.deepEqual(obj.get("__dlpack_device__").call().toJS(), [2, 0]);
-      using v = fromPython(obj);
-      assert.equal(v.verified, true, "the capsule's claim went through the driver check");
-      assert.equal(v.address, d.address);
-      assert.deepEqual(v.device, CUDA0);
-      assert.deepEqual(valuesOf(v), [1, 2, 3, 4]);
-      obj.dispose();
-    },
-  },
-
-  {
-    name: "through the Python bridge: __dlpack__(stream=...) makes the consumer's stream wait on the producer's",
-    groups: ["fakepython"],
-    run(ctx) {
-      const fake = fakeOf(ctx);
-      using d = empty([4], "float32", { device: CUDA0 });
-      const producer = cuda.createStream();
-      const consumer = cuda.createStream();
-      cuda.setProducerStream(d, producer);
-      const py = openPython();
-      const obj = toPython(d, py);
-      py.set("t", obj);
-      py.exec(`c = t.__dlpack__(max_version=(1, 0), stream=${consumer})`);
-      const wait = fake.lastWait();
-      assert.equal(wait.stream, consumer, "the consumer's stream waits");
-      assert.equal(wait.recordedOn, producer, "on an event recorded on the producer's stream");
-      assert.throws(
-        () => py.exec("t.__dlpack__(max_version=(1, 0), stream=0)"),
-        /BufferError: .*stream 0 is not allowed/,
-      );
-      py.exec("del c, t");
-      obj.dispose();
-      cuda.destroyStream(producer);
-      cuda.destroyStream(consumer);
-    },
-  },
-
   // -------------------------------------------------------------------------------------------
   // Driver errors
   {
@@ -653,7 +515,6 @@ export const CASES: readonly CudaCase[] = [
       });
     },
   },
-
   // -------------------------------------------------------------------------------------------
   // Streams
   {
@@ -835,125 +696,16 @@ export const CASES: readonly CudaCase[] = [
       assert.equal(cuda.cudaStats().freeFailures, 0);
     },
   },
-
-  // -------------------------------------------------------------------------------------------
-  // Without a driver
-  {
-    name: "available() is false and says why",
-    groups: ["missing"],
-    run() {
-      const status = cuda.available();
-      assert.equal(status.available, false);
-      assert.equal(status.deviceCount, 0);
-      assert.match(
-        status.reason!,
-        /^\/nonexistent\/libcuda\.so\.1 \(from DLPACK_CUDA_LIB\) could not be loaded: .*No such file/,
-      );
-    },
-  },
-  {
-    name: 'every CUDA call throws DLPackError "cuda" saying the driver is missing and why',
-    groups: ["missing"],
-    run() {
-      using unverified = importDLPack(make({ device: [2, 0], shape: [4] }).source);
-      using host = empty([4], "float32");
-      const calls: [string, () => unknown][] = [
-        ["devices", () => cuda.devices()],
-        ["pointerInfo", () => cuda.pointerInfo(host.address)],
-        ["createStream", () => cuda.createStream()],
-        ["synchronize", () => cuda.synchronize()],
-        ["createEvent", () => cuda.createEvent()],
-        ["empty cuda", () => empty([4], "float32", { device: CUDA0 })],
-        ["zeros cudaHost", () => zeros([4], "float32", { device: { type: "cudaHost" } })],
-        ["empty cudaManaged", () => empty([4], "float32", { device: { type: "cudaManaged" } })],
-        ["toHost", () => unverified.toHost()],
-        ["copyFrom into device", () => unverified.assumeWritable().copyFrom(host)],
-        ["copyFrom from device", () => host.copyFrom(unverified)],
-        ["copy", () => unverified.copy()],
-        ["fence with a handle", () => cuda.fenceForConsumer(unverified, 0x7f00n)],
-        ["__dlpack__ with a handle", () => unverified.__dlpack__({ stream: 0x7f00 })],
-      ];
-      for (const [what, call] of calls) {
-        const e = refused(call, "cuda", MISSING);
-        assert.ok(!(e instanceof cuda.CudaDriverError), what);
-      }
-      assert.deepEqual(cuda.cudaStats(), {
-        deviceAllocations: 0,
-        deviceBytes: 0,
-        hostAllocations: 0,
-        hostBytes: 0,
-        managedAllocations: 0,
-        managedBytes: 0,
-        events: 0,
-        freeFailures: 0,
-      });
-    },
-  },
-  {
-    name: "CUDA-claimed tensors import unverified; device views refuse array(), host kinds give arrays",
-    groups: ["missing"],
-    run() {
-      using d = importDLPack(make({ device: [2, 1], shape: [4] }).source);
-      assert.equal(d.verified, false);
-      assert.deepEqual(d.device, { type: "cuda", id: 1 });
-      refused(() => d.array(), "device", /cuda:1/);
-      d.require({ device: { type: "cuda", id: 1 } });
-      const e = refused(() => d.require({ device: { type: "cuda", id: 0 } }), "requirements");
-      assert.deepEqual(e.refusals, ["device: required cuda:0, got cuda:1"]);
-      using p = importDLPack(make({ device: [3, 0], shape: [4] }).source);
-      using m = importDLPack(make({ device: [13, 0], shape: [4] }).source);
-      assert.ok(!p.verified && !m.verified);
-      assert.equal(p.array().length, 4);
-      assert.equal(m.array().length, 4);
-      using c = importDLPack(make({ shape: [4] }).source);
-      assert.equal(c.verified, true);
-    },
-  },
-  {
-    name: "stream None and -1 need no driver for CUDA data; host copies need none at all",
-    groups: ["missing"],
-    run() {
-      using d = importDLPack(make({ device: [2, 0], shape: [4] }).source);
-      d.__dlpack__({ maxVersion: [1, 3] }).dispose();
-      d.__dlpack__({ maxVersion: [1, 3], stream: -1 }).dispose();
-      d.__dlpack__({ maxVersion: [1, 3], stream: 1 }).dispose();
-      using a = hostView([1, 2, 3, 4, 5, 6], [2, 3]);
-      using b = empty([2, 3], "float32");
-      b.copyFrom(a);
-      assert.deepEqual(Array.from(b.array() as Float32Array), [1, 2, 3, 4, 5, 6]);
-      using t = importDLPack(exportDLPack(a, { shape: [3, 2], strides: [1, 3] }));
-      using c = empty([3, 2], "float32");
-      c.copyFrom(t);
-      assert.deepEqual(Array.from(c.array() as Float32Array), [1, 4, 2, 5, 3, 6]);
-      // Overlapping views of one buffer: memmove semantics.
-      using buf = hostView([0, 1, 2, 3, 4, 5, 6, 7]);
-      using lo = importDLPack(exportDLPack(buf, { shape: [6] }));
-      using hi = importDLPack(exportDLPack(buf, { shape: [6], offset: 2 }));
-      lo.copyFrom(hi);
-      assert.deepEqual(Array.from(buf.array() as Float32Array), [2, 3, 4, 5, 6, 7, 6, 7]);
-      using h = a.toHost();
-      assert.deepEqual(Array.from(h.array() as Float32Array), [1, 2, 3, 4, 5, 6]);
-    },
-  },
-  {
-    name: "a driver whose cuInit fails is reported with the driver's error name",
-    groups: ["noinit"],
-    run() {
-      const status = cuda.available();
-      assert.equal(status.available, false);
-      assert.match(status.reason!, /^cuInit failed: CUDA_ERROR_NO_DEVICE \(100\): no CUDA-capable device is detected/);
-      refused(() => empty([1], "float32", { device: CUDA0 }), "cuda", /cuInit failed: CUDA_ERROR_NO_DEVICE/);
-      using d = importDLPack(make({ device: [2, 0], shape: [4] }).source);
-      assert.equal(d.verified, false);
-    },
-  },
-  {
-    name: "a library that is not a CUDA driver is reported as such",
-    groups: ["notdriver"],
-    run() {
-      const status = cuda.available();
-      assert.equal(status.available, false);
-      assert.match(status.reason!, /\(from DLPACK_CUDA_LIB\) has no symbol cuInit: not a CUDA driver/);
-    },
-  },
 ];
+
+registerGroup(
+  import.meta.url,
+  "fake driver",
+  "fake",
+  CASES,
+  () => ({ DLPACK_CUDA_LIB: fakeDriverPath(), FAKECUDA_DEVICES: "2" }),
+);
+registerGroup(import.meta.url, "real GPU", "real", CASES, () => ({}), () => {
+  const status = cuda.available();
+  return status.available ? false : `needs a CUDA driver and GPU; here: ${status.reason}`;
+});
