@@ -71,6 +71,7 @@ export function denoRuntime(): Runtime {
         throw refused(error);
       }
     },
+    pointerObjects: true,
     pointerValue(pointer: unknown): number | bigint | undefined {
       if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
       if (pointer === null) return 0;

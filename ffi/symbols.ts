@@ -18,6 +18,9 @@ export const symbols = {
   dlpk_description_size: { args: [], returns: "u32" },
   dlpk_retain_library: { args: [], returns: "i32" },
   dlpk_import: { args: ["f64", "u32", "f64"], returns: "i32" },
+  // The same import, for an address the runtime hands out as a pointer object (Deno's
+  // PointerObject): the runtime passes the pointer, so JS never converts it to a number.
+  dlpk_import_pointer: { args: ["pointer", "u32", "f64"], returns: "i32" },
   dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
   dlpk_owner_release: { args: ["f64"], returns: "void" },
