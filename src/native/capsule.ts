@@ -6,7 +6,7 @@
  */
 import { DLPackError } from "../facts/errors.ts";
 import { deleteManaged, LazyBackstop, registerDisposer } from "./owner.ts";
-import { floor, toBigInt } from "../facts/intrinsics.ts";
+import { floor, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
 
 // Held value: address * 2 + versioned, so nothing is allocated per capsule.
 const backstop = new LazyBackstop<number>(
@@ -64,6 +64,7 @@ export class Capsule {
   #epoch: number;
 
   static {
+    pinInstanceof(this);
     branded = (x) => #state in x;
     owned = (x) => #state in x && (x as Capsule).#state === OWNED;
     take = (c) => c.#take();

@@ -80,6 +80,15 @@ export class LazyBackstop<T extends number> {
   /** The holder released its share itself (call once, after it stopped being live). */
   remove(holder: object, epoch: number): void {
     if (epoch < this.#epoch) this.#registry.unregister(holder);
+    else {
+      // Still waiting. The last one added (an import disposed right away) leaves the list now, so
+      // the list does not keep it reachable until the next flush; others are skipped by the flush.
+      const n = this.#count - 1;
+      if (n >= 0 && this.#holders[n] === holder) {
+        this.#holders[n] = undefined;
+        this.#count = n;
+      }
+    }
   }
 
   /** Registers every waiting handle that is still live. */

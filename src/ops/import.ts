@@ -235,20 +235,26 @@ function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | 
   // Options are checked before anything is taken: on a mistake here the caller still owns src.
   const producer = opts === undefined ? null : producerOf(opts);
   if (src === null || typeof src !== "object") throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
-  // Brand checks and `instanceof` first: the JIT inlines them (Object.getPrototypeOf is a call Deno
-  // does not inline), and they keep objects that only pretend to be the library's from being read.
+  // `instanceof` first, which the JIT inlines (unlike Object.getPrototypeOf in Deno, and the
+  // brand checks, which look for a private name): an object literal is neither, and goes the
+  // common way. Both classes pin their Symbol.hasInstance, so no caller can make this lie.
+  if (!(src instanceof Capsule) && !(src instanceof BufferView)) {
+    // Each key read once: `{ versioned: address }`, `{ legacy: address }`, or a provider.
+    const source = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
+    const dlpack = source.__dlpack__;
+    if (typeof dlpack === "function") {
+      return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
+    }
+    if ("versioned" in source) return importAddress(source.versioned, true, strict, producer);
+    if ("legacy" in source) return importAddress(source.legacy, false, strict, producer);
+  }
+  // The library's own objects (their prototypes possibly replaced), and impostors.
   if (isCapsule(src)) return importCapsule(src, producer, strict);
   if (isBufferView(src)) return importProvided(src, viewOps.dlpack as never, strict, producer);
   if (src instanceof Capsule || src instanceof BufferView) {
     // Object.create(Capsule.prototype) and the like: the prototype's getters would throw.
     throw new DLPackError("argument", "this object only pretends to be a Capsule or BufferView");
   }
-  // The common case, an object literal { versioned: address }: each key read once.
-  const source = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
-  const dlpack = source.__dlpack__;
-  if (typeof dlpack === "function") return importProvided(src, dlpack as never, strict, producer);
-  if ("versioned" in source) return importAddress(source.versioned, true, strict, producer);
-  if ("legacy" in source) return importAddress(source.legacy, false, strict, producer);
   throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
 }
 

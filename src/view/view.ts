@@ -48,6 +48,7 @@ import {
   isDetached,
   newSet,
   numbersFrom,
+  pinInstanceof,
   slots,
   toBigInt,
   typedArrayLength,
@@ -455,6 +456,7 @@ export function isBufferView(x: unknown): x is BufferView {
 export class BufferView {
   static {
     construct = (owner, address, facts, access, keepAlive) => new BufferView(owner, address, facts, access, keepAlive);
+    pinInstanceof(this);
     branded = (x) => #owner in x;
     liveView = (x) => #owner in x && (x as BufferView).#owner !== 0;
     internals = {

@@ -2,7 +2,7 @@
 // made through the one construction function, and addresses in the form each runtime's FFI hands
 // them out (a Deno.PointerObject goes to native code as it is).
 import assert from "node:assert/strict";
-import { exportDLPack, importDLPack, zeros } from "../../mod.ts";
+import { BufferView, Capsule, exportDLPack, importDLPack, zeros } from "../../mod.ts";
 import { core, runtime } from "../../ffi/mod.ts";
 import { addressOf, factsOf, newView, ownerOf } from "../../src/view/view.ts";
 import { deleted, make } from "../support/producer.ts";
@@ -115,4 +115,27 @@ test("library allocations and exports keep their facts through an import", () =>
   assert.deepEqual([back.shape, back.owner, z.owner, back.get(1, 1)], [[2, 2], "external", "dlpack-ts", 5]);
   assert.equal(back.version?.major, 1);
   assert.equal(z.version, null);
+});
+
+test("instanceof cannot be made to lie about the library's classes: impostors stay refused", () => {
+  for (const ctor of [Capsule, BufferView]) {
+    assert.throws(() => Object.defineProperty(ctor, Symbol.hasInstance, { value: () => false }), TypeError);
+    assert.throws(() => {
+      (ctor as unknown as Record<symbol, unknown>)[Symbol.hasInstance] = () => false;
+    }, TypeError);
+  }
+  const forged = { capsule: Object.create(Capsule.prototype), view: Object.create(BufferView.prototype) };
+  for (const [name, src] of Object.entries(forged)) refused(() => importDLPack(src), "argument", name);
+  // The library's own objects whose prototype a caller replaced are still recognised by their brand.
+  const before = live();
+  const capsule = exportDLPack(new Float32Array(2));
+  Object.setPrototypeOf(capsule, Object.prototype);
+  const view = importDLPack(capsule);
+  assert.deepEqual(view.shape, [2]);
+  Object.setPrototypeOf(view, null);
+  const again = importDLPack(view as BufferView);
+  assert.deepEqual(again.shape, [2]);
+  again.dispose();
+  BufferView.prototype.dispose.call(view);
+  assert.deepEqual(live(), before);
 });
