@@ -2,7 +2,8 @@
 // made through the one construction function, and addresses in the form each runtime's FFI hands
 // them out (a Deno.PointerObject goes to native code as it is).
 import assert from "node:assert/strict";
-import { BufferView, Capsule, exportDLPack, importDLPack, zeros } from "../../mod.ts";
+import { BufferView, Capsule, exportDLPack, exportDLPackLegacy, importDLPack, stats, zeros } from "../../mod.ts";
+import { realmAddress } from "../../src/native/owner.ts";
 import { core, runtime } from "../../ffi/mod.ts";
 import { addressOf, factsOf, newView, ownerOf } from "../../src/view/view.ts";
 import { deleted, make } from "../support/producer.ts";
@@ -137,5 +138,22 @@ test("instanceof cannot be made to lie about the library's classes: impostors st
   assert.deepEqual(again.shape, [2]);
   again.dispose();
   BufferView.prototype.dispose.call(view);
+  assert.deepEqual(live(), before);
+});
+
+test("a capsule disposed from JS frees its struct and its pin at once (nothing queued for a sweep)", () => {
+  const before = live();
+  const arrays = Array.from({ length: 10 }, (_, k) => new Float64Array([k, k + 1]));
+  const capsules = arrays.map((a, k) => (k % 2 === 0 ? exportDLPack(a) : exportDLPackLegacy(a)));
+  assert.equal(stats().pinned, before.pinned + 10);
+  for (const c of capsules) c.dispose();
+  const drained = new Float64Array(16);
+  assert.equal(core().dlpk_pins_drain(realmAddress(), runtime().addressOf(drained), 16), 0, "no id queued");
+  assert.deepEqual(live(), before);
+  // The ids are free again: later exports pin and release as before.
+  const again = arrays.map((a) => exportDLPack(a));
+  const views = again.map((c) => importDLPack(c));
+  assert.deepEqual(views.map((v) => v.get(1)), arrays.map((_, k) => k + 1));
+  for (const v of views) v.dispose();
   assert.deepEqual(live(), before);
 });

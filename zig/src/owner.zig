@@ -177,6 +177,27 @@ pub fn release(owner: *Owner) void {
     }
 }
 
+/// `release` from the JS thread of a pin's own realm when JS drops the pinned object itself (a
+/// capsule disposed from JS): the last reference frees the record at once instead of queueing its
+/// id. Returns the pin's id then, else 0 (references remain, it is not a pin, or it is shared with
+/// another realm: those go the usual way).
+pub fn releaseHere(owner: *Owner) u64 {
+    if (owner.kind != .pin or owner.shared_token != 0) {
+        release(owner);
+        return 0;
+    }
+    const previous = owner.refs.fetchSub(1, .acq_rel);
+    assert(previous > 0);
+    if (previous != 1) return 0;
+    assert(owner.next == null);
+    const id = owner.payload;
+    assert(id != 0);
+    stats.add(.pins, -1);
+    stats.add(.pinned_bytes, -@as(i64, @intCast(owner.bytes)));
+    memory.destroy(owner);
+    return id;
+}
+
 /// The released-pins stack of a realm: a Treiber stack whose pushes come from deleters on any
 /// thread, without a lock. Drainers take the whole stack in one swap, so there is no ABA hazard.
 fn pushReleasedPin(owner: *Owner) void {

@@ -248,6 +248,17 @@ fn deleteChecked(managed: usize, versioned: bool) bool {
     return true;
 }
 
+/// Disposes an export of this library that its JS side made and never handed out (a capsule
+/// disposed from JS): the struct is released as its deleter would, and a pin it held the last
+/// reference to is freed at once. Returns that pin's id (JS then drops the pinned object itself)
+/// or 0; does nothing for anything but a live export of this library.
+export fn dlpk_export_dispose(managed_address: f64) f64 {
+    const managed = abi.addressFromF64(managed_address) orelse return 0;
+    if (!isStruct(managed)) return 0;
+    if (!mappings.readable(managed, @sizeOf(dlpack.ManagedTensorVersioned))) return 0;
+    return @floatFromInt(exports.disposeHeld(managed));
+}
+
 /// Whether `managed` was made by `dlpk_export` (1) or not (0).
 export fn dlpk_is_own_export(managed_address: f64, versioned: u32) u32 {
     const managed = abi.addressFromF64(managed_address) orelse return 0;
