@@ -142,11 +142,23 @@ pub fn retain(owner: *Owner) void {
     assert(previous < std.math.maxInt(u32));
 }
 
-/// Drops one reference; the last one gives the payload back.
-pub fn release(owner: *Owner) void {
+/// Drops one reference and says whether it was the last. The caller's reference is the only one
+/// when the count reads 1: no other thread holds one to retain or release with, so the count is
+/// zeroed without a read-modify-write (the common case, an import disposed by its one view, then
+/// costs no locked instruction). The acquire load orders this after every earlier release.
+fn dropReference(owner: *Owner) bool {
+    if (owner.refs.load(.acquire) == 1) {
+        owner.refs.store(0, .monotonic);
+        return true;
+    }
     const previous = owner.refs.fetchSub(1, .acq_rel);
     assert(previous > 0);
-    if (previous != 1) return;
+    return previous == 1;
+}
+
+/// Drops one reference; the last one gives the payload back.
+pub fn release(owner: *Owner) void {
+    if (!dropReference(owner)) return;
     const bytes: i64 = @intCast(owner.bytes);
     switch (owner.kind) {
         .versioned, .legacy => {
@@ -186,9 +198,7 @@ pub fn releaseHere(owner: *Owner) u64 {
         release(owner);
         return 0;
     }
-    const previous = owner.refs.fetchSub(1, .acq_rel);
-    assert(previous > 0);
-    if (previous != 1) return 0;
+    if (!dropReference(owner)) return 0;
     assert(owner.next == null);
     const id = owner.payload;
     assert(id != 0);
