@@ -227,7 +227,12 @@ var quarantine_next = std.atomic.Value(usize).init(0);
 
 fn quarantine(record: *Record) void {
     assert(@atomicLoad(u32, &record.state, .acquire) == @intFromEnum(State.released));
-    const slot = quarantine_next.fetchAdd(1, .monotonic) % quarantine_count;
+    // The cursor is advanced without a locked instruction: two threads that race may pick the same
+    // slot, which only shortens one record's stay. The exchange below is what frees each record
+    // exactly once.
+    const next = quarantine_next.load(.monotonic);
+    quarantine_next.store(next +% 1, .monotonic);
+    const slot = next % quarantine_count;
     const evicted = @atomicRmw(usize, &quarantine_ring[slot], .Xchg, @intFromPtr(record), .acq_rel);
     if (evicted == 0) return;
     assert(evicted != @intFromPtr(record));
