@@ -29,6 +29,14 @@ const tensors = new Map<string, number>([
 const small = { versioned: tensors.get("1KiB")! };
 
 out.import_dispose_ns = measure(200_000, () => importDLPack(small).dispose());
+// The address as the runtime's FFI hands it out from a C function: a Deno.PointerObject in Deno (what a
+// "pointer" result is), a number in Bun.
+{
+  const address = tensors.get("1KiB")!;
+  const native = (runtime().pointerObjects ? Deno.UnsafePointer.create(BigInt(address)) : address) as number;
+  const source = { versioned: native };
+  out.import_dispose_native_ns = measure(200_000, () => importDLPack(source).dispose());
+}
 // The sizes are measured in alternating batches, so a slow stretch of a shared machine hits all of
 // them alike and their ratio (size independence) stays meaningful.
 {
@@ -85,6 +93,8 @@ out.import_array_dispose_ns = measure(100_000, () => {
 
 const exported = new Float32Array(256);
 out.export_ns = measure(100_000, () => exportDLPack(exported).dispose());
+// Taken by a foreign consumer, which calls the deleter from C (the test producer's consumer).
+out.export_foreign_ns = measure(100_000, () => tp.tp_consume(exportDLPack(exported).take(), 1));
 
 // RSS when importing (and wrapping) a 1 GiB tensor: nothing may touch its pages.
 settle();

@@ -112,6 +112,15 @@ const rows: Row[] = [
     target: 1,
   },
   {
+    name: "import + dispose, the address as the runtime's FFI returns it (Deno.PointerObject, Bun number)",
+    unit: "ns",
+    deno: d("import_dispose_native_ns"),
+    bun: b("import_dispose_native_ns"),
+    ref: both(p("numpy_import_ns")),
+    refText: `numpy's import ${fmt(p("numpy_import_ns"))} ns`,
+    target: 1,
+  },
+  {
     name: "import + array()",
     unit: "ns",
     deno: d("import_array_ns"),
@@ -131,6 +140,15 @@ const rows: Row[] = [
     bun: b("export_ns"),
     ref: both(p("numpy_export_ns")),
     refText: `numpy \`__dlpack__\` ${fmt(p("numpy_export_ns"))} ns`,
+    target: 1,
+  },
+  {
+    name: "export of a TypedArray released by a foreign consumer (deleter called from C)",
+    unit: "ns",
+    deno: d("export_foreign_ns"),
+    bun: b("export_foreign_ns"),
+    ref: both(p("numpy_export_ns")),
+    refText: `numpy \`__dlpack__\` ${fmt(p("numpy_export_ns"))} ns (its capsule freed right away)`,
     target: 1,
   },
   {

@@ -80,6 +80,7 @@ export function bunRuntime(): Runtime {
       typedArrayBuffer(view);
       return ptr(view);
     },
+    pointerObjects: false,
     pointerValue(pointer: unknown): number | bigint | undefined {
       if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
       if (pointer === null) return 0;

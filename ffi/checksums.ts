@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "ba636585141ca21ec4bf3fa08ed95d4e4696e08332d481491aa4f660a02db3c5",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "3b197d85d6f971c7885f0f213c6bf7a3bcda25eca1f180e59badbb7ac7f5163a",
-  "libdlpack-0.1.0-linux-aarch64.so": "6c6bf912e826a047ade5508133b6b3a86cb3b1959a7264afe069f86d45d69639",
-  "libdlpack-0.1.0-linux-x86_64.so": "30618b3e6acc503e3037d7f6c6eb306a537ecc65517b0b62af77177828357c53",
-  "libdlpack-0.1.0-windows-x86_64.dll": "152b44bf970fc541d981262bf6ace933d4952cb7a33b3852840726b7bab0c2a1",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "b7622ff37576a3eed4a9665a165eff2f7187ec9694a49ec9dd693353043fce88",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "465a55b707a457b8e2a82381c056e07e9cf4076998d49675a8a34c85663d43f5",
+  "libdlpack-0.1.0-linux-aarch64.so": "c1e3e6459c109bcc701072a5efbc6ed2d381ed6aed3b9fc3aeb6308683ee290a",
+  "libdlpack-0.1.0-linux-x86_64.so": "095a0771185e2f47566461ea205de55da5eb2d77a7bfdb56848284993a19b606",
+  "libdlpack-0.1.0-windows-x86_64.dll": "9caa5ca86e02dbbd5b2504301ba86025c6bd655c2cdf199dc1cba00e827a4727",
 });

@@ -37,6 +37,10 @@ export function denoRuntime(): Runtime {
   // caller afterwards (they are writable static methods). None of them uses `this`.
   const { create, of, value: pointerValueOf } = Deno.UnsafePointer;
   const { getArrayBuffer, getCString } = Deno.UnsafePointerView;
+  // One pointer object made at load, which getArrayBuffer offsets: making a pointer object per
+  // call costs more than the ArrayBuffer itself. Nothing is ever mapped below BASE.
+  const BASE = 4096;
+  let base: Deno.PointerObject | null | undefined;
   return {
     name: "deno",
     open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
@@ -58,8 +62,10 @@ export function denoRuntime(): Runtime {
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
       try {
         // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
-        const pointer = create(address as unknown as bigint)!;
-        return getArrayBuffer(pointer, byteLength);
+        if (address >= BASE) {
+          return getArrayBuffer(base ??= create(BASE as unknown as bigint)!, byteLength, address - BASE);
+        }
+        return getArrayBuffer(create(address as unknown as bigint)!, byteLength);
       } catch (error) {
         throw refused(error);
       }
@@ -71,6 +77,7 @@ export function denoRuntime(): Runtime {
         throw refused(error);
       }
     },
+    pointerObjects: true,
     pointerValue(pointer: unknown): number | bigint | undefined {
       if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
       if (pointer === null) return 0;

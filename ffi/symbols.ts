@@ -18,6 +18,9 @@ export const symbols = {
   dlpk_description_size: { args: [], returns: "u32" },
   dlpk_retain_library: { args: [], returns: "i32" },
   dlpk_import: { args: ["f64", "u32", "f64"], returns: "i32" },
+  // The same import, for an address the runtime hands out as a pointer object (Deno's
+  // PointerObject): the runtime passes the pointer, so JS never converts it to a number.
+  dlpk_import_pointer: { args: ["pointer", "u32", "f64"], returns: "i32" },
   dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
   dlpk_owner_release: { args: ["f64"], returns: "void" },
@@ -33,6 +36,8 @@ export const symbols = {
   // The TypedArray itself is the first argument: the runtime passes its data pointer.
   dlpk_export_buffer: { args: ["buffer", "f64", "f64", "f64", "u32", "f64"], returns: "i32" },
   dlpk_managed_delete: { args: ["f64", "u32"], returns: "void" },
+  // A capsule disposed from JS: returns the id of a pin freed at once (0: none).
+  dlpk_export_dispose: { args: ["f64"], returns: "f64" },
   dlpk_is_own_export: { args: ["f64", "u32"], returns: "u32" },
   dlpk_alloc: { args: ["f64", "f64", "u32", "f64"], returns: "i32" },
   dlpk_copy: { args: ["f64", "f64", "u32"], returns: "i32" },

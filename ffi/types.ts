@@ -5,7 +5,7 @@
  */
 
 /** Argument and result types the bindings understand. */
-export type NativeType = "u8" | "i32" | "u32" | "f64" | "usize" | "buffer" | "void";
+export type NativeType = "u8" | "i32" | "u32" | "f64" | "usize" | "buffer" | "pointer" | "void";
 
 /** One foreign function. */
 export interface SymbolSpec {
@@ -20,6 +20,8 @@ export type SymbolTable = Readonly<Record<string, SymbolSpec>>;
 
 type ArgValue<T extends NativeType> = T extends "buffer" ? ArrayBufferView | null
   : T extends "usize" ? number | bigint
+  // A pointer object of the runtime's FFI (Deno), null, or a number (Bun); the runtime checks it.
+  : T extends "pointer" ? unknown
   : number;
 
 type ResultValue<T extends NativeType> = T extends "void" ? void : number;
@@ -49,6 +51,9 @@ export interface Runtime {
   arrayBuffer(address: number, byteLength: number): ArrayBuffer;
   /** The address of a TypedArray's first byte (stable while the array is reachable). */
   addressOf(view: ArrayBufferView): number;
+  /** Whether the runtime's FFI hands out addresses as pointer objects (Deno's `PointerObject`), which
+   * a `"pointer"` parameter takes as they are; false where addresses are numbers (Bun). */
+  readonly pointerObjects: boolean;
   /** Normalises a pointer value of this runtime (or a number/bigint) to a number or bigint. */
   pointerValue(pointer: unknown): number | bigint | undefined;
   /** Reads an environment variable, or undefined when unset or not permitted. */

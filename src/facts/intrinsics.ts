@@ -36,6 +36,20 @@ export const freeze: <T>(value: T) => Readonly<T> = Object.freeze;
 export const hasOwn: (value: object, key: PropertyKey) => boolean = Object.hasOwn;
 /** `Object.prototype`, to recognise object literals. */
 export const ObjectPrototype: object = Object.prototype;
+const FunctionHasInstance = Function.prototype[Symbol.hasInstance];
+const HasInstance: typeof Symbol.hasInstance = Symbol.hasInstance;
+
+/** Fixes `x instanceof ctor` to the ordinary prototype-chain test for good: the library relies on
+ * it to tell its own objects (and impostors of them) from object literals, and no caller may then
+ * define a `Symbol.hasInstance` of their own on `ctor`. */
+export function pinInstanceof(ctor: object): void {
+  ObjectDefineProperty(ctor, HasInstance, {
+    value: FunctionHasInstance,
+    writable: false,
+    enumerable: false,
+    configurable: false,
+  });
+}
 /** `JSON.stringify`, for messages. */
 export const quote: (value: string) => string = JSON.stringify;
 /** `BigInt`, as found at load. */

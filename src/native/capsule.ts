@@ -5,12 +5,12 @@
  * @module
  */
 import { DLPackError } from "../facts/errors.ts";
-import { deleteManaged, LazyBackstop, registerDisposer } from "./owner.ts";
-import { floor, toBigInt } from "../facts/intrinsics.ts";
+import { disposeExport, LazyBackstop, registerDisposer } from "./owner.ts";
+import { floor, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
 
 // Held value: address * 2 + versioned, so nothing is allocated per capsule.
 const backstop = new LazyBackstop<number>(
-  (held) => deleteManaged(floor(held / 2), held % 2 === 1),
+  (held) => disposeExport(floor(held / 2), held % 2 === 1),
   (holder) => owned(holder),
 );
 
@@ -64,6 +64,7 @@ export class Capsule {
   #epoch: number;
 
   static {
+    pinInstanceof(this);
     branded = (x) => #state in x;
     owned = (x) => #state in x && (x as Capsule).#state === OWNED;
     take = (c) => c.#take();
@@ -146,7 +147,7 @@ export class Capsule {
     if (this.#state !== OWNED) return;
     backstop.remove(this, this.#epoch);
     this.#state = DISPOSED;
-    deleteManaged(this.#address, this.#versioned);
+    disposeExport(this.#address, this.#versioned);
   }
 
   /** Same as {@link Capsule.dispose}, for `using`. */

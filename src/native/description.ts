@@ -74,6 +74,11 @@ export class Scratch {
     return join(this.u32[U32.addressLo], this.u32[U32.addressHi]);
   }
 
+  /** The error for an element 0 address beyond 2^53 (only empty tensors have one). */
+  beyondExact(): DLPackError {
+    return beyondExact(this.u32[U32.addressLo], this.u32[U32.addressHi]);
+  }
+
   /** The native owner record's address. */
   owner(): number {
     return join(this.u32[U32.ownerLo], this.u32[U32.ownerHi]);

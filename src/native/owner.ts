@@ -80,6 +80,15 @@ export class LazyBackstop<T extends number> {
   /** The holder released its share itself (call once, after it stopped being live). */
   remove(holder: object, epoch: number): void {
     if (epoch < this.#epoch) this.#registry.unregister(holder);
+    else {
+      // Still waiting. The last one added (an import disposed right away) leaves the list now, so
+      // the list does not keep it reachable until the next flush; others are skipped by the flush.
+      const n = this.#count - 1;
+      if (n >= 0 && this.#holders[n] === holder) {
+        this.#holders[n] = undefined;
+        this.#count = n;
+      }
+    }
   }
 
   /** Registers every waiting handle that is still live. */
@@ -191,6 +200,18 @@ export function releaseOwner(owner: number): void {
   deferredCount[0] = n + 1;
   core().dlpk_owner_release(owner);
   deferredCount[0] = n;
+}
+
+/** Disposes an export of this library its JS side still holds (a capsule nobody took), journaled
+ * like {@link releaseOwner}: the struct is released as its deleter would, and a pin it held last
+ * is dropped right here instead of at the next sweep. */
+export function disposeExport(address: number, versioned: boolean): void {
+  const n = deferredCount[0];
+  deferredNumbers[n] = -(address * 2 + (versioned ? 1 : 0));
+  deferredCount[0] = n + 1;
+  const id = core().dlpk_export_dispose(address);
+  deferredCount[0] = n;
+  if (id !== 0) unpinHere(id);
 }
 
 /** Deletes a managed struct (calls its deleter), journaled like {@link releaseOwner}. */
@@ -382,8 +403,8 @@ class PinnedWithRelease {
 }
 
 /** Drops every pin whose native owner was released since the last sweep; returns how many.
- * A release callback may reenter (export, import, stats() all sweep): each batch is copied out of
- * the shared buffer first, and a callback that throws cannot stop the rest of the batch. */
+ * A release callback may reenter (export, import, stats() all sweep, reusing `drained`): callbacks
+ * run only after their batch was read, and one that throws cannot stop the rest of the batch. */
 export function sweepPins(): number {
   if (pinCount === 0 && !strayQueued) return 0;
   strayQueued = false;
@@ -392,14 +413,12 @@ export function sweepPins(): number {
   let total = 0;
   for (;;) {
     const n = lib.dlpk_pins_drain(queue, drainedAt ||= runtime().addressOf(drained), DRAINED);
-    // A copy by hand (no slice: its species is replaceable): a release callback may pin or
-    // sweep again, which reuses `drained`.
-    const ids = new Float64ArrayCtor(n);
-    for (let i = 0; i < n; i++) ids[i] = drained[i];
-    const callbacks = objectSlots<() => void>(n);
+    // Nothing in this loop calls out, so the ids are read straight from `drained`; the (rare)
+    // callbacks are collected, in a list made only when there is one, and run after it.
+    let callbacks: ((() => void) | undefined)[] | undefined;
     let count = 0;
     for (let i = 0; i < n; i++) {
-      const id = ids[i];
+      const id = drained[i];
       // Only ids this realm handed out come back; anything else is ignored.
       if (!(id > 0 && id < nextPinId)) continue;
       const entry = pinned[id];
@@ -407,11 +426,11 @@ export function sweepPins(): number {
       // A pin whose recording failed (the export then deleted its struct) was never counted.
       if (entry !== undefined) pinCount--;
       freeIds[freeCount++] = id;
-      if (entry instanceof PinnedWithRelease) callbacks[count++] = entry.onRelease;
+      if (entry instanceof PinnedWithRelease) (callbacks ??= objectSlots<() => void>(n))[count++] = entry.onRelease;
     }
     for (let i = 0; i < count; i++) {
       try {
-        callbacks[i]!();
+        callbacks![i]!();
       } catch {
         // A keepAlive's release is a notification: the memory is already given back, nothing
         // can be retried, and throwing here would surface in an unrelated call (or the timer).
@@ -419,6 +438,22 @@ export function sweepPins(): number {
     }
     total += n;
     if (n < DRAINED) return total;
+  }
+}
+
+/** Drops the pin `id`, whose native record was just freed on this thread (never queued). */
+function unpinHere(id: number): void {
+  if (!(id > 0 && id < nextPinId)) return;
+  const entry = pinned[id];
+  pinned[id] = undefined;
+  if (entry !== undefined) pinCount--;
+  freeIds[freeCount++] = id;
+  if (entry instanceof PinnedWithRelease) {
+    try {
+      entry.onRelease();
+    } catch {
+      // A notification, as in sweepPins: the memory is already given back.
+    }
   }
 }
 

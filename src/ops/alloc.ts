@@ -9,7 +9,7 @@ import { type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice } from "../facts/devices.ts";
 import { refusalError, scratch, Status, U32 } from "../native/description.ts";
 import { checkShape, cStrides, layoutOf, sizeOf } from "../facts/layout.ts";
-import { type BufferView, LIBRARY_NAME, makeView, type TypedView } from "../view/view.ts";
+import { type BufferView, LIBRARY_NAME, newView, type TypedView, viewOrigin } from "../view/view.ts";
 import { allocateCuda, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "../native/cuda_memory.ts";
 import { isCudaFamily } from "../native/cuda_driver.ts";
 import { deferredCount, deferredNumbers, releaseDeferred, retryQuietly } from "../native/owner.ts";
@@ -148,9 +148,7 @@ function contiguousView(
   nbytes: number,
 ): BufferView {
   const strides = cStrides(shape);
-  return makeView({
-    address,
-    owner,
+  const facts = {
     info,
     shape,
     strides,
@@ -160,14 +158,9 @@ function contiguousView(
     maxOffset: size === 0 ? -1 : size - 1,
     layout: layoutOf(shape, strides),
     device,
-    access: "readwrite",
-    version: null,
-    flags: 0,
-    producer: LIBRARY_NAME,
-    ownerName: LIBRARY_NAME,
-    verified: true,
-    keepAlive: undefined,
-  });
+    origin: viewOrigin(LIBRARY_NAME, LIBRARY_NAME, -1, -1, 0, true),
+  };
+  return newView(owner, address, facts, "readwrite");
 }
 
 /** Uninitialised native memory for a C-contiguous tensor (aligned, default 64 bytes). It is freed

@@ -3,17 +3,17 @@
  * `fromDLPack`.
  * @module
  */
-import { core } from "../../ffi/mod.ts";
+import { core, runtime } from "../../ffi/mod.ts";
 import { refusalError, scratch, U32 } from "../native/description.ts";
 import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
-import { BufferView, buildFromScratch, isBufferView, keepAliveOf } from "../view/view.ts";
+import { type Access, BufferView, buildFromScratch, isBufferView, keepAliveOf } from "../view/view.ts";
 import type { Owner } from "../native/owner.ts";
 import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "../native/owner.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";
-import { callWith, getPrototypeOf, ObjectPrototype } from "../facts/intrinsics.ts";
+import { callWith, floor } from "../facts/intrinsics.ts";
 import { Flag, ImportOption } from "../facts/abi.ts";
 import { type Checked, checkImported, readRequirements, type RequiredView, type Requirements } from "./requirements.ts";
 
@@ -47,6 +47,10 @@ const MAX_VERSION: readonly [number, number] = [1, 3];
 const IMPORT_VERSIONED = ImportOption.versioned;
 const IMPORT_STRICT_OFFSET = ImportOption.strictOffset;
 const READ_ONLY = Flag.readOnly;
+/** Whether the runtime's FFI hands out pointer objects (Deno), which go to native code as they are. */
+const POINTER_OBJECTS = runtime().pointerObjects;
+/** The largest integer a number holds exactly (2^53 - 1). */
+const MAX_EXACT = 9007199254740991;
 
 /**
  * Imports one managed tensor: a raw address the caller hands over, or a capsule (taken here).
@@ -120,13 +124,56 @@ export function importManaged(
   // Read without a call: from here on the tensor is owed to its producer on any exception.
   const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
   try {
-    const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
-    return buildFromScratch(scratch, owner, access, producer, "external", keepAlive);
+    return buildFromScratch(scratch, owner, accessOf(versioned), producer, "external", keepAlive);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
     retryQuietly();
     throw error;
   }
+}
+
+/** `importManaged` for a pointer object of the runtime's FFI (Deno's `PointerObject`), passed to
+ * native code as it is. Anything the runtime does not take as a pointer goes the general way. */
+function importPointer(pointer: object, versioned: boolean, strict: boolean, producer: string | null): BufferView {
+  let status: number;
+  try {
+    status = core().dlpk_import_pointer(
+      pointer,
+      (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
+      scratch.at,
+    );
+  } catch {
+    // Not a pointer object (the runtime refused it before any native code ran): nothing was taken.
+    return importManaged(toAddress(pointer, versioned ? "versioned" : "legacy"), versioned, strict, producer);
+  }
+  // A pointer object is never NULL (Deno hands out null for that), so a refusal released the tensor.
+  if (status !== 0) throw refusalError(status, scratch, true);
+  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  try {
+    return buildFromScratch(scratch, owner, accessOf(versioned), producer, "external", undefined);
+  } catch (error) {
+    deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
+}
+
+/** The access of an import libdlpack just described into the scratch. */
+function accessOf(versioned: boolean): Access {
+  return versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
+}
+
+/** Imports `{ versioned: address }` / `{ legacy: address }` (the address read once, as given). */
+function importAddress(address: unknown, versioned: boolean, strict: boolean, producer: string | null): BufferView {
+  // A plain number goes straight to native code, which refuses what cannot be a struct; the checks
+  // here only give the clearer message for what is not an address at all.
+  if (typeof address === "number" && address >= 0 && address <= MAX_EXACT && floor(address) === address) {
+    return importManaged(address, versioned, strict, producer);
+  }
+  if (POINTER_OBJECTS && typeof address === "object" && address !== null) {
+    return importPointer(address, versioned, strict, producer);
+  }
+  return importManaged(toAddress(address, versioned ? "versioned" : "legacy"), versioned, strict, producer);
 }
 
 /** @internal Takes and imports a capsule; if that fails after taking it, its struct is deleted. */
@@ -191,33 +238,27 @@ function importProvided(
 function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
   releaseDeferred();
   // Options are checked before anything is taken: on a mistake here the caller still owns src.
-  const producer = producerOf(opts);
+  const producer = opts === undefined ? null : producerOf(opts);
   if (src === null || typeof src !== "object") throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
-  // The common case first: an object literal { versioned: address } / { legacy: address }.
-  if (getPrototypeOf(src) === ObjectPrototype) {
-    const plain = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
-    const dlpack = plain.__dlpack__;
-    if (typeof dlpack === "function") return importProvided(src, dlpack as never, strict, producer);
-    if ("versioned" in plain) return importManaged(toAddress(plain.versioned, "versioned"), true, strict, producer);
-    if ("legacy" in plain) return importManaged(toAddress(plain.legacy, "legacy"), false, strict, producer);
-    throw new DLPackError("argument", `${SOURCES}, got an object with none of them`);
+  // `instanceof` first, which the JIT inlines (unlike Object.getPrototypeOf in Deno, and the
+  // brand checks, which look for a private name): an object literal is neither, and goes the
+  // common way. Both classes pin their Symbol.hasInstance, so no caller can make this lie.
+  if (!(src instanceof Capsule) && !(src instanceof BufferView)) {
+    // Each key read once: `{ versioned: address }`, `{ legacy: address }`, or a provider.
+    const source = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
+    const dlpack = source.__dlpack__;
+    if (typeof dlpack === "function") {
+      return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
+    }
+    if ("versioned" in source) return importAddress(source.versioned, true, strict, producer);
+    if ("legacy" in source) return importAddress(source.legacy, false, strict, producer);
   }
+  // The library's own objects (their prototypes possibly replaced), and impostors.
   if (isCapsule(src)) return importCapsule(src, producer, strict);
   if (isBufferView(src)) return importProvided(src, viewOps.dlpack as never, strict, producer);
-  const proto = getPrototypeOf(src);
-  if (
-    proto === Capsule.prototype || proto === BufferView.prototype || src instanceof Capsule || src instanceof BufferView
-  ) {
+  if (src instanceof Capsule || src instanceof BufferView) {
     // Object.create(Capsule.prototype) and the like: the prototype's getters would throw.
     throw new DLPackError("argument", "this object only pretends to be a Capsule or BufferView");
-  }
-  const dlpack = (src as { __dlpack__?: unknown }).__dlpack__;
-  if (typeof dlpack === "function") return importProvided(src, dlpack as never, strict, producer);
-  if ("versioned" in src) {
-    return importManaged(toAddress((src as { versioned: unknown }).versioned, "versioned"), true, strict, producer);
-  }
-  if ("legacy" in src) {
-    return importManaged(toAddress((src as { legacy: unknown }).legacy, "legacy"), false, strict, producer);
   }
   throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
 }

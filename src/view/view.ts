@@ -52,7 +52,6 @@ import { expectBigInt, expectInteger, expectNumber, readBits, typeError, writeBi
 import {
   ArrayBufferCtor,
   ceil,
-  copyNumbers,
   detach,
   floor,
   freeze,
@@ -60,6 +59,7 @@ import {
   isDetached,
   newSet,
   numbersFrom,
+  pinInstanceof,
   slots,
   toBigInt,
   typedArrayLength,
@@ -94,28 +94,42 @@ export type Tuple<T, N extends number> = number extends N ? T[] : BuildTuple<T, 
 /** Builds {@link Tuple} one element at a time. */
 export type BuildTuple<T, N extends number, R extends T[]> = R["length"] extends N ? R : BuildTuple<T, N, [...R, T]>;
 
-/** What the library records when it creates a view. */
-export interface ViewInit {
-  readonly address: number;
-  /** Native owner record holding one share for this view. */
-  readonly owner: number;
+/**
+ * @internal Rarely read facts of where a view came from, shared by every view that has the same
+ * (most imports of one producer do): nothing per view is allocated for them.
+ */
+export interface ViewOrigin {
+  /** The producer's name when known (`view.producer`). */
+  readonly producer: string | null;
+  /** "external" for imports, the library's name for its own memory (`view.owner`). */
+  readonly ownerName: string;
+  /** The producer's DLPack version; null for the legacy struct. */
+  readonly version: DLPackVersion | null;
+  /** The versioned struct's raw flag bits. */
+  readonly flags: number;
+  /** The device claim is confirmed (host memory, or the CUDA driver agreed). */
+  readonly verified: boolean;
+}
+
+/**
+ * @internal A view's immutable layout: built once, never changed, and shared by views of the same
+ * layout. `shape` and `strides` are the view's own arrays, frozen when first handed out.
+ */
+export interface ViewFacts {
   readonly info: DTypeInfo;
-  readonly shape: number[];
-  readonly strides: number[];
+  readonly shape: readonly number[];
+  /** In elements. */
+  readonly strides: readonly number[];
   readonly size: number;
+  /** Bytes of the elements (`size` x item size; packed sub-byte types round up). */
   readonly nbytes: number;
+  /** Lowest and highest element offsets from element 0 (min <= 0 <= max unless empty). */
   readonly minOffset: number;
   readonly maxOffset: number;
+  /** Layout bits (LAYOUT_C, LAYOUT_F). */
   readonly layout: number;
   readonly device: Device;
-  readonly access: Access;
-  readonly version: DLPackVersion | null;
-  readonly flags: number;
-  readonly producer: string | null;
-  readonly ownerName: string;
-  /** Verified device memory (CUDA pointer attributes), or unverified. */
-  readonly verified?: boolean;
-  readonly keepAlive?: unknown;
+  readonly origin: ViewOrigin;
 }
 
 const READ_ONLY = Flag.readOnly;
@@ -155,29 +169,7 @@ const views = new LazyBackstop<number>(
   (holder) => liveView(holder),
 );
 
-type Construct = (
-  address: number,
-  owner: number,
-  info: DTypeInfo,
-  shape: number[],
-  strides: number[],
-  size: number,
-  nbytes: number,
-  minOffset: number,
-  maxOffset: number,
-  layout: number,
-  device: Device,
-  access: Access,
-  major: number,
-  minor: number,
-  flags: number,
-  producer: string | null,
-  ownerName: string,
-  verified: boolean,
-  keepAlive: unknown,
-) => BufferView;
-
-let construct: Construct;
+let construct: (owner: number, address: number, facts: ViewFacts, access: Access, keepAlive: unknown) => BufferView;
 let derive: (base: BufferView, layout: DerivedLayout) => BufferView;
 let branded: (x: object) => boolean;
 let liveView: (x: object) => boolean;
@@ -189,19 +181,91 @@ interface Internals {
   /** The native owner record; throws "disposed" for a disposed view. */
   owner(view: BufferView): number;
   address(view: BufferView): number;
-  info(view: BufferView): DTypeInfo;
-  shape(view: BufferView): readonly number[];
-  strides(view: BufferView): readonly number[];
-  size(view: BufferView): number;
-  nbytes(view: BufferView): number;
-  layout(view: BufferView): number;
-  device(view: BufferView): Device;
+  facts(view: BufferView): ViewFacts;
   access(view: BufferView): Access;
-  flags(view: BufferView): number;
   dispose(view: BufferView): void;
   array(view: BufferView): AnyTypedArray;
   toArray(view: BufferView): AnyTypedArray;
   keepAlive(view: BufferView): Owner;
+}
+
+/**
+ * @internal The one way to make a view. It takes over one share of the native owner record `owner`
+ * (for a view derived from another, `dlpk_owner_retain` it first); if this throws, the caller still
+ * holds that share. `address` is element 0's; `facts` may be shared with other views (build it with
+ * {@link viewFacts}); `keepAlive` is a JS value kept reachable while the view lives.
+ */
+export function newView(
+  owner: number,
+  address: number,
+  facts: ViewFacts,
+  access: Access,
+  keepAlive?: unknown,
+): BufferView {
+  return construct(owner, address, facts, access, keepAlive);
+}
+
+/** @internal The facts of a view (shared, immutable: derive new ones with {@link viewFacts}). */
+export function factsOf(view: BufferView): ViewFacts {
+  return internals.facts(view);
+}
+
+let lastOrigin: ViewOrigin = freeze({ producer: null, ownerName: "", version: null, flags: 0, verified: true });
+
+/** @internal The origin record for these values: the last one made when it matches, else a new one. */
+export function viewOrigin(
+  producer: string | null,
+  ownerName: string,
+  major: number,
+  minor: number,
+  flags: number,
+  verified: boolean,
+): ViewOrigin {
+  const last = lastOrigin;
+  const version = last.version;
+  if (
+    last.producer === producer && last.ownerName === ownerName && last.flags === flags &&
+    last.verified === verified &&
+    (version === null ? major < 0 : version.major === major && version.minor === minor)
+  ) return last;
+  return lastOrigin = freeze({
+    producer,
+    ownerName,
+    version: major < 0 ? null : freeze({ major, minor }),
+    flags,
+    verified,
+  });
+}
+
+/** @internal What {@link viewFacts} takes: a view's layout (arrays the caller made and no longer
+ * changes) and where it came from. */
+export interface FactsInit {
+  readonly info: DTypeInfo;
+  readonly shape: number[];
+  readonly strides: number[];
+  readonly size: number;
+  readonly nbytes: number;
+  readonly minOffset: number;
+  readonly maxOffset: number;
+  readonly layout: number;
+  readonly device: Device;
+  readonly origin: ViewOrigin;
+}
+
+/** @internal The facts record of a layout (a fresh object: the caller's is never kept). */
+export function viewFacts(init: FactsInit): ViewFacts {
+  return {
+    info: init.info,
+    shape: init.shape,
+    strides: init.strides,
+    size: init.size,
+    nbytes: init.nbytes,
+    minOffset: init.minOffset,
+    maxOffset: init.maxOffset,
+    layout: init.layout,
+    device: init.device,
+    origin: init.origin,
+  };
 }
 
 /** @internal The native owner record of a live view (throws "disposed"). */
@@ -214,31 +278,31 @@ export function addressOf(view: BufferView): number {
 }
 /** @internal The dtype table entry. */
 export function infoOf(view: BufferView): DTypeInfo {
-  return internals.info(view);
+  return internals.facts(view).info;
 }
-/** @internal The view's own shape array (never handed out). */
+/** @internal The view's own shape array (never written). */
 export function shapeOf(view: BufferView): readonly number[] {
-  return internals.shape(view);
+  return internals.facts(view).shape;
 }
-/** @internal The view's own strides array (never handed out). */
+/** @internal The view's own strides array (never written). */
 export function stridesOf(view: BufferView): readonly number[] {
-  return internals.strides(view);
+  return internals.facts(view).strides;
 }
 /** @internal Element count. */
 export function sizeOf(view: BufferView): number {
-  return internals.size(view);
+  return internals.facts(view).size;
 }
 /** @internal Bytes of the elements. */
 export function nbytesOf(view: BufferView): number {
-  return internals.nbytes(view);
+  return internals.facts(view).nbytes;
 }
 /** @internal Layout bits (LAYOUT_C, LAYOUT_F). */
 export function layoutBitsOf(view: BufferView): number {
-  return internals.layout(view);
+  return internals.facts(view).layout;
 }
 /** @internal The device. */
 export function deviceOfView(view: BufferView): Device {
-  return internals.device(view);
+  return internals.facts(view).device;
 }
 /** @internal The access. */
 export function accessOf(view: BufferView): Access {
@@ -246,7 +310,7 @@ export function accessOf(view: BufferView): Access {
 }
 /** @internal The raw flag bits. */
 export function flagsOf(view: BufferView): number {
-  return internals.flags(view);
+  return internals.facts(view).origin.flags;
 }
 /** @internal Disposes a view (idempotent). */
 export function disposeView(view: BufferView): void {
@@ -288,33 +352,8 @@ export function deriveView(base: BufferView, layout: DerivedLayout): BufferView 
   return derive(base, layout);
 }
 
-/** Makes a view; only library modules call this. */
-export function makeView(init: ViewInit): BufferView {
-  return construct(
-    init.address,
-    init.owner,
-    init.info,
-    init.shape,
-    init.strides,
-    init.size,
-    init.nbytes,
-    init.minOffset,
-    init.maxOffset,
-    init.layout,
-    init.device,
-    init.access,
-    init.version?.major ?? -1,
-    init.version?.minor ?? -1,
-    init.flags,
-    init.producer,
-    init.ownerName,
-    init.verified ?? true,
-    init.keepAlive,
-  );
-}
-
 /**
- * Makes a view from the description a native call just wrote (the import hot path: no
+ * @internal Makes a view from the description a native call just wrote (the import hot path: no
  * intermediate objects). Its owner share passes to the view; if building fails, it is released.
  */
 export function viewFromScratch(
@@ -338,9 +377,10 @@ export function viewFromScratch(
 }
 
 /**
- * The view of the description a native call just wrote, holding `owner`. Throws only before the
- * view holds the owner (the caller then still owns it): the view's constructor registers with the
- * GC backstop as its very last step, and that step cannot throw once it has stored the view.
+ * @internal The view of the description a native call just wrote, holding `owner`. Throws only
+ * before the view holds the owner (the caller then still owns it): the view's constructor
+ * registers with the GC backstop as its very last step, and that step cannot throw once it has
+ * stored the view.
  */
 export function buildFromScratch(
   s: Scratch,
@@ -354,7 +394,66 @@ export function buildFromScratch(
   const f64 = s.f64;
   const i32 = s.i32;
   const u32 = s.u32;
-  const ndim = i32[I32.ndim];
+  const info = infoOfTriple(u32[U32.code], u32[U32.bits]);
+  if (info === undefined) throw new DLPackError("dtype", "native and TS dtype tables disagree");
+  const layout = u32[U32.layout];
+  const origin = viewOrigin(
+    producer,
+    ownerName,
+    i32[I32.major],
+    i32[I32.minor],
+    u32[U32.flags],
+    // Unless the caller knows, the native check says (CPU memory, or a claim the CUDA driver confirmed).
+    verified ?? (layout & DEVICE_VERIFIED) !== 0,
+  );
+  const device = deviceOf(i32[I32.deviceType], i32[I32.deviceId]);
+  // Element 0's address; an empty tensor may put it anywhere, beyond 2^53 too (no JS number holds
+  // that exactly), so that is refused here.
+  const hi = u32[U32.addressHi];
+  if (hi >= 0x200000) throw s.beyondExact();
+  const address = hi * 0x1_0000_0000 + u32[U32.addressLo];
+  const last = lastFacts;
+  const facts = last.info === info && last.origin === origin && last.device === device && last.layout === layout &&
+      sameLayout(last, f64, i32[I32.ndim])
+    ? last
+    : (lastFacts = factsFromScratch(f64, i32[I32.ndim], info, layout, device, origin));
+  return construct(owner, address, facts, access, keepAlive);
+}
+
+/** The facts of the last import, shared by the next one when its layout is the same: a program
+ * importing tensors of one shape over and over (batches) allocates no layout per view. */
+let lastFacts: ViewFacts = {
+  info: infoOfTriple(2, 32)!,
+  shape: [],
+  strides: [],
+  size: 1,
+  nbytes: 4,
+  minOffset: 0,
+  maxOffset: 0,
+  layout: 0,
+  device: deviceOf(1, 0),
+  origin: lastOrigin,
+};
+
+/** Whether `f` has the layout in the scratch (ranks 1 and 2 only: higher ones make new facts). */
+function sameLayout(f: ViewFacts, f64: Float64Array, ndim: number): boolean {
+  const shape = f.shape;
+  const strides = f.strides;
+  if (shape.length !== ndim || ndim > 2 || ndim < 1) return false;
+  if (shape[0] !== f64[F64.shape] || strides[0] !== f64[F64.strides]) return false;
+  if (ndim === 2 && (shape[1] !== f64[F64.shape + 1] || strides[1] !== f64[F64.strides + 1])) return false;
+  return f.size === f64[F64.size] && f.nbytes === f64[F64.nbytes] && f.minOffset === f64[F64.minOffset] &&
+    f.maxOffset === f64[F64.maxOffset];
+}
+
+function factsFromScratch(
+  f64: Float64Array,
+  ndim: number,
+  info: DTypeInfo,
+  layout: number,
+  device: Device,
+  origin: ViewOrigin,
+): ViewFacts {
   // Own elements from literals: a setter on Array.prototype never sees these values. Ranks 1 and
   // 2 are spelled out here, where the JIT sees them on the import path.
   const shape = ndim === 1
@@ -367,30 +466,18 @@ export function buildFromScratch(
     : ndim === 2
     ? [f64[F64.strides], f64[F64.strides + 1]]
     : numbersFrom(f64, F64.strides, ndim);
-  const info = infoOfTriple(u32[U32.code], u32[U32.bits]);
-  if (info === undefined) throw new DLPackError("dtype", "native and TS dtype tables disagree");
-  return construct(
-    s.address(),
-    owner,
+  return {
     info,
     shape,
     strides,
-    f64[F64.size],
-    f64[F64.nbytes],
-    f64[F64.minOffset],
-    f64[F64.maxOffset],
-    u32[U32.layout],
-    deviceOf(i32[I32.deviceType], i32[I32.deviceId]),
-    access,
-    i32[I32.major],
-    i32[I32.minor],
-    u32[U32.flags],
-    producer,
-    ownerName,
-    // Unless the caller knows, the native check says (CPU memory, or a claim the CUDA driver confirmed).
-    verified ?? (u32[U32.layout] & DEVICE_VERIFIED) !== 0,
-    keepAlive,
-  );
+    size: f64[F64.size],
+    nbytes: f64[F64.nbytes],
+    minOffset: f64[F64.minOffset],
+    maxOffset: f64[F64.maxOffset],
+    layout,
+    device,
+    origin,
+  };
 }
 
 /** Whether `x` really is a view this library made. `instanceof` is not enough: an object made with
@@ -402,77 +489,28 @@ export function isBufferView(x: unknown): x is BufferView {
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
   static {
-    // Explicit parameters: a rest/spread pair here would allocate an array per view.
-    construct = (
-      address,
-      owner,
-      info,
-      shape,
-      strides,
-      size,
-      nbytes,
-      minOffset,
-      maxOffset,
-      layout,
-      device,
-      access,
-      major,
-      minor,
-      flags,
-      producer,
-      ownerName,
-      verified,
-      keepAlive,
-    ) =>
-      new BufferView(
-        address,
-        owner,
-        info,
-        shape,
-        strides,
-        size,
-        nbytes,
-        minOffset,
-        maxOffset,
-        layout,
-        device,
-        access,
-        major,
-        minor,
-        flags,
-        producer,
-        ownerName,
-        verified,
-        keepAlive,
-      );
+    construct = (owner, address, facts, access, keepAlive) => new BufferView(owner, address, facts, access, keepAlive);
+    pinInstanceof(this);
     derive = (v, d) => {
-      v.#live();
-      const owner = v.#owner;
+      const owner = internals.owner(v);
+      const base = v.#facts;
       core().dlpk_owner_retain(owner);
       // The new reference is the new view's: if building it fails, give it back.
       try {
+        const facts = viewFacts({
+          info: base.info,
+          shape: d.shape,
+          strides: d.strides,
+          size: d.size,
+          nbytes: d.nbytes,
+          minOffset: d.minOffset,
+          maxOffset: d.maxOffset,
+          layout: d.layout,
+          device: base.device,
+          origin: base.origin,
+        });
         const access = d.readonly && v.#access === "readwrite" ? "readonly" : v.#access;
-        return new BufferView(
-          v.#address + d.byteOffset,
-          owner,
-          v.#info,
-          d.shape,
-          d.strides,
-          d.size,
-          d.nbytes,
-          d.minOffset,
-          d.maxOffset,
-          d.layout,
-          v.#device,
-          access,
-          v.#major,
-          v.#minor,
-          v.#flags,
-          v.#producer,
-          v.#ownerName,
-          v.#verified,
-          v.#keepAliveValue,
-        );
+        return new BufferView(owner, v.#address + d.byteOffset, facts, access, v.#keepAliveValue);
       } catch (error) {
         deferredNumbers[deferredCount[0]++] = owner;
         retryQuietly();
@@ -487,15 +525,8 @@ export class BufferView {
         return v.#owner;
       },
       address: (v) => v.#address,
-      info: (v) => v.#info,
-      shape: (v) => v.#shape,
-      strides: (v) => v.#strides,
-      size: (v) => v.#size,
-      nbytes: (v) => v.#nbytes,
-      layout: (v) => v.#layout,
-      device: (v) => v.#device,
+      facts: (v) => v.#facts,
       access: (v) => v.#access,
-      flags: (v) => v.#flags,
       dispose: (v) => v.#dispose(),
       array: (v) => v.#makeArray(),
       toArray: (v) => v.#toArray(),
@@ -508,72 +539,23 @@ export class BufferView {
     });
   }
 
-  #address: number;
+  /** The native owner record this view holds one share of; 0 once disposed. */
   #owner: number;
-  #info: DTypeInfo;
-  #shape: number[];
-  #strides: number[];
-  #size: number;
-  #nbytes: number;
-  #minOffset: number;
-  #maxOffset: number;
-  #layout: number;
-  #device: Device;
+  #address: number;
+  #facts: ViewFacts;
   #access: Access;
-  #major: number;
-  #minor: number;
-  #flags: number;
-  #producer: string | null;
-  #ownerName: string;
-  #verified: boolean;
   #keepAliveValue: unknown;
   #array: AnyTypedArray | undefined = undefined;
   #buffer: ArrayBuffer | undefined = undefined;
-  #publicShape: readonly number[] | undefined = undefined;
-  #publicStrides: readonly number[] | undefined = undefined;
   #share: Owner | undefined = undefined;
   #epoch: number;
 
   /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
-  private constructor(
-    address: number,
-    owner: number,
-    info: DTypeInfo,
-    shape: number[],
-    strides: number[],
-    size: number,
-    nbytes: number,
-    minOffset: number,
-    maxOffset: number,
-    layout: number,
-    device: Device,
-    access: Access,
-    major: number,
-    minor: number,
-    flags: number,
-    producer: string | null,
-    ownerName: string,
-    verified: boolean,
-    keepAlive: unknown,
-  ) {
-    this.#address = address;
+  private constructor(owner: number, address: number, facts: ViewFacts, access: Access, keepAlive: unknown) {
     this.#owner = owner;
-    this.#info = info;
-    this.#shape = shape;
-    this.#strides = strides;
-    this.#size = size;
-    this.#nbytes = nbytes;
-    this.#minOffset = minOffset;
-    this.#maxOffset = maxOffset;
-    this.#layout = layout;
-    this.#device = device;
+    this.#address = address;
+    this.#facts = facts;
     this.#access = access;
-    this.#major = major;
-    this.#minor = minor;
-    this.#flags = flags;
-    this.#producer = producer;
-    this.#ownerName = ownerName;
-    this.#verified = verified;
     this.#keepAliveValue = keepAlive;
     // Last: once the backstop holds this view, nothing here throws.
     this.#epoch = views.add(this, owner);
@@ -586,47 +568,48 @@ export class BufferView {
 
   /** The dtype name ("float32", "bfloat16", "float8_e4m3fn", "complex64", "bool", ...). */
   get dtype(): DType {
-    return this.#info.name;
+    return this.#facts.info.name;
   }
 
   /** The DLPack triple of the dtype. */
   get dl(): DLDataType {
-    return this.#info.dl;
+    return this.#facts.info.dl;
   }
 
   /** Extents per dimension. */
   get shape(): readonly number[] {
-    return this.#publicShape ??= freeze(copyNumbers(this.#shape));
+    // The view's own array, frozen once: nothing can change it, so nothing needs a copy.
+    return freeze(this.#facts.shape);
   }
 
   /** Strides in elements (computed in C order when the producer sent NULL). */
   get strides(): readonly number[] {
-    return this.#publicStrides ??= freeze(copyNumbers(this.#strides));
+    return freeze(this.#facts.strides);
   }
 
   /** Number of dimensions. */
   get ndim(): number {
-    return this.#shape.length;
+    return this.#facts.shape.length;
   }
 
   /** Number of elements. */
   get size(): number {
-    return this.#size;
+    return this.#facts.size;
   }
 
   /** Bytes of the elements themselves (`size` x item size; packed sub-byte types round up). */
   get nbytes(): number {
-    return this.#nbytes;
+    return this.#facts.nbytes;
   }
 
   /** Where the memory lives. */
   get device(): Device {
-    return this.#device;
+    return this.#facts.device;
   }
 
   /** Whether the CUDA driver confirmed the device claim (always true for host memory). */
   get verified(): boolean {
-    return this.#verified;
+    return this.#facts.origin.verified;
   }
 
   /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct. */
@@ -636,22 +619,23 @@ export class BufferView {
 
   /** "external" for imports, the library's name for memory it allocated. */
   get owner(): string {
-    return this.#ownerName;
+    return this.#facts.origin.ownerName;
   }
 
   /** The producer's name when known (e.g. "numpy.ndarray"), else null. */
   get producer(): string | null {
-    return this.#producer;
+    return this.#facts.origin.producer;
   }
 
   /** The producer's DLPack version, or null for the legacy struct. */
   get version(): DLPackVersion | null {
-    return this.#major < 0 ? null : { major: this.#major, minor: this.#minor };
+    const version = this.#facts.origin.version;
+    return version === null ? null : { major: version.major, minor: version.minor };
   }
 
   /** The versioned struct's flags (all false for legacy imports). */
   get flags(): Flags {
-    const f = this.#flags;
+    const f = this.#facts.origin.flags;
     return {
       readOnly: (f & READ_ONLY) !== 0,
       isCopied: (f & IS_COPIED) !== 0,
@@ -661,17 +645,17 @@ export class BufferView {
 
   /** Whether the elements are laid out in C (row-major) order with no gaps. */
   get cContiguous(): boolean {
-    return (this.#layout & LAYOUT_C) !== 0;
+    return (this.#facts.layout & LAYOUT_C) !== 0;
   }
 
   /** Whether the elements are laid out in Fortran (column-major) order with no gaps. */
   get fContiguous(): boolean {
-    return (this.#layout & LAYOUT_F) !== 0;
+    return (this.#facts.layout & LAYOUT_F) !== 0;
   }
 
   /** Elements from the start of `array()` to element 0 (non-zero only with negative strides). */
   get spanOffset(): number {
-    return -this.#minOffset * this.#info.slots;
+    return -this.#facts.minOffset * this.#facts.info.slots;
   }
 
   /** This view's own share of the memory. `keepAlive.retain()` gives an independent share that
@@ -720,17 +704,17 @@ export class BufferView {
 
   /** @ignore (library-internal) Strides without the defensive copy. */
   get rawStrides(): readonly number[] {
-    return this.#strides;
+    return this.#facts.strides;
   }
 
   /** @ignore (library-internal) Shape without the defensive copy. */
   get rawShape(): readonly number[] {
-    return this.#shape;
+    return this.#facts.shape;
   }
 
   /** @ignore (library-internal) The raw flag bits. */
   get flagBits(): number {
-    return this.#flags;
+    return this.#facts.origin.flags;
   }
 
   /** Whether `set` may write: "readwrite" access, or "unknown" after `assumeWritable()`. */
@@ -754,40 +738,40 @@ export class BufferView {
   #makeArray(): AnyTypedArray {
     this.#live();
     if (this.#array !== undefined) return this.#array;
-    if (this.#device.type !== "cpu" && !isHostAccessible(this.#device.type)) {
+    if (this.#facts.device.type !== "cpu" && !isHostAccessible(this.#facts.device.type)) {
       throw new DLPackError(
         "device",
         `array() needs host-accessible memory; this view is on ${
-          formatDevice(this.#device)
+          formatDevice(this.#facts.device)
         } (copy it to the host first)`,
       );
     }
-    const Ctor = this.#info.array;
-    if (this.#size === 0) return this.#array = new Ctor(new ArrayBufferCtor(0));
+    const Ctor = this.#facts.info.array;
+    if (this.#facts.size === 0) return this.#array = new Ctor(new ArrayBufferCtor(0));
     let start: number;
     let byteLength: number;
-    const bits = this.#info.bits;
+    const bits = this.#facts.info.bits;
     if (bits >= 8) {
       const bytes = bits >> 3;
-      start = this.#address + this.#minOffset * bytes;
-      byteLength = (this.#maxOffset - this.#minOffset + 1) * bytes;
+      start = this.#address + this.#facts.minOffset * bytes;
+      byteLength = (this.#facts.maxOffset - this.#facts.minOffset + 1) * bytes;
     } else {
       const slot = this.#slotBits();
-      const lo = floor((this.#minOffset * slot) / 8);
+      const lo = floor((this.#facts.minOffset * slot) / 8);
       start = this.#address + lo;
-      byteLength = ceil(((this.#maxOffset + 1) * slot) / 8) - lo;
+      byteLength = ceil(((this.#facts.maxOffset + 1) * slot) / 8) - lo;
     }
     const buffer = runtime().arrayBuffer(start, byteLength);
     new BufferLink(buffer, this);
-    const array = new Ctor(buffer, 0, floor(byteLength / this.#info.slotBytes));
+    const array = new Ctor(buffer, 0, floor(byteLength / this.#facts.info.slotBytes));
     this.#buffer = buffer;
     return this.#array = array;
   }
 
   /** Bits each element occupies in memory (padded sub-byte types take a whole byte). */
   #slotBits(): number {
-    const bits = this.#info.bits;
-    return bits < 8 && (this.#flags & SUBBYTE_PADDED) !== 0 ? 8 : bits;
+    const bits = this.#facts.info.bits;
+    return bits < 8 && (this.#facts.origin.flags & SUBBYTE_PADDED) !== 0 ? 8 : bits;
   }
 
   /** Reads one element. Indices must be integers within the shape. */
@@ -798,7 +782,7 @@ export class BufferView {
     // reads undefined without touching memory: that is checked after the read, not before.
     const first = a[at];
     if (first === undefined) this.#live();
-    switch (this.#info.kind) {
+    switch (this.#facts.info.kind) {
       case "int":
       case "float":
       case "bigint":
@@ -811,8 +795,8 @@ export class BufferView {
         return [a[at * 2] as number, a[at * 2 + 1] as number] as Complex;
       case "minifloat":
         return decodeMiniFloat(
-          this.#info.name as MiniFloatDType,
-          readBits(a as Uint8Array, at, this.#slotBits(), this.#minOffset),
+          this.#facts.info.name as MiniFloatDType,
+          readBits(a as Uint8Array, at, this.#slotBits(), this.#facts.minOffset),
         );
     }
   }
@@ -833,7 +817,7 @@ export class BufferView {
     // Writes into an array detached under the view are dropped without touching memory; refuse
     // them as get() does (a read of a live array never gives undefined).
     if (a[at] === undefined) this.#live();
-    const info = this.#info;
+    const info = this.#facts.info;
     switch (info.kind) {
       case "int":
         a[at] = expectInteger(value, info.name);
@@ -869,7 +853,7 @@ export class BufferView {
           a as Uint8Array,
           at,
           this.#slotBits(),
-          this.#minOffset,
+          this.#facts.minOffset,
           encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name)),
         );
         return;
@@ -880,15 +864,15 @@ export class BufferView {
    * (which get and set check on the array itself). */
   #position(index: readonly number[], what: string): number {
     if (this.#owner === 0) throw new DLPackError("disposed", "this view was disposed");
-    const shape = this.#shape;
+    const shape = this.#facts.shape;
     if (index.length !== shape.length) {
       throw new DLPackError(
         "shape",
         `${what}() needs ${shape.length} indices for a ${shape.length}-d view, got ${index.length}`,
       );
     }
-    const strides = this.#strides;
-    let at = -this.#minOffset;
+    const strides = this.#facts.strides;
+    let at = -this.#facts.minOffset;
     for (let d = 0; d < shape.length; d++) {
       const i: unknown = index[d];
       if (typeof i !== "number") {
@@ -917,19 +901,19 @@ export class BufferView {
   #toArray(): AnyTypedArray {
     this.#live();
     const src = this.#makeArray();
-    const info = this.#info;
+    const info = this.#facts.info;
     const packed = info.kind === "minifloat" && this.#slotBits() < 8;
     const Ctor = info.array;
     const slotCount = info.slots;
-    const out = new Ctor(new ArrayBufferCtor(this.#size * slotCount * info.slotBytes));
-    if (this.#size === 0) return out;
-    const shape = this.#shape;
-    const strides = this.#strides;
+    const out = new Ctor(new ArrayBufferCtor(this.#facts.size * slotCount * info.slotBytes));
+    if (this.#facts.size === 0) return out;
+    const shape = this.#facts.shape;
+    const strides = this.#facts.strides;
     const ndim = shape.length;
     const index = slots(ndim);
-    let at = -this.#minOffset;
-    for (let k = 0; k < this.#size; k++) {
-      if (packed) out[k] = readBits(src as Uint8Array, at, this.#slotBits(), this.#minOffset);
+    let at = -this.#facts.minOffset;
+    for (let k = 0; k < this.#facts.size; k++) {
+      if (packed) out[k] = readBits(src as Uint8Array, at, this.#slotBits(), this.#facts.minOffset);
       else if (slotCount === 2) {
         out[2 * k] = src[2 * at];
         out[2 * k + 1] = src[2 * at + 1];
@@ -982,7 +966,7 @@ export class BufferView {
       return this;
     }
     if (isArray(src)) {
-      this.#copyFromTypedArray(viewOps.flatten(this, src), this.#info.tag, opts);
+      this.#copyFromTypedArray(viewOps.flatten(this, src), this.#facts.info.tag, opts);
       return this;
     }
     const tag = typedArrayTag(src);
@@ -997,7 +981,7 @@ export class BufferView {
   }
 
   #copyFromTypedArray(src: AnyTypedArray, tag: string, opts: CopyOptions | undefined): void {
-    const info = this.#info;
+    const info = this.#facts.info;
     if (tag !== info.tag && !(tag === "Uint8ClampedArray" && info.tag === "Uint8Array")) {
       throw new DLPackError(
         "dtype",
@@ -1005,11 +989,13 @@ export class BufferView {
       );
     }
     const length = typedArrayLength(src);
-    const needed = this.#size * info.slots;
+    const needed = this.#facts.size * info.slots;
     if (length !== needed) {
       throw new DLPackError(
         "shape",
-        `copyFrom: the ${tag} has ${length} elements; this view of shape ${listText(this.#shape)} needs ${needed}`,
+        `copyFrom: the ${tag} has ${length} elements; this view of shape ${
+          listText(this.#facts.shape)
+        } needs ${needed}`,
       );
     }
     if (this.#access !== "readwrite") {
@@ -1020,17 +1006,17 @@ export class BufferView {
           : "copyFrom writes this view, whose access is unknown (legacy DLPack); call assumeWritable() if it may be written",
       );
     }
-    if (this.#size === 0) return;
-    const host = this.#device.type === "cpu" || isHostAccessible(this.#device.type);
-    if (host && (info.bits < 8 || (this.#layout & LAYOUT_C) === 0)) {
+    if (this.#facts.size === 0) return;
+    const host = this.#facts.device.type === "cpu" || isHostAccessible(this.#facts.device.type);
+    if (host && (info.bits < 8 || (this.#facts.layout & LAYOUT_C) === 0)) {
       // Sub-byte codes, or a strided destination the native copy does not scatter into.
       this.#scatter(src);
       return;
     }
     // A view over the TypedArray's own memory (pinned while it lives), then the view-to-view copy.
     const staged = info.bits < 8
-      ? viewOps.packedCodes(src as Uint8Array, info, this.#shape)
-      : viewOps.typedArrayView(src, info, this.#shape);
+      ? viewOps.packedCodes(src as Uint8Array, info, this.#facts.shape)
+      : viewOps.typedArrayView(src, info, this.#facts.shape);
     try {
       viewOps.copyInto(this, staged, opts);
     } finally {
@@ -1045,15 +1031,15 @@ export class BufferView {
   /** Writes `src` (this view's elements in C order, in the form of toArray()) into host memory. */
   #scatter(src: AnyTypedArray): void {
     const a = this.#makeArray();
-    const packed = this.#info.kind === "minifloat" && this.#slotBits() < 8;
-    const pairs = this.#info.slots === 2;
-    const shape = this.#shape;
-    const strides = this.#strides;
+    const packed = this.#facts.info.kind === "minifloat" && this.#slotBits() < 8;
+    const pairs = this.#facts.info.slots === 2;
+    const shape = this.#facts.shape;
+    const strides = this.#facts.strides;
     const ndim = shape.length;
     const index = slots(ndim);
-    let at = -this.#minOffset;
-    for (let k = 0; k < this.#size; k++) {
-      if (packed) writeBits(a as Uint8Array, at, this.#slotBits(), this.#minOffset, (src as Uint8Array)[k]);
+    let at = -this.#facts.minOffset;
+    for (let k = 0; k < this.#facts.size; k++) {
+      if (packed) writeBits(a as Uint8Array, at, this.#slotBits(), this.#facts.minOffset, (src as Uint8Array)[k]);
       else if (pairs) {
         a[2 * at] = src[2 * k];
         a[2 * at + 1] = src[2 * k + 1];
@@ -1082,7 +1068,7 @@ export class BufferView {
 
   /** `[device type code, device id]`, as the protocol's `__dlpack_device__()`. */
   __dlpack_device__(): [number, number] {
-    return [deviceCode(this.#device.type), this.#device.id];
+    return [deviceCode(this.#facts.device.type), this.#facts.device.id];
   }
 
   /**
@@ -1287,35 +1273,38 @@ export class BufferView {
    * each axis above 1000 elements, no values for device memory or a disposed view.
    */
   toJSON(): ViewJSON {
+    const facts = this.#facts;
+    const origin = facts.origin;
     return viewJSON({
-      dtype: this.#info.name,
-      shape: this.#shape,
-      strides: this.#strides,
-      device: this.#device,
+      dtype: facts.info.name,
+      shape: facts.shape as number[],
+      strides: facts.strides as number[],
+      device: facts.device,
       access: this.#access,
-      size: this.#size,
-      nbytes: this.#nbytes,
+      size: facts.size,
+      nbytes: facts.nbytes,
       address: hexAddress(this.#address),
-      owner: this.#ownerName,
-      producer: this.#producer,
-      version: this.#major < 0 ? null : { major: this.#major, minor: this.#minor },
+      owner: origin.ownerName,
+      producer: origin.producer,
+      version: origin.version === null ? null : { major: origin.version.major, minor: origin.version.minor },
       disposed: this.#owner === 0,
     });
   }
 
   #inspect(): string {
+    const own = this.#facts;
     const facts: InspectFacts = {
-      dtype: this.#info.name,
-      kind: this.#info.kind,
-      bits: this.#info.bits,
-      shape: this.#shape,
-      strides: this.#strides,
-      device: formatDevice(this.#device),
+      dtype: own.info.name,
+      kind: own.info.kind,
+      bits: own.info.bits,
+      shape: own.shape as number[],
+      strides: own.strides as number[],
+      device: formatDevice(own.device),
       access: this.#access,
       disposed: this.#owner === 0,
     };
     if (this.#owner === 0) return formatView(facts, undefined, "disposed");
-    if (this.#device.type !== "cpu" && !isHostAccessible(this.#device.type)) {
+    if (own.device.type !== "cpu" && !isHostAccessible(own.device.type)) {
       return formatView(facts, undefined, "device");
     }
     try {
@@ -1329,7 +1318,7 @@ export class BufferView {
 
   /** @ignore (library-internal) A one-line description for logs. */
   toString(): string {
-    return `BufferView(${this.#info.name}, ${listText(this.#shape)}, ${formatDevice(this.#device)}${
+    return `BufferView(${this.#facts.info.name}, ${listText(this.#facts.shape)}, ${formatDevice(this.#facts.device)}${
       this.#owner === 0 ? ", disposed" : ""
     })`;
   }

@@ -148,12 +148,31 @@ pub fn create(spec: Spec) error{OutOfMemory}!usize {
 }
 
 fn destroy(record: *Record) void {
+    if (retire(record)) |held| owner_mod.release(held);
+}
+
+/// Everything a release does to the record itself; returns the owner reference it held.
+fn retire(record: *Record) ?*owner_mod.Owner {
     if (record.cuda_event != 0) cuda.eventDestroy(record.cuda_device, record.cuda_event) catch {};
     const o = record.owner;
     poison(record);
     quarantine(record);
     stats.add(.exports, -1);
-    if (o) |held| owner_mod.release(held);
+    return o;
+}
+
+/// Releases a live export the JS side made and still holds (a capsule disposed from JS) as its
+/// deleter would, except that a pin it held the last reference to is freed at once
+/// (`owner.releaseHere`). Returns that pin's id, or 0. Does nothing unless `managed` is a live
+/// export of this library; the caller has checked that its first 64 bytes are readable.
+pub fn disposeHeld(managed: usize) u64 {
+    assert(dlpack.isManagedAddress(managed));
+    const own = recognize(managed) orelse return 0;
+    if (own.state != .live or !claim(managed)) return 0;
+    const record: *Record = @ptrFromInt(managed);
+    assert(record.versioned == @intFromBool(own.versioned));
+    const held = retire(record) orelse return 0;
+    return owner_mod.releaseHere(held);
 }
 
 fn versionedDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
@@ -208,7 +227,12 @@ var quarantine_next = std.atomic.Value(usize).init(0);
 
 fn quarantine(record: *Record) void {
     assert(@atomicLoad(u32, &record.state, .acquire) == @intFromEnum(State.released));
-    const slot = quarantine_next.fetchAdd(1, .monotonic) % quarantine_count;
+    // The cursor is advanced without a locked instruction: two threads that race may pick the same
+    // slot, which only shortens one record's stay. The exchange below is what frees each record
+    // exactly once.
+    const next = quarantine_next.load(.monotonic);
+    quarantine_next.store(next +% 1, .monotonic);
+    const slot = next % quarantine_count;
     const evicted = @atomicRmw(usize, &quarantine_ring[slot], .Xchg, @intFromPtr(record), .acq_rel);
     if (evicted == 0) return;
     assert(evicted != @intFromPtr(record));
@@ -418,6 +442,41 @@ test "an export holds its owner until the consumer calls the deleter" {
     dlpack.deleteManaged(managed, true);
     try testing.expectEqual(exports_before, stats.get(.exports));
     try testing.expectEqual(allocations_before - 1, stats.get(.allocations));
+}
+
+test "an export disposed by its JS holder frees its pin at once; a taken one is left alone" {
+    var realm: owner_mod.Realm = .{};
+    var values = [_]f32{ 1, 2 };
+    const pins_before = stats.get(.pins);
+    const exports_before = stats.get(.exports);
+    var managed: [2]usize = undefined;
+    for (&managed) |*slot| {
+        const pin = try owner_mod.createIn(&realm, .pin, 42, 8);
+        slot.* = try create(.{
+            .data = @intFromPtr(&values),
+            .device = .{ .device_type = 1, .device_id = 0 },
+            .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+            .shape = &.{2},
+            .strides = &.{1},
+            .flags = 0,
+            .versioned = true,
+            .adopt_owner = true,
+            .owner = pin,
+        });
+    }
+    try testing.expectEqual(pins_before + 2, stats.get(.pins));
+    // Freed right away: the id comes back and nothing is queued for the realm.
+    try testing.expectEqual(@as(u64, 42), disposeHeld(managed[0]));
+    var out: [4]f64 = undefined;
+    try testing.expectEqual(@as(usize, 0), owner_mod.drainRealm(&realm, &out));
+    try testing.expectEqual(@as(u64, 0), disposeHeld(managed[0]));
+    // Taken by an import: the JS holder no longer releases it.
+    try testing.expect(claim(managed[1]));
+    try testing.expectEqual(@as(u64, 0), disposeHeld(managed[1]));
+    dlpack.deleteManaged(managed[1], true);
+    try testing.expectEqual(@as(usize, 1), owner_mod.drainRealm(&realm, &out));
+    try testing.expectEqual(pins_before, stats.get(.pins));
+    try testing.expectEqual(exports_before, stats.get(.exports));
 }
 
 test "legacy exports and 0-d exports" {

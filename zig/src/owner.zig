@@ -142,11 +142,23 @@ pub fn retain(owner: *Owner) void {
     assert(previous < std.math.maxInt(u32));
 }
 
-/// Drops one reference; the last one gives the payload back.
-pub fn release(owner: *Owner) void {
+/// Drops one reference and says whether it was the last. The caller's reference is the only one
+/// when the count reads 1: no other thread holds one to retain or release with, so the count is
+/// zeroed without a read-modify-write (the common case, an import disposed by its one view, then
+/// costs no locked instruction). The acquire load orders this after every earlier release.
+fn dropReference(owner: *Owner) bool {
+    if (owner.refs.load(.acquire) == 1) {
+        owner.refs.store(0, .monotonic);
+        return true;
+    }
     const previous = owner.refs.fetchSub(1, .acq_rel);
     assert(previous > 0);
-    if (previous != 1) return;
+    return previous == 1;
+}
+
+/// Drops one reference; the last one gives the payload back.
+pub fn release(owner: *Owner) void {
+    if (!dropReference(owner)) return;
     const bytes: i64 = @intCast(owner.bytes);
     switch (owner.kind) {
         .versioned, .legacy => {
@@ -175,6 +187,25 @@ pub fn release(owner: *Owner) void {
             pushReleasedPin(owner);
         },
     }
+}
+
+/// `release` from the JS thread of a pin's own realm when JS drops the pinned object itself (a
+/// capsule disposed from JS): the last reference frees the record at once instead of queueing its
+/// id. Returns the pin's id then, else 0 (references remain, it is not a pin, or it is shared with
+/// another realm: those go the usual way).
+pub fn releaseHere(owner: *Owner) u64 {
+    if (owner.kind != .pin or owner.shared_token != 0) {
+        release(owner);
+        return 0;
+    }
+    if (!dropReference(owner)) return 0;
+    assert(owner.next == null);
+    const id = owner.payload;
+    assert(id != 0);
+    stats.add(.pins, -1);
+    stats.add(.pinned_bytes, -@as(i64, @intCast(owner.bytes)));
+    memory.destroy(owner);
+    return id;
 }
 
 /// The released-pins stack of a realm: a Treiber stack whose pushes come from deleters on any

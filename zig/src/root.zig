@@ -93,6 +93,18 @@ export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 
     const managed = abi.addressFromF64(managed_address) orelse {
         return code(out.refuse(.bad_address, abi.detail_dim.none, 0, 0));
     };
+    return importAt(managed, options, out);
+}
+
+/// `dlpk_import` for an address the runtime's FFI hands out as a pointer object (Deno's
+/// `PointerObject`): the runtime passes the pointer itself, so JS never converts it to a number.
+/// Every check of `dlpk_import` applies: the pointer is only an address.
+export fn dlpk_import_pointer(managed: ?*anyopaque, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    return importAt(@intFromPtr(managed), options, out);
+}
+
+fn importAt(managed: usize, options: u32, out: *Description) i32 {
     const versioned = options & import_option.versioned != 0;
     const keep = options & import_option.keep_on_refusal != 0;
     var own: ?exports.Own = null;
@@ -234,6 +246,17 @@ fn deleteChecked(managed: usize, versioned: bool) bool {
     }
     dlpack.deleteManaged(managed, versioned);
     return true;
+}
+
+/// Disposes an export of this library that its JS side made and never handed out (a capsule
+/// disposed from JS): the struct is released as its deleter would, and a pin it held the last
+/// reference to is freed at once. Returns that pin's id (JS then drops the pinned object itself)
+/// or 0; does nothing for anything but a live export of this library.
+export fn dlpk_export_dispose(managed_address: f64) f64 {
+    const managed = abi.addressFromF64(managed_address) orelse return 0;
+    if (!isStruct(managed)) return 0;
+    if (!mappings.readable(managed, @sizeOf(dlpack.ManagedTensorVersioned))) return 0;
+    return @floatFromInt(exports.disposeHeld(managed));
 }
 
 /// Whether `managed` was made by `dlpk_export` (1) or not (0).

@@ -1,0 +1,159 @@
+// The view's shape: layout facts built once and shared between views of one layout, derived views
+// made through the one construction function, and addresses in the form each runtime's FFI hands
+// them out (a Deno.PointerObject goes to native code as it is).
+import assert from "node:assert/strict";
+import { BufferView, Capsule, exportDLPack, exportDLPackLegacy, importDLPack, stats, zeros } from "../../mod.ts";
+import { realmAddress } from "../../src/native/owner.ts";
+import { core, runtime } from "../../ffi/mod.ts";
+import { addressOf, factsOf, newView, ownerOf } from "../../src/view/view.ts";
+import { deleted, make } from "../support/producer.ts";
+import { test } from "../support/harness.ts";
+import { live, refused } from "../support/assertions.ts";
+
+/** The address as this runtime's FFI returns it from a C function: a pointer object in Deno. */
+function asFfiReturns(address: number): unknown {
+  return runtime().pointerObjects ? Deno.UnsafePointer.create(BigInt(address)) : address;
+}
+
+function filled(shape: number[], strides?: number[]) {
+  const made = make({ shape, strides, dtype: "float32" });
+  const n = strides === undefined ? shape.reduce((a, b) => a * b, 1) : 1 +
+    shape.reduce((a, e, d) => a + (e - 1) * strides[d], 0);
+  const values = new Float32Array(made.bytes(n * 4).buffer);
+  for (let i = 0; i < n; i++) values[i] = i;
+  return made;
+}
+
+test("import of an address as the runtime's FFI returns it (Deno pointer object, Bun number)", () => {
+  const before = deleted();
+  const alive = live();
+  for (const versioned of [true, false]) {
+    const made = make({ shape: [3], versioned });
+    const pointer = asFfiReturns(made.address);
+    const view = importDLPack((versioned ? { versioned: pointer } : { legacy: pointer }) as { versioned: number });
+    assert.equal(view.address, BigInt(made.data));
+    assert.deepEqual(view.shape, [3]);
+    assert.equal(view.access, versioned ? "readwrite" : "unknown");
+    view.dispose();
+  }
+  assert.equal(deleted(), before + 2, "each deleter once");
+  // A refused tensor behind a pointer object goes back to its producer once, as with a number.
+  const bad = make({ shape: [2], dtype: { code: 3, bits: 8, lanes: 1 } });
+  refused(() => importDLPack({ versioned: asFfiReturns(bad.address) as number }), "dtype");
+  assert.equal(deleted(), before + 3);
+  assert.deepEqual(live(), alive);
+});
+
+test("objects that are not pointers are refused as addresses, nothing read or called", () => {
+  const before = deleted();
+  const made = make({ shape: [2] });
+  const fakes: Record<string, unknown> = {
+    "empty object": {},
+    "a Proxy around a pointer": runtime().pointerObjects ? new Proxy(asFfiReturns(made.address) as object, {}) : {},
+    "a TypedArray": new Float64Array([made.address]),
+    "an array": [made.address],
+  };
+  for (const [name, fake] of Object.entries(fakes)) {
+    refused(() => importDLPack({ versioned: fake as number }), "null_data", name);
+    refused(() => importDLPack({ legacy: fake as number }), "null_data", name);
+  }
+  // A pointer object at an address that cannot be a struct: refused before anything is read.
+  refused(() => importDLPack({ versioned: asFfiReturns(made.address + 4) as number }), "null_data");
+  assert.equal(deleted(), before);
+  importDLPack(made.source).dispose();
+  assert.equal(deleted(), before + 1);
+});
+
+test("views of one layout share their facts; every other layout gets its own", () => {
+  const cases: [number[], number[] | undefined][] = [
+    [[2, 3], undefined],
+    [[2, 3], undefined],
+    [[3, 2], undefined],
+    [[2, 3], [1, 2]],
+    [[6], undefined],
+    [[6], [2]],
+    [[2, 1, 3], undefined],
+  ];
+  const views = cases.map(([shape, strides]) => importDLPack(filled(shape, strides).source));
+  assert.equal(factsOf(views[0]), factsOf(views[1]), "the same layout twice: one facts record");
+  for (let i = 0; i < cases.length; i++) {
+    const [shape, strides] = cases[i];
+    const v = views[i];
+    assert.deepEqual(v.shape, shape);
+    assert.deepEqual(v.strides, strides ?? (shape.length === 2 ? [shape[1], 1] : shape.length === 1 ? [1] : [3, 3, 1]));
+    assert.ok(Object.isFrozen(v.shape) && Object.isFrozen(v.strides));
+    assert.equal(v.shape, v.shape, "built once");
+    assert.equal(v.cContiguous, strides === undefined);
+    // Element values through the view's own layout.
+    const last = shape.map((e) => e - 1);
+    const expected = last.reduce((a, e, d) => a + e * (strides ?? v.strides)[d], 0);
+    assert.equal(v.get(...last), expected);
+  }
+  for (const v of views) v.dispose();
+  // An import after a disposal still reads its own layout.
+  using again = importDLPack(filled([3, 2]).source);
+  assert.deepEqual([again.shape, again.strides], [[3, 2], [2, 1]]);
+});
+
+test("newView: a derived view shares the owner share by share, the deleter runs once after both", () => {
+  const before = deleted();
+  const base = importDLPack(filled([4]).source);
+  const owner = ownerOf(base);
+  core().dlpk_owner_retain(owner);
+  const facts = factsOf(base);
+  const derived = newView(owner, addressOf(base) + 4, { ...facts, shape: [3], size: 3, nbytes: 12 }, "readonly");
+  base.dispose();
+  assert.equal(deleted(), before, "the derived view keeps the memory");
+  assert.deepEqual([derived.get(0), derived.get(2), derived.access], [1, 3, "readonly"]);
+  derived.dispose();
+  assert.equal(deleted(), before + 1);
+});
+
+test("library allocations and exports keep their facts through an import", () => {
+  using z = zeros([2, 2], "float64");
+  z.set(5, 1, 1);
+  using back = importDLPack(exportDLPack(z));
+  assert.deepEqual([back.shape, back.owner, z.owner, back.get(1, 1)], [[2, 2], "external", "dlpack-ts", 5]);
+  assert.equal(back.version?.major, 1);
+  assert.equal(z.version, null);
+});
+
+test("instanceof cannot be made to lie about the library's classes: impostors stay refused", () => {
+  for (const ctor of [Capsule, BufferView]) {
+    assert.throws(() => Object.defineProperty(ctor, Symbol.hasInstance, { value: () => false }), TypeError);
+    assert.throws(() => {
+      (ctor as unknown as Record<symbol, unknown>)[Symbol.hasInstance] = () => false;
+    }, TypeError);
+  }
+  const forged = { capsule: Object.create(Capsule.prototype), view: Object.create(BufferView.prototype) };
+  for (const [name, src] of Object.entries(forged)) refused(() => importDLPack(src), "argument", name);
+  // The library's own objects whose prototype a caller replaced are still recognised by their brand.
+  const before = live();
+  const capsule = exportDLPack(new Float32Array(2));
+  Object.setPrototypeOf(capsule, Object.prototype);
+  const view = importDLPack(capsule);
+  assert.deepEqual(view.shape, [2]);
+  Object.setPrototypeOf(view, null);
+  const again = importDLPack(view as BufferView);
+  assert.deepEqual(again.shape, [2]);
+  again.dispose();
+  BufferView.prototype.dispose.call(view);
+  assert.deepEqual(live(), before);
+});
+
+test("a capsule disposed from JS frees its struct and its pin at once (nothing queued for a sweep)", () => {
+  const before = live();
+  const arrays = Array.from({ length: 10 }, (_, k) => new Float64Array([k, k + 1]));
+  const capsules = arrays.map((a, k) => (k % 2 === 0 ? exportDLPack(a) : exportDLPackLegacy(a)));
+  assert.equal(stats().pinned, before.pinned + 10);
+  for (const c of capsules) c.dispose();
+  const drained = new Float64Array(16);
+  assert.equal(core().dlpk_pins_drain(realmAddress(), runtime().addressOf(drained), 16), 0, "no id queued");
+  assert.deepEqual(live(), before);
+  // The ids are free again: later exports pin and release as before.
+  const again = arrays.map((a) => exportDLPack(a));
+  const views = again.map((c) => importDLPack(c));
+  assert.deepEqual(views.map((v) => v.get(1)), arrays.map((_, k) => k + 1));
+  for (const v of views) v.dispose();
+  assert.deepEqual(live(), before);
+});
