@@ -18,7 +18,7 @@ import type {
   ScalarOf,
 } from "../facts/dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice, isHostAccessible } from "../facts/devices.ts";
-import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
+import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat } from "../facts/scalars.ts";
 import {
   deferredCount,
   deferredNumbers,
@@ -48,7 +48,7 @@ import {
   viewJSON,
 } from "./inspect.ts";
 import type { SliceItem } from "../facts/shape.ts";
-import { expectBigInt, expectInteger, expectNumber, readBits, typeError, writeBits } from "./codec.ts";
+import { encodeElement, expectNumber, readBits, writeBits } from "./codec.ts";
 import {
   ArrayBufferCtor,
   ceil,
@@ -818,46 +818,13 @@ export class BufferView {
     // them as get() does (a read of a live array never gives undefined).
     if (a[at] === undefined) this.#live();
     const info = this.#facts.info;
-    switch (info.kind) {
-      case "int":
-        a[at] = expectInteger(value, info.name);
-        return;
-      case "float":
-        a[at] = expectNumber(value, info.name);
-        return;
-      case "bigint":
-        a[at] = expectBigInt(value, info.name);
-        return;
-      case "bool":
-        if (typeof value !== "boolean") throw typeError(info.name, "a boolean", value);
-        a[at] = value ? 1 : 0;
-        return;
-      case "bfloat16":
-        a[at] = numberToBfloat16(expectNumber(value, info.name));
-        return;
-      case "complex": {
-        // Each part read once: a getter returning a number first and an object later gains nothing.
-        if (!isArray(value)) throw typeError(info.name, "[real, imaginary]", value);
-        const length: unknown = value.length;
-        const re: unknown = value[0];
-        const im: unknown = value[1];
-        if (length !== 2 || typeof re !== "number" || typeof im !== "number") {
-          throw typeError(info.name, "[real, imaginary]", value);
-        }
-        a[at * 2] = re;
-        a[at * 2 + 1] = im;
-        return;
-      }
-      case "minifloat":
-        writeBits(
-          a as Uint8Array,
-          at,
-          this.#slotBits(),
-          this.#facts.minOffset,
-          encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name)),
-        );
-        return;
+    if (info.kind === "minifloat") {
+      // Packed: the code goes into its bits, not a whole array slot.
+      const code = encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name));
+      writeBits(a as Uint8Array, at, this.#slotBits(), this.#facts.minOffset, code);
+      return;
     }
+    encodeElement(info, value, a, at);
   }
 
   /** The element position in `array()` units for an index, after every check but detachment
