@@ -42,7 +42,7 @@ export const symbols = {
   dlpk_py_none: { args: [], returns: "usize" },
   dlpk_py_take_error: { args: ["buffer", "u32"], returns: "i32" },
   dlpk_py_consume: { args: ["f64", "u32", "f64"], returns: "i32" },
-  dlpk_py_install: { args: ["f64", "f64", "f64"], returns: "i32" },
+  dlpk_py_install: { args: ["f64"], returns: "i32" },
   dlpk_py_attach_thread: { args: [], returns: "i32" },
   dlpk_py_decref: { args: ["f64"], returns: "void" },
   dlpk_py_call1: { args: ["f64", "f64"], returns: "f64" },

@@ -34,10 +34,8 @@ export interface BridgeState {
   readonly capi: Bound<PythonSymbols>;
   readonly install: PythonInstall;
   readonly none: number;
-  readonly capsuleOf: number;
   readonly interfaceJson: number;
   readonly toJson: number;
-  readonly makeTensor: number;
   readonly initializedHere: boolean;
 }
 
@@ -139,13 +137,11 @@ function start(library: string | undefined): BridgeState {
     const attr = (name: string) => check(capi.PyObject_GetAttrString(module, cString(name)), name);
     const s: BridgeState = {
       ...partial,
-      capsuleOf: attr("_capsule_of"),
       interfaceJson: attr("_interface_json"),
       toJson: attr("_to_json"),
-      makeTensor: attr("_make_tensor"),
     };
-    // Native builtins for DLPackTensor, and the objects the native fast paths call.
-    if (lib.dlpk_py_install(module, s.capsuleOf, s.makeTensor) !== 0) throw pythonError("installing dlpack_ts");
+    // DLPackTensor (a type written in C) and the natives, on the helper module.
+    if (lib.dlpk_py_install(module) !== 0) throw pythonError("installing dlpack_ts");
     const extend = attr("_extend_path");
     const args = toPythonTuple(s, [install.path, install.executable ?? null]);
     capi.Py_DecRef(check(capi.PyObject_Call(extend, args, 0), "dlpack_ts._extend_path"));

@@ -9,7 +9,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 10;
+pub const version: u32 = 11;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -25,13 +25,6 @@ pub const export_option = struct {
     pub const versioned: u32 = 1 << 0;
     /// The export takes over the caller's owner reference instead of adding one.
     pub const adopt_owner: u32 = 1 << 1;
-};
-
-/// The flags of the capsules `_native_capsule(holder, flags)` makes (the Python helper passes
-/// them).
-pub const capsule_flag = struct {
-    pub const versioned: u32 = 1 << 0;
-    pub const copy: u32 = 1 << 1;
 };
 
 /// Status codes crossing the ABI (imports, exports, allocations, copies). The TS side maps each

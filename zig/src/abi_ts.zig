@@ -81,8 +81,6 @@ const entries = .{
         "`dlpk_py_consume` and `dlpk_py_from`." },
     .{ "ExportOption", abi.export_option, "Option bits of `dlpk_export` and " ++
         "`dlpk_export_buffer`." },
-    .{ "CapsuleFlag", abi.capsule_flag, "Flag bits of the capsules `_native_capsule(holder, " ++
-        "flags)` makes." },
     .{ "Flag", dlpack.flag, "The bits of a versioned managed tensor's `flags`." },
     .{ "FLAGS_KNOWN", dlpack.flags_known, "Every flag bit DLPack 1.3 defines; others are " ++
         "refused." },
