@@ -44,6 +44,8 @@ export const symbols = {
   dlpk_py_consume: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_py_install: { args: ["f64"], returns: "i32" },
   dlpk_py_attach_thread: { args: [], returns: "i32" },
+  dlpk_py_burst: { args: [], returns: "i32" },
+  dlpk_py_burst_end: { args: [], returns: "void" },
   dlpk_py_decref: { args: ["f64"], returns: "void" },
   dlpk_py_call1: { args: ["f64", "f64"], returns: "f64" },
   dlpk_py_wrap: { args: ["f64", "u32"], returns: "f64" },

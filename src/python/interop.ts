@@ -22,6 +22,7 @@ import {
   check,
   foreignHandle,
   handleOf,
+  holdGil,
   INTERNAL,
   isPyObject,
   isPython,
@@ -191,6 +192,7 @@ export function fromPython(
     handle = foreignHandle(obj, "fromPython()'s object");
   }
   const o = opts === undefined || opts === null ? DEFAULT_OPTIONS : fromOptions(opts);
+  holdGil();
   // One native call: the negotiation in dlpack_ts._capsule_of, then the capsule checks and import.
   const status = core().dlpk_py_from(
     handle,
@@ -274,13 +276,19 @@ function nameAt(): number {
   return nameAddress ||= runtime().addressOf(nameBuffer);
 }
 
-/** The producer name the native call wrote (the same few names recur: reuse the last string). */
+/** The producer name the native call wrote (the same few names recur: reuse the last string,
+ * compared byte by byte without allocating). */
 function producerName(): string {
-  const end = nameBuffer.indexOf(0);
-  const bytes = nameBuffer.subarray(0, end < 0 ? NAME_BYTES : end);
-  if (bytes.length === lastNameBytes.length && bytes.every((b, i) => b === lastNameBytes[i])) return lastName;
-  lastNameBytes = bytes.slice();
-  return lastName = decoder.decode(bytes);
+  const found = nameBuffer.indexOf(0);
+  const n = found < 0 ? NAME_BYTES : found;
+  const last = lastNameBytes;
+  if (n === last.length) {
+    let i = 0;
+    while (i < n && nameBuffer[i] === last[i]) i++;
+    if (i === n) return lastName;
+  }
+  lastNameBytes = nameBuffer.slice(0, n);
+  return lastName = decoder.decode(lastNameBytes);
 }
 
 /** Objects with only `__array_interface__`: read its fields, keep the object alive. */
@@ -349,6 +357,7 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
   const capsule = exportDLPack(x, opts);
   const template = takeCapsule(capsule);
   let made = 0;
+  holdGil();
   try {
     // One native call makes the DLPackTensor, or the `as` type's tensor (it takes the GIL
     // itself); from then on the Python object owns the template.

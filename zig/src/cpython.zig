@@ -126,6 +126,8 @@ pub const Api = struct {
     PyExc_MemoryError: **PyObject,
     PyType_Type: *PyObject,
     PyCapsule_Type: *PyObject,
+    PyLong_Type: *PyObject,
+    PyLong_AsLongLong: *const fn (*PyObject) callconv(.c) c_longlong,
     PyExc_AttributeError: **PyObject,
     PyExc_IndexError: **PyObject,
     PyType_FromSpec: *const fn (*const TypeSpec) callconv(.c) ?*PyObject,
@@ -357,4 +359,55 @@ pub fn reprInto(a: Api, object: *PyObject, out: []u8) []const u8 {
     };
     defer a.Py_DecRef(text);
     return out[0..appendUnicode(a, out, text)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bursts: a JS thread keeps the GIL from its first bridge call of a synchronous run of JS to the
+// end of that run (the JS side ends it in a microtask), so the calls in between nest cheaply in
+// PyGILState instead of taking and dropping the GIL each. A thread that exits in a burst (a
+// terminated Worker) lets go of the GIL in a thread-exit destructor, so Python is not left locked.
+
+const burst_exit_hook = builtin.os.tag != .windows and builtin.link_libc;
+var burst_key: if (burst_exit_hook) std.c.pthread_key_t else void = undefined;
+var burst_key_once = std.once(makeBurstKey);
+var burst_key_ready: bool = false;
+/// The PyGILState of this thread's burst, or null outside one.
+threadlocal var burst_state: ?c_int = null;
+
+fn makeBurstKey() void {
+    if (!burst_exit_hook) return;
+    burst_key_ready = std.c.pthread_key_create(&burst_key, burstThreadExited) == .SUCCESS;
+}
+
+/// The key's value is the burst's PyGILState + 1 (never NULL while a burst is open).
+fn burstThreadExited(value: *anyopaque) callconv(.c) void {
+    const a = api orelse return;
+    const state: c_int = @intCast(@intFromPtr(value) - 1);
+    a.PyGILState_Release(state);
+}
+
+/// Opens a burst on this thread: true when it took the GIL now (the caller ends it later with
+/// `endBurst`), false when one is open already.
+pub fn beginBurst() error{NotLoaded}!bool {
+    const a = api orelse return error.NotLoaded;
+    if (burst_state != null) return false;
+    const state = a.PyGILState_Ensure();
+    burst_state = state;
+    if (burst_exit_hook) {
+        burst_key_once.call();
+        if (burst_key_ready) {
+            const value: usize = @as(usize, @intCast(state)) + 1;
+            _ = std.c.pthread_setspecific(burst_key, @ptrFromInt(value));
+        }
+    }
+    return true;
+}
+
+/// Ends this thread's burst (nothing when none is open).
+pub fn endBurst() void {
+    const a = api orelse return;
+    const state = burst_state orelse return;
+    burst_state = null;
+    if (burst_exit_hook and burst_key_ready) _ = std.c.pthread_setspecific(burst_key, null);
+    a.PyGILState_Release(state);
 }

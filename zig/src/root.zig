@@ -464,6 +464,18 @@ export fn dlpk_py_attach_thread() i32 {
     return 0;
 }
 
+/// Opens a GIL burst on this thread (see cpython.beginBurst): 1 when the GIL was taken now (end it
+/// with `dlpk_py_burst_end`), 0 when a burst is open already, 16 before `dlpk_py_load`.
+export fn dlpk_py_burst() i32 {
+    const began = cpython.beginBurst() catch return pythonStatus(.not_loaded);
+    return @intFromBool(began);
+}
+
+/// Ends this thread's GIL burst.
+export fn dlpk_py_burst_end() void {
+    cpython.endBurst();
+}
+
 /// Drops one reference (takes the GIL).
 export fn dlpk_py_decref(handle: f64) void {
     const h = abi.addressFromF64(handle) orelse return;

@@ -389,36 +389,39 @@ fn parseRequest(
         return false;
     }
     const names = kwnames orelse return true;
-    const k = keywords.?;
     const count: usize = @intCast(a.PyTuple_Size(names));
     for (0..count) |i| {
         const name = a.PyTuple_GetItem(names, @intCast(i)).?;
-        const value = args[i];
-        const slot = if (same(a, name, k.stream))
-            &request.stream
-        else if (same(a, name, k.max_version))
-            &request.max_version
-        else if (same(a, name, k.dl_device))
-            &request.dl_device
-        else if (same(a, name, k.copy))
-            &request.copy
-        else {
+        const slot = keywordSlot(a, name, request) orelse {
             var text: [128]u8 = undefined;
             _ = cpython.raise(a, a.PyExc_TypeError.*, "__dlpack__() got an unexpected keyword " ++
                 "argument {s}", .{cpython.reprInto(a, name, &text)});
             return false;
         };
+        const value = args[i];
         slot.* = if (value == a._Py_NoneStruct) null else value;
     }
     return true;
 }
 
-/// Keyword names are interned strings almost always; equal strings that are not still match.
-fn same(a: Api, name: *PyObject, interned: *PyObject) bool {
-    if (name == interned) return true;
-    const equal = a.PyObject_RichCompareBool(name, interned, cpython.compare_eq);
-    if (equal < 0) a.PyErr_Clear();
-    return equal > 0;
+/// Where the keyword `name` goes. Callers pass interned names nearly always (numpy, torch and
+/// Python code do): they match by identity; equal strings that are not interned still match.
+fn keywordSlot(a: Api, name: *PyObject, request: *Request) ?*?*PyObject {
+    const k = keywords.?;
+    const names = [_]*PyObject{ k.stream, k.max_version, k.dl_device, k.copy };
+    const targets = [_]*?*PyObject{
+        &request.stream,
+        &request.max_version,
+        &request.dl_device,
+        &request.copy,
+    };
+    for (names, targets) |known, slot| if (name == known) return slot;
+    for (names, targets) |known, slot| {
+        const equal = a.PyObject_RichCompareBool(name, known, cpython.compare_eq);
+        if (equal < 0) a.PyErr_Clear();
+        if (equal > 0) return slot;
+    }
+    return null;
 }
 
 /// `dl_device`, when given, must be where the data is: false with a BufferError otherwise.
@@ -484,6 +487,15 @@ fn wantsVersioned(a: Api, max_version: ?*PyObject) ?bool {
         return null;
     }
     const major = a.PyTuple_GetItem(tuple, 0).?;
+    if (a.PyObject_Type(major)) |kind| {
+        a.Py_DecRef(kind); // `major` holds its type
+        // An exact int that fits a long long (every real version): no rich comparison needed.
+        if (kind == a.PyLong_Type) {
+            const value = a.PyLong_AsLongLong(major);
+            if (a.PyErr_Occurred() == null) return value >= 1;
+            a.PyErr_Clear();
+        }
+    }
     const at_least = a.PyObject_RichCompareBool(major, keywords.?.one, cpython.compare_ge);
     if (at_least < 0) return null;
     return at_least > 0;
