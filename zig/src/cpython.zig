@@ -127,6 +127,8 @@ pub const Api = struct {
     PyType_Type: *PyObject,
     PyCapsule_Type: *PyObject,
     PyLong_Type: *PyObject,
+    PyGILState_GetThisThreadState: *const fn () callconv(.c) ?*anyopaque,
+    PyEval_ReleaseThread: *const fn (*anyopaque) callconv(.c) void,
     PyLong_AsLongLong: *const fn (*PyObject) callconv(.c) c_longlong,
     PyExc_AttributeError: **PyObject,
     PyExc_IndexError: **PyObject,
@@ -379,11 +381,12 @@ fn makeBurstKey() void {
     burst_key_ready = std.c.pthread_key_create(&burst_key, burstThreadExited) == .SUCCESS;
 }
 
-/// The key's value is the burst's PyGILState + 1 (never NULL while a burst is open).
+/// The key's value is the thread state that holds the GIL in the burst. Python's own thread-local
+/// keys may already be cleared when this runs (glibc clears keys in creation order), so the GIL is
+/// released from the thread state itself, not through PyGILState.
 fn burstThreadExited(value: *anyopaque) callconv(.c) void {
     const a = api orelse return;
-    const state: c_int = @intCast(@intFromPtr(value) - 1);
-    a.PyGILState_Release(state);
+    a.PyEval_ReleaseThread(value);
 }
 
 /// Opens a burst on this thread: true when it took the GIL now (the caller ends it later with
@@ -396,8 +399,9 @@ pub fn beginBurst() error{NotLoaded}!bool {
     if (burst_exit_hook) {
         burst_key_once.call();
         if (burst_key_ready) {
-            const value: usize = @as(usize, @intCast(state)) + 1;
-            _ = std.c.pthread_setspecific(burst_key, @ptrFromInt(value));
+            // Never null while the GIL is held through PyGILState.
+            const thread_state = a.PyGILState_GetThisThreadState().?;
+            _ = std.c.pthread_setspecific(burst_key, thread_state);
         }
     }
     return true;
