@@ -92,6 +92,14 @@ export const PythonStatus = {
   raised: 41,
 } as const;
 
+/** Results of `dlpk_py_check_object`: 0, or the part of a `{ handle }` object that is not in readable memory. */
+export const ObjectCheck = {
+  ok: 0,
+  header: 1,
+  typeObject: 2,
+  metatype: 3,
+} as const;
+
 /** Negative statuses of the CUDA calls; a positive status is the driver's CUresult. */
 export const CudaStatus = {
   unavailable: -1,

@@ -8,6 +8,7 @@ import { core, openLibrary, runtime } from "../../ffi/mod.ts";
 import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
 import type { Bound } from "../../ffi/types.ts";
 import { DLPackError, shown as shownValue } from "../facts/errors.ts";
+import { ObjectCheck, PythonStatus } from "../facts/abi.ts";
 import { LazyBackstop } from "../native/owner.ts";
 import { toAddress } from "../native/address.ts";
 import { callWith, isArray, isSafeInt, toBigInt, typedArrayLength } from "../facts/intrinsics.ts";
@@ -269,15 +270,18 @@ export function foreignHandle(value: unknown, what: string): number {
   return h;
 }
 
-const OBJECT_PARTS = ["", "its object header", "its type object", "the type of its type"];
-const STATUS_NOT_LOADED = 16;
-
 /** The refusal of a `{ handle }` that is not a readable Python object. */
 function foreignRefusal(checked: number, h: number, what: string): DLPackError {
-  if (checked === STATUS_NOT_LOADED) {
+  if (checked === PythonStatus.notLoaded) {
     return new DLPackError("python", "no Python bridge is open: call openPython() first");
   }
-  const part = checked > 0 && checked < OBJECT_PARTS.length ? OBJECT_PARTS[checked] : "the handle";
+  const part = checked === ObjectCheck.header
+    ? "its object header"
+    : checked === ObjectCheck.typeObject
+    ? "its type object"
+    : checked === ObjectCheck.metatype
+    ? "the type of its type"
+    : "the handle";
   return new DLPackError(
     "argument",
     `${what}'s handle 0x${h.toString(16)} is not a Python object: ${part} is not in readable memory`,

@@ -6,7 +6,7 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
-import { Flag, PythonStatus } from "../facts/abi.ts";
+import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, Flag, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
 import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
@@ -54,8 +54,6 @@ const STATUS_CONSUMED = PythonStatus.consumed;
 const STATUS_CAPSULE_NAME = PythonStatus.capsuleName;
 const STATUS_INTERFACE = PythonStatus.arrayInterface;
 const STATUS_RAISED = PythonStatus.raised;
-/** `detail_limit` of a description filled through a producer's C exchange table (exchange.zig). */
-const EXCHANGE_MARK = 0x4558n;
 const READ_ONLY = Flag.readOnly;
 const INT32_MAX = 0x7fff_ffff;
 const isView = ArrayBuffer.isView;
@@ -260,9 +258,10 @@ export function fromPython(
   }
 }
 
-/** CUDA, CUDAHost and CUDAManaged device codes. */
+/** Whether a device code is one the CUDA driver manages (CUDA, CUDAHost, CUDAManaged). */
 function isCudaFamilyCode(code: number): boolean {
-  return code === 2 || code === 3 || code === 13;
+  for (let i = 0; i < CUDA_DEVICE_TYPES.length; i++) if (CUDA_DEVICE_TYPES[i] === code) return true;
+  return false;
 }
 
 const NAME_BYTES = 256;

@@ -83,6 +83,18 @@ pub const PythonStatus = enum(i32) {
     raised = 41,
 };
 
+/// Results of `dlpk_py_check_object`: whether a `PyObject*` that did not come from the bridge can
+/// be dereferenced, or which part of it is not in readable memory.
+pub const ObjectCheck = enum(i32) {
+    ok = 0,
+    /// The object's header.
+    header = 1,
+    /// Its type object.
+    type_object = 2,
+    /// A type in the chain of its metatypes.
+    metatype = 3,
+};
+
 /// Library statuses of the CUDA calls; a positive status is the driver's CUresult.
 pub const CudaStatus = enum(i32) {
     /// No usable driver (`dlpk_cuda_reason` says why).

@@ -372,11 +372,11 @@ fn negotiationArgs(a: Api, object: *PyObject, options: FromOptions) ?*PyObject {
 // Handles that did not come from this bridge (`{ handle }` objects): checked before the first
 // dereference, against the same table of mappings the imports use.
 
-/// Results of `checkObject`: dereferenceable, or which part is not.
-pub const object_ok: i32 = 0;
-pub const object_header: i32 = 1;
-pub const object_type: i32 = 2;
-pub const object_metatype: i32 = 3;
+/// Results of `checkObject` (`abi.ObjectCheck`).
+pub const object_ok: i32 = @intFromEnum(abi.ObjectCheck.ok);
+pub const object_header: i32 = @intFromEnum(abi.ObjectCheck.header);
+pub const object_type: i32 = @intFromEnum(abi.ObjectCheck.type_object);
+pub const object_metatype: i32 = @intFromEnum(abi.ObjectCheck.metatype);
 
 /// Bytes of a type object that must be readable: `PyTypeObject` up to `tp_vectorcall` is 400 to
 /// 416 bytes from CPython 3.9 on (the slots Python reads when it calls or releases an object).
