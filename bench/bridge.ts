@@ -31,6 +31,16 @@ export function bridgeCases(out: Figures): void {
     b.dispose();
     t.dispose();
   });
+  // Its steps, each alone (for the profile; not rows of the table): toPython and the
+  // DLPackTensor's release, numpy's import of a ready DLPackTensor called from JS (the call and
+  // the array's release included), and fromPython of a ready ndarray with the view disposed.
+  out.step_to_python_ns = measure(20_000, () => toPython(x, py).dispose());
+  {
+    using t = toPython(x, py);
+    out.step_numpy_from_dlpack_ns = measure(20_000, () => fromDlpack.call(t).dispose());
+    using b = fromDlpack.call(t);
+    out.step_from_python_ns = measure(20_000, () => fromPython(b).dispose());
+  }
   torchCases(py, out);
 }
 

@@ -9,7 +9,7 @@
  */
 
 /** `dlpk_abi_version()`: bumped whenever a symbol, a signature or a shared layout changes. */
-export const ABI_VERSION = 11;
+export const ABI_VERSION = 12;
 
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;
@@ -37,12 +37,6 @@ export const ImportOption = {
 export const ExportOption = {
   versioned: 1,
   adoptOwner: 2,
-} as const;
-
-/** Flag bits of the capsules `_native_capsule(holder, flags)` makes. */
-export const CapsuleFlag = {
-  versioned: 1,
-  copy: 2,
 } as const;
 
 /** The bits of a versioned managed tensor's `flags`. */
@@ -96,6 +90,14 @@ export const PythonStatus = {
   notLoaded: 16,
   arrayInterface: 40,
   raised: 41,
+} as const;
+
+/** Results of `dlpk_py_check_object`: 0, or the part of a `{ handle }` object that is not in readable memory. */
+export const ObjectCheck = {
+  ok: 0,
+  header: 1,
+  typeObject: 2,
+  metatype: 3,
 } as const;
 
 /** Negative statuses of the CUDA calls; a positive status is the driver's CUresult. */

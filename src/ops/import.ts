@@ -264,15 +264,18 @@ function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | 
 }
 
 /** @internal The `require` option, read and checked before anything is taken (undefined when absent). */
-export function requirementsOf(opts: { readonly require?: Requirements } | null | undefined): Checked | undefined {
+export function requirementsOf(
+  opts: { readonly require?: Requirements } | null | undefined,
+  fn: string,
+): Checked | undefined {
   if (opts === undefined || opts === null) return undefined;
-  const req: unknown = optionsObject(opts, "options").require;
+  const req: unknown = optionsObject(opts, `${fn}() options`).require;
   return req === undefined ? undefined : readRequirements(req as Requirements);
 }
 
 /** Imports, then checks `require`: a view that fails it is disposed (its producer released). */
 function importChecked(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
-  const required = requirementsOf(opts);
+  const required = requirementsOf(opts, strict ? "fromDLPack" : "importDLPack");
   const view = importSource(src, strict, opts);
   return required === undefined ? view : checkImported(view, required, "the imported tensor");
 }

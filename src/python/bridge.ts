@@ -8,6 +8,7 @@ import { core, openLibrary, runtime } from "../../ffi/mod.ts";
 import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
 import type { Bound } from "../../ffi/types.ts";
 import { DLPackError, shown as shownValue } from "../facts/errors.ts";
+import { ObjectCheck, PythonStatus } from "../facts/abi.ts";
 import { LazyBackstop } from "../native/owner.ts";
 import { toAddress } from "../native/address.ts";
 import { callWith, isArray, isSafeInt, toBigInt, typedArrayLength } from "../facts/intrinsics.ts";
@@ -34,10 +35,8 @@ export interface BridgeState {
   readonly capi: Bound<PythonSymbols>;
   readonly install: PythonInstall;
   readonly none: number;
-  readonly capsuleOf: number;
   readonly interfaceJson: number;
   readonly toJson: number;
-  readonly makeTensor: number;
   readonly initializedHere: boolean;
 }
 
@@ -85,8 +84,32 @@ export function textArgument(value: unknown, what: string): string {
   return value;
 }
 
+/** Whether this thread's JS holds a GIL burst (see {@link holdGil}). */
+let bursting = false;
+const enqueueMicrotask = queueMicrotask;
+
+/**
+ * Keeps the GIL from this bridge call to the end of the current synchronous run of JS (a
+ * microtask ends it): the calls in between nest in it instead of taking and dropping the GIL each
+ * time (about 0.1 us per call). Python threads and other JS threads that need the GIL wait until
+ * this thread's JS yields (an `await`, the end of a task); a thread that exits in a burst (a
+ * terminated Worker) lets go of it natively.
+ */
+export function holdGil(): void {
+  if (bursting) return;
+  if (core().dlpk_py_burst() !== 1) return;
+  bursting = true;
+  enqueueMicrotask(endBurst);
+}
+
+function endBurst(): void {
+  bursting = false;
+  core().dlpk_py_burst_end();
+}
+
 /** Runs `fn` holding the GIL. */
 export function withGil<T>(s: { readonly capi: Bound<PythonSymbols> }, fn: () => T): T {
+  holdGil();
   const gil = s.capi.PyGILState_Ensure();
   try {
     return fn();
@@ -139,13 +162,11 @@ function start(library: string | undefined): BridgeState {
     const attr = (name: string) => check(capi.PyObject_GetAttrString(module, cString(name)), name);
     const s: BridgeState = {
       ...partial,
-      capsuleOf: attr("_capsule_of"),
       interfaceJson: attr("_interface_json"),
       toJson: attr("_to_json"),
-      makeTensor: attr("_make_tensor"),
     };
-    // Native builtins for DLPackTensor, and the objects the native fast paths call.
-    if (lib.dlpk_py_install(module, s.capsuleOf, s.makeTensor) !== 0) throw pythonError("installing dlpack_ts");
+    // DLPackTensor (a type written in C) and the natives, on the helper module.
+    if (lib.dlpk_py_install(module) !== 0) throw pythonError("installing dlpack_ts");
     const extend = attr("_extend_path");
     const args = toPythonTuple(s, [install.path, install.executable ?? null]);
     capi.Py_DecRef(check(capi.PyObject_Call(extend, args, 0), "dlpack_ts._extend_path"));
@@ -249,15 +270,18 @@ export function foreignHandle(value: unknown, what: string): number {
   return h;
 }
 
-const OBJECT_PARTS = ["", "its object header", "its type object", "the type of its type"];
-const STATUS_NOT_LOADED = 16;
-
 /** The refusal of a `{ handle }` that is not a readable Python object. */
 function foreignRefusal(checked: number, h: number, what: string): DLPackError {
-  if (checked === STATUS_NOT_LOADED) {
+  if (checked === PythonStatus.notLoaded) {
     return new DLPackError("python", "no Python bridge is open: call openPython() first");
   }
-  const part = checked > 0 && checked < OBJECT_PARTS.length ? OBJECT_PARTS[checked] : "the handle";
+  const part = checked === ObjectCheck.header
+    ? "its object header"
+    : checked === ObjectCheck.typeObject
+    ? "its type object"
+    : checked === ObjectCheck.metatype
+    ? "the type of its type"
+    : "the handle";
   return new DLPackError(
     "argument",
     `${what}'s handle 0x${h.toString(16)} is not a Python object: ${part} is not in readable memory`,
@@ -360,6 +384,7 @@ export class PyObject {
     if (args.length === 1 && isPyObject(first)) {
       // The common `f(obj)`: one native call (it takes the GIL itself).
       const h = this.#live();
+      holdGil();
       const result = core().dlpk_py_call1(h, handleOf(first));
       if (result === 0) throw pythonError("call");
       return new PyObject(result, this.#py, INTERNAL);
@@ -440,6 +465,7 @@ export class PyObject {
     this.#handle = 0;
     registry.remove(this, this.#epoch);
     // Releasing a reference stays allowed after close(): the interpreter is still running.
+    holdGil();
     core().dlpk_py_decref(h);
   }
 

@@ -1,7 +1,8 @@
 /**
- * The Python half of the bridge, run once per interpreter as the module `dlpack_ts`. Capsules,
- * releases and CUDA fences go through builtins libdlpack installs on it (plain C functions, no
- * ctypes), so deleters stay native and nothing ever calls back into JavaScript.
+ * The Python half of the bridge, run once per interpreter as the module `dlpack_ts`: the slow and
+ * rare paths only (objects without `__dlpack__`, error messages, JSON). `DLPackTensor` and the
+ * negotiation are native (libdlpack adds the type to this module), so deleters stay native,
+ * nothing ever calls back into JavaScript, and no ABI fact is written here.
  * @module
  */
 
@@ -10,117 +11,14 @@ export const HELPER_SOURCE = `
 import json as _json
 import sys as _sys
 
-# _native_capsule(holder, flags) and _native_fence(holder, stream) are builtins libdlpack adds to
-# this module right after it runs (dlpk_py_install). \`holder\` is the capsule in which a
-# DLPackTensor keeps its export template; the template is released when the last reference to
-# that capsule goes, so no Python code ever handles a raw address. dlpk_py_install also sets
-# DLPackTensor.__dlpack_c_exchange_api__ (the DLPack 1.3 C exchange table, native code in
-# zig/src/exchange.zig) and adds _native_exchange_counts(), how often each path of that API ran.
+# dlpk_py_install adds DLPackTensor to this module right after it runs: a type written in C
+# (zig/src/tensor.zig) whose __dlpack__ negotiates natively and whose export is held where no
+# Python code reaches it; its type also has __dlpack_c_exchange_api__ (zig/src/exchange.zig).
+# _native_exchange_counts() says how often each path of that API ran. fromPython negotiates in C
+# too (zig/src/python.zig) and calls back here only for objects without __dlpack__ (_capsule_of)
+# and to word its errors (_not_capsule).
 
 _CapsuleType = type(__import__("datetime").datetime_CAPI)
-_new = object.__new__
-_HOST = (1, 11)  # CPU, ROCMHost: only stream=None
-_CUDA = (2, 3, 13)  # CUDA, CUDAHost, CUDAManaged: the consumer's stream waits for the producer's
-_DTYPES = {
-    (6, 8): "bool", (0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64",
-    (1, 8): "uint8", (1, 16): "uint16", (1, 32): "uint32", (1, 64): "uint64",
-    (2, 16): "float16", (2, 32): "float32", (2, 64): "float64", (4, 16): "bfloat16",
-    (5, 32): "complex32", (5, 64): "complex64", (5, 128): "complex128",
-    (7, 8): "float8_e3m4", (8, 8): "float8_e4m3", (9, 8): "float8_e4m3b11fnuz", (10, 8): "float8_e4m3fn",
-    (11, 8): "float8_e4m3fnuz", (12, 8): "float8_e5m2", (13, 8): "float8_e5m2fnuz", (14, 8): "float8_e8m0fnu",
-    (15, 6): "float6_e2m3fn", (16, 6): "float6_e3m2fn", (17, 4): "float4_e2m1fn",
-}
-
-
-class DLPackTensor:
-    """Memory owned by JavaScript (a TypedArray or a dlpack-ts view), shared without a copy.
-
-    Speaks the DLPack protocol: numpy.from_dlpack, torch.from_dlpack and jax.dlpack.from_dlpack
-    accept it. Its type also has the DLPack C exchange API (__dlpack_c_exchange_api__), which
-    C consumers such as tvm-ffi use without calling Python; read-only data goes through
-    __dlpack__ only. The JS memory stays pinned until this object and every array made from it
-    are gone.
-    Only dlpack-ts makes these (toPython in JavaScript); they cannot be subclassed, pickled or
-    deep-copied, and copy.copy returns the object itself (it is immutable).
-    """
-
-    __slots__ = ("_template", "_device", "_readonly", "_shape", "_code", "_bits", "__weakref__")
-
-    def __init__(self, *args, **kwargs):
-        raise TypeError("dlpack_ts.DLPackTensor objects are made by dlpack-ts (toPython in JavaScript)")
-
-    def __init_subclass__(cls, **kwargs):
-        raise TypeError("dlpack_ts.DLPackTensor cannot be subclassed")
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        raise TypeError(
-            "dlpack_ts.DLPackTensor cannot be deep-copied: it shares JavaScript memory;"
-            " copy the data with numpy.from_dlpack(t, copy=True)"
-        )
-
-    def __reduce_ex__(self, protocol):
-        raise TypeError("dlpack_ts.DLPackTensor cannot be pickled: it shares JavaScript memory of this process")
-
-    def __reduce__(self):
-        raise TypeError("dlpack_ts.DLPackTensor cannot be pickled: it shares JavaScript memory of this process")
-
-    def __getstate__(self):
-        raise TypeError("dlpack_ts.DLPackTensor has no state to save: it shares JavaScript memory of this process")
-
-    def __setstate__(self, state):
-        raise TypeError("dlpack_ts.DLPackTensor objects are made by dlpack-ts (toPython in JavaScript)")
-
-    @property
-    def shape(self):
-        """The extents, a tuple of ints."""
-        return self._shape
-
-    @property
-    def dtype(self):
-        """The dtype's name ("float32", "bfloat16", ...)."""
-        return _DTYPES.get((self._code, self._bits), "code %d bits %d" % (self._code, self._bits))
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        holder = self._template
-        if dl_device is not None and tuple(dl_device) != self._device:
-            raise BufferError(
-                "dlpack-ts: cannot export data on device %r to device %r%s"
-                % (self._device, tuple(dl_device), " without a copy" if copy is False else "")
-            )
-        if self._device[0] in _CUDA:
-            # None means the legacy default stream (1); -1 (all ones) asks for no synchronisation.
-            status = _native_fence(holder, (1 if stream is None else stream) & 0xFFFFFFFFFFFFFFFF)
-            if status == -2:
-                raise BufferError("dlpack-ts: stream 0 is not allowed (use 1 for the legacy default stream)")
-            if status != 0:
-                raise BufferError("dlpack-ts: could not order the consumer stream after the producer (status %d)" % status)
-        elif stream is not None:
-            raise BufferError("dlpack-ts: stream must be None for host data, got %r" % (stream,))
-        versioned = max_version is not None and tuple(max_version)[0] >= 1
-        # Read-only data and the legacy struct: _native_capsule refuses with a BufferError.
-        return _native_capsule(holder, (1 if versioned else 0) | (2 if copy else 0))
-
-    def __dlpack_device__(self):
-        return self._device
-
-    def __repr__(self):
-        return "DLPackTensor(shape=%r, dtype=%r, device=%r%s)" % (
-            self._shape, self.dtype, self._device, ", readonly" if self._readonly else "")
-
-
-def _make_tensor(holder, device_type, device_id, readonly, shape, code, bits):
-    # The one maker of DLPackTensor objects (called by libdlpack's toPython fast path).
-    self = _new(DLPackTensor)
-    self._template = holder
-    self._device = (device_type, device_id)
-    self._readonly = readonly
-    self._shape = shape
-    self._code = code
-    self._bits = bits
-    return self
 
 
 def _producer_name(obj):
@@ -155,6 +53,10 @@ def _capsule_of(obj, max_version, copy, dl_device, stream):
     if iface is None:
         raise TypeError(producer + " supports neither __dlpack__ nor __array_interface__")
     return None, producer, iface
+
+
+def _not_capsule(obj, value):
+    raise TypeError("%s.__dlpack__ returned %s, not a PyCapsule" % (_producer_name(obj), _shown(value)))
 
 
 def _shown(value):

@@ -6,7 +6,7 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
-import { Flag, PythonStatus } from "../facts/abi.ts";
+import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, Flag, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
 import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
@@ -24,6 +24,7 @@ import {
   check,
   foreignHandle,
   handleOf,
+  holdGil,
   INTERNAL,
   isPyObject,
   isPython,
@@ -58,8 +59,6 @@ const STATUS_CONSUMED = PythonStatus.consumed;
 const STATUS_CAPSULE_NAME = PythonStatus.capsuleName;
 const STATUS_INTERFACE = PythonStatus.arrayInterface;
 const STATUS_RAISED = PythonStatus.raised;
-/** `detail_limit` of a description filled through a producer's C exchange table (exchange.zig). */
-const EXCHANGE_MARK = 0x4558n;
 const READ_ONLY = Flag.readOnly;
 const INT32_MAX = 0x7fff_ffff;
 const isView = ArrayBuffer.isView;
@@ -194,7 +193,7 @@ export function fromPython(
   opts?: FromPythonOptions | null,
 ): BufferView {
   // Checked before Python is called, like every other option.
-  const required = requirementsOf(opts);
+  const required = requirementsOf(opts, "fromPython");
   const view = importPython(obj, opts);
   return required === undefined ? view : checkImported(view, required, "the tensor from Python");
 }
@@ -215,6 +214,7 @@ function importPython(
     handle = foreignHandle(obj, "fromPython()'s object");
   }
   const o = opts === undefined || opts === null ? DEFAULT_OPTIONS : fromOptions(opts);
+  holdGil();
   // One native call: the negotiation in dlpack_ts._capsule_of, then the capsule checks and import.
   const status = core().dlpk_py_from(
     handle,
@@ -282,9 +282,10 @@ function importPython(
   }
 }
 
-/** CUDA, CUDAHost and CUDAManaged device codes. */
+/** Whether a device code is one the CUDA driver manages (CUDA, CUDAHost, CUDAManaged). */
 function isCudaFamilyCode(code: number): boolean {
-  return code === 2 || code === 3 || code === 13;
+  for (let i = 0; i < CUDA_DEVICE_TYPES.length; i++) if (CUDA_DEVICE_TYPES[i] === code) return true;
+  return false;
 }
 
 const NAME_BYTES = 256;
@@ -298,13 +299,19 @@ function nameAt(): number {
   return nameAddress ||= runtime().addressOf(nameBuffer);
 }
 
-/** The producer name the native call wrote (the same few names recur: reuse the last string). */
+/** The producer name the native call wrote (the same few names recur: reuse the last string,
+ * compared byte by byte without allocating). */
 function producerName(): string {
-  const end = nameBuffer.indexOf(0);
-  const bytes = nameBuffer.subarray(0, end < 0 ? NAME_BYTES : end);
-  if (bytes.length === lastNameBytes.length && bytes.every((b, i) => b === lastNameBytes[i])) return lastName;
-  lastNameBytes = bytes.slice();
-  return lastName = decoder.decode(bytes);
+  const found = nameBuffer.indexOf(0);
+  const n = found < 0 ? NAME_BYTES : found;
+  const last = lastNameBytes;
+  if (n === last.length) {
+    let i = 0;
+    while (i < n && nameBuffer[i] === last[i]) i++;
+    if (i === n) return lastName;
+  }
+  lastNameBytes = nameBuffer.slice(0, n);
+  return lastName = decoder.decode(lastNameBytes);
 }
 
 /** Objects with only `__array_interface__`: read its fields, keep the object alive. */
@@ -373,6 +380,7 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
   const capsule = exportDLPack(x, opts);
   const template = takeCapsule(capsule);
   let made = 0;
+  holdGil();
   try {
     // One native call makes the DLPackTensor, or the `as` type's tensor (it takes the GIL
     // itself); from then on the Python object owns the template.

@@ -108,6 +108,63 @@ test("toPython protocol: legacy for old consumers, READ_ONLY, copy, dl_device, s
   py.exec("del c, t, ro");
 }, skip);
 
+test("DLPackTensor.__dlpack__ reads its keywords in C as Python would", () => {
+  const py = python();
+  const x = new Float32Array([1, 2]);
+  using t = toPython(x, py);
+  py.set("t", t);
+  py.exec("import numpy as np, sys");
+  refused(() => py.exec("t.__dlpack__(None)"), "python", /TypeError: __dlpack__\(\) takes no positional arguments/);
+  refused(() => py.exec("t.__dlpack__(device=1)"), "python", /TypeError: .*unexpected keyword argument 'device'/);
+  refused(() => py.exec("t.__dlpack__(max_version=3)"), "python", /TypeError: .*not iterable/);
+  refused(() => py.exec("t.__dlpack__(max_version=())"), "python", /IndexError: tuple index out of range/);
+  refused(() => py.exec("t.__dlpack__(max_version=('a', 0))"), "python", /TypeError: .*'>='/);
+  refused(() => py.exec("t.__dlpack__(dl_device=5)"), "python", /TypeError: .*not iterable/);
+  refused(() => py.exec("t.__dlpack__(copy=np.array([1, 2]))"), "python", /ValueError: .*ambiguous/);
+  // Lists and other sequences are read like tuples; keyword names that are not interned match too.
+  assert.match(String(py.eval("repr(t.__dlpack__(max_version=[1, 0], dl_device=[1, 0]))").toJS()), /_versioned"/);
+  assert.match(String(py.eval("repr(t.__dlpack__(max_version=(2**70, 0)))").toJS()), /_versioned"/);
+  const kw = "{ ''.join(['max_', 'version']): (1, 0) }";
+  assert.match(String(py.eval(`repr(t.__dlpack__(**${kw}))`).toJS()), /_versioned"/);
+  assert.equal(
+    py.eval("t.__dlpack__(stream=None, copy=None, dl_device=None, max_version=None) is not None").toJS(),
+    true,
+  );
+  py.exec("a = np.from_dlpack(t, copy=False)\na[1] = 7\ndel a, t");
+  assert.equal(x[1], 7, "copy=False shares the JS memory");
+}, skip);
+
+test("fromPython negotiates in C: old producers, producers that return no capsule, __dlpack__ = None", () => {
+  const py = python();
+  py.exec(
+    "import numpy as np\n" +
+      "class Old:\n" +
+      "    def __init__(self): self.a = np.arange(3.0); self.calls = []\n" +
+      "    def __dlpack__(self, stream=None):\n" +
+      "        self.calls.append(stream)\n" +
+      "        return self.a.__dlpack__()\n" +
+      "class NoCapsule:\n" +
+      "    def __dlpack__(self, **kw): return 42\n" +
+      "class Disabled:\n" +
+      "    __dlpack__ = None\n" +
+      "    def __init__(self): self.a = np.arange(2.0)\n" +
+      "    @property\n" +
+      "    def __array_interface__(self): return self.a.__array_interface__\n" +
+      "old = Old()\nnone = NoCapsule()\ndisabled = Disabled()",
+  );
+  using old = py.eval("old");
+  using v = fromPython(old);
+  assert.deepEqual(Array.from(v.array() as Float64Array), [0, 1, 2]);
+  assert.deepEqual(py.eval("old.calls").toJS(), [null], "retried as the pre-2023 call: no keywords at all");
+  refused(() => fromPython(old, { copy: true }), "python", /Old\.__dlpack__ does not accept dl_device or copy/);
+  using none = py.eval("none");
+  refused(() => fromPython(none), "python", /TypeError: __main__\.NoCapsule\.__dlpack__ returned 42, not a PyCapsule/);
+  using disabled = py.eval("disabled");
+  using d = fromPython(disabled);
+  assert.equal(d.producer, "__main__.Disabled");
+  assert.deepEqual(Array.from(d.array() as Float64Array), [0, 1]);
+}, skip);
+
 test("fromPython falls back to __array_interface__ and keeps the object alive", () => {
   const py = python();
   py.exec(

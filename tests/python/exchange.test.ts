@@ -127,7 +127,7 @@ console.log(py.eval("result").toJS());
 `;
   const out = runIsolated(source);
   assert.equal(out.code, 0, `exit ${out.code}: ${out.stderr.slice(-3000)}`);
-  assert.match(out.stdout, /hostile calls refused: 26/, out.stdout + out.stderr.slice(-2000));
+  assert.match(out.stdout, /hostile calls refused: 25/, out.stdout + out.stderr.slice(-2000));
 }, skip);
 
 // Each hostile call must fail with the named exception (or succeed where noted), never crash.
@@ -153,14 +153,10 @@ expect(TypeError, lambda: f.from_object(8, byref(out)))
 expect(TypeError, lambda: f.from_object(id(42), byref(out)))
 expect(TypeError, lambda: f.from_object(id(np.zeros(3)), byref(out)))
 assert out.value is None
-forged = object.__new__(dlpack_ts.DLPackTensor)  # never made by _make_tensor: no template
-expect(AttributeError, lambda: f.from_object(id(forged), byref(out)))
+expect(TypeError, lambda: object.__new__(dlpack_ts.DLPackTensor))  # only dlpack-ts makes them
 other = np.zeros(2).__dlpack__(max_version=(1, 0))
-forged._template = other  # a DLPack capsule, not a template capsule
-expect(TypeError, lambda: f.from_object(id(forged), byref(out)))
+expect(TypeError, lambda: f.from_object(id(other), byref(out)))  # a DLPack capsule is no tensor
 junk = ctypes.create_string_buffer(256)
-forged._template = xt.P.PyCapsule_New(ctypes.addressof(junk), b"dlpack_ts.export_template", None)
-expect(TypeError, lambda: f.from_object(id(forged), byref(out)))
 expect(BufferError, lambda: f.from_object(id(ro), byref(out)))  # read-only: __dlpack__ only
 expect(BufferError, lambda: f.dltensor(id(ro), byref(xt.DLTensor())))
 expect(TypeError, lambda: f.dltensor(id(d), None))

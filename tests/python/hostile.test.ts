@@ -54,9 +54,10 @@ out.reduceEx = tried("t.__reduce_ex__(2)");
 out.objectReduceEx = tried("object.__reduce_ex__(t, 2)");
 out.getstate = tried("t.__getstate__()");
 out.setstate = tried("t.__setstate__({})");
-// Capsules (the template's and __dlpack__'s) cannot be copied at all.
-out.capsules = ["copy.copy(t._template)", "copy.deepcopy(t._template)", "pickle.dumps(t._template)",
-  "copy.copy(t.__dlpack__())", "copy.deepcopy(t.__dlpack__(max_version=(1, 0)))"].map(tried);
+// __dlpack__'s capsules cannot be copied at all, and the export itself is out of Python's reach.
+out.capsules = ["copy.copy(t.__dlpack__())", "copy.deepcopy(t.__dlpack__(max_version=(1, 0)))",
+  "pickle.dumps(t.__dlpack__())"].map(tried);
+out.hidden = ["t._template", "t.__dict__", "vars(t)"].map(tried);
 out.listCopy = tried("lc = copy.copy([t, t])\\nassert lc[0] is t");
 // The copies all drop their references; the JS memory is released exactly once.
 out.arrays = tried("a = np.from_dlpack(c)\\nb = np.from_dlpack(lc[1])\\ndel t, c, lc\\ngc.collect()\\na += 1\\nb += 1");
@@ -74,13 +75,14 @@ out.balanced = after.exports === before.exports && after.pinned === before.pinne
   assert.match(String(out.getstate), /TypeError: .*no state to save/);
   assert.match(String(out.setstate), /TypeError: .*made by dlpack-ts/);
   for (const c of out.capsules as string[]) assert.match(c, /TypeError: cannot pickle 'PyCapsule' object/);
+  for (const h of out.hidden as string[]) assert.match(h, /(AttributeError|TypeError): .*(_template|__dict__)/);
   assert.equal(out.listCopy, "ok");
   assert.equal(out.arrays, "ok");
   assert.deepEqual(out.values, [3, 4, 5], "both arrays wrote into the JS memory");
   assert.equal(out.balanced, true, "the export was released once, the pin swept");
 }, skip);
 
-test("a DLPackTensor cannot be re-initialized, made from Python, subclassed or fed raw addresses", () => {
+test("a DLPackTensor cannot be re-initialized, made from Python, subclassed or forged", () => {
   const out = isolated(`
 const before = stats();
 const x = new Float32Array([1, 2]);
@@ -91,19 +93,20 @@ py.set("t", jsT);
 py.set("ro", jsRo);
 jsT.dispose();
 jsRo.dispose();
-py.exec("import dlpack_ts, gc, numpy as np\\nT = dlpack_ts.DLPackTensor");
+py.exec("import copy, dlpack_ts, gc, numpy as np\\nT = dlpack_ts.DLPackTensor");
 out.reinit = tried("t.__init__(1, 1, 0, False, (2,), 2, 32)");
 out.construct = tried("T(12345, 1, 0, False, (2,), 2, 32)");
 out.subclass = tried("class S(T):\\n    pass");
 out.newEmpty = tried("e = object.__new__(T)\\ne.__dlpack__()");
-out.rawCapsule = tried("dlpack_ts._native_capsule(12345, 1)");
-out.rawFence = tried("dlpack_ts._native_fence(0, 1)");
-out.otherCapsule = tried("dlpack_ts._native_capsule(np.arange(2.0).__dlpack__(), 1)");
-out.makeForged = tried("f = dlpack_ts._make_tensor(4096, 1, 0, False, (2,), 2, 32)\\nf.__dlpack__()");
-out.overwritten = tried("u = dlpack_ts._make_tensor(t._template, 1, 0, False, (2,), 2, 32)\\nt._template = 64\\nt.__dlpack__()");
-out.shared = tried("a = np.from_dlpack(u)\\na[0] = 7\\ndel a, u, t\\ngc.collect()");
-// The read-only flag lives with the template, not in the attribute Python code can change.
-out.readonly = tried("ro._readonly = False\\nro.__dlpack__()");
+out.newOwn = tried("T.__new__(T)");
+// Nothing to forge: the export lives in a C field, the makers and natives are not Python-callable.
+out.natives = ["dlpack_ts._native_capsule", "dlpack_ts._native_fence", "dlpack_ts._make_tensor"].map(tried);
+out.overwritten = tried("t._template = 64");
+out.unbound = tried("T.__dlpack__(np.arange(2.0))");
+out.shared = tried("u = copy.copy(t)\\na = np.from_dlpack(u)\\na[0] = 7\\ndel a, u, t\\ngc.collect()");
+// The read-only flag lives in the C object, not in an attribute Python code can change.
+out.readonlyAttr = tried("ro._readonly = False");
+out.readonly = tried("ro.__dlpack__()");
 out.twice = tried("c1 = ro.__dlpack__(max_version=(1, 0))\\nc2 = ro.__dlpack__(max_version=(1, 0))\\na1 = np.from_dlpack(ro)\\na2 = np.from_dlpack(ro)\\nassert a1.ctypes.data == a2.ctypes.data\\ndel c1, c2, a1, a2, ro\\ngc.collect()");
 out.x = Array.from(x);
 const after = stats();
@@ -111,14 +114,20 @@ out.balanced = after.exports === before.exports && after.pinned === before.pinne
 `);
   assert.match(String(out.reinit), /TypeError: dlpack_ts\.DLPackTensor objects are made by dlpack-ts/);
   assert.match(String(out.construct), /TypeError: dlpack_ts\.DLPackTensor objects are made by dlpack-ts/);
-  assert.match(String(out.subclass), /TypeError: dlpack_ts\.DLPackTensor cannot be subclassed/);
-  assert.match(String(out.newEmpty), /AttributeError/);
-  assert.match(String(out.rawCapsule), /TypeError: dlpack-ts: expected the export template of a DLPackTensor/);
-  assert.match(String(out.rawFence), /TypeError: dlpack-ts: expected the export template/);
-  assert.match(String(out.otherCapsule), /TypeError: dlpack-ts: expected the export template/);
-  assert.match(String(out.makeForged), /TypeError: dlpack-ts: expected the export template/);
-  assert.match(String(out.overwritten), /TypeError: dlpack-ts: expected the export template/);
-  assert.equal(out.shared, "ok", "a tensor sharing another's template capsule works and releases it once");
+  assert.match(String(out.subclass), /TypeError: type 'dlpack_ts\.DLPackTensor' is not an acceptable base type/);
+  assert.match(String(out.newEmpty), /TypeError: object\.__new__\(dlpack_ts\.DLPackTensor\) is not safe/);
+  assert.match(String(out.newOwn), /TypeError: dlpack_ts\.DLPackTensor objects are made by dlpack-ts/);
+  for (const n of out.natives as string[]) assert.match(n, /AttributeError: module 'dlpack_ts' has no attribute/);
+  assert.match(
+    String(out.overwritten),
+    /AttributeError: 'dlpack_ts\.DLPackTensor' object has no attribute '_template'/,
+  );
+  assert.match(String(out.unbound), /TypeError: .*'__dlpack__' .*'dlpack_ts\.DLPackTensor' object.*'numpy\.ndarray'/);
+  assert.equal(out.shared, "ok", "a copy shares the object, and the export is released once");
+  assert.match(
+    String(out.readonlyAttr),
+    /AttributeError: 'dlpack_ts\.DLPackTensor' object has no attribute '_readonly'/,
+  );
   assert.match(String(out.readonly), /BufferError: dlpack-ts: read-only data cannot be exported through the legacy/);
   assert.equal(out.twice, "ok", "__dlpack__ called twice gives two independent capsules");
   assert.deepEqual(out.x, [7, 2]);

@@ -9,7 +9,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 11;
+pub const version: u32 = 12;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -25,13 +25,6 @@ pub const export_option = struct {
     pub const versioned: u32 = 1 << 0;
     /// The export takes over the caller's owner reference instead of adding one.
     pub const adopt_owner: u32 = 1 << 1;
-};
-
-/// The flags of the capsules `_native_capsule(holder, flags)` makes (the Python helper passes
-/// them).
-pub const capsule_flag = struct {
-    pub const versioned: u32 = 1 << 0;
-    pub const copy: u32 = 1 << 1;
 };
 
 /// Status codes crossing the ABI (imports, exports, allocations, copies). The TS side maps each
@@ -88,6 +81,18 @@ pub const PythonStatus = enum(i32) {
     array_interface = 40,
     /// The call into Python raised: the exception is pending.
     raised = 41,
+};
+
+/// Results of `dlpk_py_check_object`: whether a `PyObject*` that did not come from the bridge can
+/// be dereferenced, or which part of it is not in readable memory.
+pub const ObjectCheck = enum(i32) {
+    ok = 0,
+    /// The object's header.
+    header = 1,
+    /// Its type object.
+    type_object = 2,
+    /// A type in the chain of its metatypes.
+    metatype = 3,
 };
 
 /// Library statuses of the CUDA calls; a positive status is the driver's CUresult.

@@ -83,8 +83,6 @@ const entries = .{
         "`dlpk_py_consume` and `dlpk_py_from`." },
     .{ "ExportOption", abi.export_option, "Option bits of `dlpk_export` and " ++
         "`dlpk_export_buffer`." },
-    .{ "CapsuleFlag", abi.capsule_flag, "Flag bits of the capsules `_native_capsule(holder, " ++
-        "flags)` makes." },
     .{ "Flag", dlpack.flag, "The bits of a versioned managed tensor's `flags`." },
     .{ "FLAGS_KNOWN", dlpack.flags_known, "Every flag bit DLPack 1.3 defines; others are " ++
         "refused." },
@@ -93,6 +91,8 @@ const entries = .{
         "(`Description.status`)." },
     .{ "PythonStatus", abi.PythonStatus, "Statuses of the Python bridge beyond `Status` (kept " ++
         "clear of its numbers: `dlpk_py_from` returns both)." },
+    .{ "ObjectCheck", abi.ObjectCheck, "Results of `dlpk_py_check_object`: 0, or the part of a " ++
+        "`{ handle }` object that is not in readable memory." },
     .{ "CudaStatus", abi.CudaStatus, "Negative statuses of the CUDA calls; a positive status is " ++
         "the driver's CUresult." },
     .{ "DescriptionOffset", writeOffsets, "Byte offsets of the `Description` fields." },

@@ -10,14 +10,75 @@ pub const PyObject = opaque {};
 pub const Destructor = *const fn (*PyObject) callconv(.c) void;
 pub const CFunction = *const fn (?*PyObject, ?*PyObject) callconv(.c) ?*PyObject;
 
-/// CPython's `PyMethodDef` (stable ABI).
+/// CPython's `PyMethodDef` (stable ABI). `method`'s signature depends on `flags`.
 pub const MethodDef = extern struct {
-    name: [*:0]const u8,
-    method: CFunction,
+    name: ?[*:0]const u8,
+    method: ?*const anyopaque,
     flags: c_int,
     doc: ?[*:0]const u8,
 };
-pub const METH_VARARGS: c_int = 1;
+/// `PyMethodDef.flags` (CPython's METH_* names).
+pub const meth = struct {
+    pub const varargs: c_int = 0x1;
+    pub const keywords: c_int = 0x2;
+    pub const noargs: c_int = 0x4;
+    pub const o: c_int = 0x8;
+    pub const fastcall: c_int = 0x80;
+};
+/// `(self, args, nargs, kwnames)`: a METH_FASTCALL | METH_KEYWORDS method.
+pub const FastMethod = *const fn (
+    *PyObject,
+    [*]const *PyObject,
+    isize,
+    ?*PyObject,
+) callconv(.c) ?*PyObject;
+
+/// CPython's `PyMemberDef` (stable ABI).
+pub const MemberDef = extern struct {
+    name: ?[*:0]const u8,
+    kind: c_int,
+    offset: isize,
+    flags: c_int,
+    doc: ?[*:0]const u8,
+};
+/// `PyMemberDef.kind` of a `Py_ssize_t` (T_PYSSIZET) and the READONLY flag.
+pub const member_ssize: c_int = 19;
+pub const member_readonly: c_int = 1;
+
+/// CPython's `PyGetSetDef` (stable ABI).
+pub const GetSetDef = extern struct {
+    name: ?[*:0]const u8,
+    get: ?*const fn (*PyObject, ?*anyopaque) callconv(.c) ?*PyObject,
+    set: ?*const anyopaque,
+    doc: ?[*:0]const u8,
+    closure: ?*anyopaque,
+};
+
+/// CPython's `PyType_Slot` and `PyType_Spec` (stable ABI).
+pub const TypeSlot = extern struct { slot: c_int, pfunc: ?*const anyopaque };
+pub const TypeSpec = extern struct {
+    name: [*:0]const u8,
+    basicsize: c_int,
+    itemsize: c_int,
+    flags: c_uint,
+    slots: [*]const TypeSlot,
+};
+/// The `Py_tp_*` slot numbers of typeslots.h (stable across versions).
+pub const slot = struct {
+    pub const tp_dealloc: c_int = 52;
+    pub const tp_doc: c_int = 56;
+    pub const tp_init: c_int = 60;
+    pub const tp_methods: c_int = 64;
+    pub const tp_new: c_int = 65;
+    pub const tp_repr: c_int = 66;
+    pub const tp_members: c_int = 72;
+    pub const tp_getset: c_int = 73;
+};
+/// Py_TPFLAGS_HAVE_VERSION_TAG: part of Py_TPFLAGS_DEFAULT up to 3.11, ignored later.
+pub const tpflags_default: c_uint = 1 << 18;
+/// `Py_EQ` and `Py_GE` of PyObject_RichCompareBool.
+pub const compare_eq: c_int = 2;
+pub const compare_ge: c_int = 5;
 
 /// The C API functions this module calls, resolved from the loaded libpython.
 pub const Api = struct {
@@ -64,6 +125,29 @@ pub const Api = struct {
     PyExc_ValueError: **PyObject,
     PyExc_MemoryError: **PyObject,
     PyType_Type: *PyObject,
+    PyCapsule_Type: *PyObject,
+    PyLong_Type: *PyObject,
+    PyGILState_GetThisThreadState: *const fn () callconv(.c) ?*anyopaque,
+    PyEval_ReleaseThread: *const fn (*anyopaque) callconv(.c) void,
+    PyLong_AsLongLong: *const fn (*PyObject) callconv(.c) c_longlong,
+    PyExc_AttributeError: **PyObject,
+    PyExc_IndexError: **PyObject,
+    PyType_FromSpec: *const fn (*const TypeSpec) callconv(.c) ?*PyObject,
+    PyType_GenericAlloc: *const fn (*PyObject, isize) callconv(.c) ?*PyObject,
+    PyObject_Free: *const fn (*anyopaque) callconv(.c) void,
+    PyObject_ClearWeakRefs: *const fn (*PyObject) callconv(.c) void,
+    PyObject_VectorcallMethod: *const fn (
+        *PyObject,
+        [*]const ?*PyObject,
+        usize,
+        ?*PyObject,
+    ) callconv(.c) ?*PyObject,
+    PyObject_IsTrue: *const fn (*PyObject) callconv(.c) c_int,
+    PyObject_RichCompareBool: *const fn (*PyObject, *PyObject, c_int) callconv(.c) c_int,
+    PySequence_Tuple: *const fn (*PyObject) callconv(.c) ?*PyObject,
+    PyObject_Repr: *const fn (*PyObject) callconv(.c) ?*PyObject,
+    PyUnicode_FromStringAndSize: *const fn ([*]const u8, isize) callconv(.c) ?*PyObject,
+    PyErr_Restore: *const fn (?*PyObject, ?*PyObject, ?*PyObject) callconv(.c) void,
 };
 
 pub var api: ?Api = null;
@@ -242,4 +326,92 @@ pub fn call1(callable: usize, arg: usize) usize {
     const args = newTuple(a, &.{objectAt(arg)}) orelse return 0;
     defer a.Py_DecRef(args);
     return @intFromPtr(a.PyObject_Call(objectAt(callable), args, null));
+}
+
+/// Bytes of the `PyObject` header (`ob_type` is its last word): 16 in default builds, 32 in
+/// free-threaded ones. `type` is its own type, so the word holding its own address is `ob_type`;
+/// null for a layout this library does not know.
+pub fn headerBytes(a: Api) ?usize {
+    const type_type = @intFromPtr(a.PyType_Type);
+    assert(type_type != 0 and type_type % @alignOf(usize) == 0);
+    for ([_]usize{ 8, 24 }) |offset| {
+        if (@as(*const usize, @ptrFromInt(type_type + offset)).* == type_type) return offset + 8;
+    }
+    return null;
+}
+
+/// Sets a `kind` exception with a formatted message (truncated to fit). Returns null, for
+/// functions that return an object.
+pub fn raise(a: Api, kind: *PyObject, comptime format: []const u8, args: anytype) ?*PyObject {
+    var buffer: [512]u8 = undefined;
+    const text = std.fmt.bufPrintZ(&buffer, format, args) catch blk: {
+        buffer[buffer.len - 1] = 0;
+        break :blk buffer[0 .. buffer.len - 1 :0];
+    };
+    a.PyErr_SetString(kind, text.ptr);
+    return null;
+}
+
+/// `repr(object)` as UTF-8 in `out` (truncated); "?" when repr raised (the exception is cleared).
+pub fn reprInto(a: Api, object: *PyObject, out: []u8) []const u8 {
+    assert(out.len > 1);
+    const text = a.PyObject_Repr(object) orelse {
+        a.PyErr_Clear();
+        return "?";
+    };
+    defer a.Py_DecRef(text);
+    return out[0..appendUnicode(a, out, text)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bursts: a JS thread keeps the GIL from its first bridge call of a synchronous run of JS to the
+// end of that run (the JS side ends it in a microtask), so the calls in between nest cheaply in
+// PyGILState instead of taking and dropping the GIL each. A thread that exits in a burst (a
+// terminated Worker) lets go of the GIL in a thread-exit destructor, so Python is not left locked.
+
+const burst_exit_hook = builtin.os.tag != .windows and builtin.link_libc;
+var burst_key: if (burst_exit_hook) std.c.pthread_key_t else void = undefined;
+var burst_key_once = std.once(makeBurstKey);
+var burst_key_ready: bool = false;
+/// The PyGILState of this thread's burst, or null outside one.
+threadlocal var burst_state: ?c_int = null;
+
+fn makeBurstKey() void {
+    if (!burst_exit_hook) return;
+    burst_key_ready = std.c.pthread_key_create(&burst_key, burstThreadExited) == .SUCCESS;
+}
+
+/// The key's value is the thread state that holds the GIL in the burst. Python's own thread-local
+/// keys may already be cleared when this runs (glibc clears keys in creation order), so the GIL is
+/// released from the thread state itself, not through PyGILState.
+fn burstThreadExited(value: *anyopaque) callconv(.c) void {
+    const a = api orelse return;
+    a.PyEval_ReleaseThread(value);
+}
+
+/// Opens a burst on this thread: true when it took the GIL now (the caller ends it later with
+/// `endBurst`), false when one is open already.
+pub fn beginBurst() error{NotLoaded}!bool {
+    const a = api orelse return error.NotLoaded;
+    if (burst_state != null) return false;
+    const state = a.PyGILState_Ensure();
+    burst_state = state;
+    if (burst_exit_hook) {
+        burst_key_once.call();
+        if (burst_key_ready) {
+            // Never null while the GIL is held through PyGILState.
+            const thread_state = a.PyGILState_GetThisThreadState().?;
+            _ = std.c.pthread_setspecific(burst_key, thread_state);
+        }
+    }
+    return true;
+}
+
+/// Ends this thread's burst (nothing when none is open).
+pub fn endBurst() void {
+    const a = api orelse return;
+    const state = burst_state orelse return;
+    burst_state = null;
+    if (burst_exit_hook and burst_key_ready) _ = std.c.pthread_setspecific(burst_key, null);
+    a.PyGILState_Release(state);
 }

@@ -21,7 +21,7 @@ const exports = @import("exports.zig");
 const memory = @import("memory.zig");
 const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
-const templates = @import("templates.zig");
+const dlpack_tensor = @import("tensor.zig");
 
 const PyObject = cpython.PyObject;
 const PyApi = cpython.Api;
@@ -118,17 +118,14 @@ fn count(counter: Counter) void {
 }
 
 // ---------------------------------------------------------------------------------------------
-// State set by `install` (GIL held): the DLPackTensor class and interned attribute names.
+// State set by `install` (GIL held): interned attribute names.
 
-var tensor_class: ?*PyObject = null;
-var template_name: ?*PyObject = null;
 var attribute_name: ?*PyObject = null;
 var module_name: ?*PyObject = null;
 var qualname_name: ?*PyObject = null;
 
-/// Keeps `cls` (DLPackTensor) and sets its `__dlpack_c_exchange_api__`. GIL held.
+/// Sets `cls`'s (DLPackTensor's) `__dlpack_c_exchange_api__`. GIL held.
 pub fn install(a: PyApi, cls: *PyObject) error{Raised}!void {
-    template_name = try interned(a, template_name, "_template");
     attribute_name = try interned(a, attribute_name, attribute);
     module_name = try interned(a, module_name, "__module__");
     qualname_name = try interned(a, qualname_name, "__qualname__");
@@ -136,9 +133,6 @@ pub fn install(a: PyApi, cls: *PyObject) error{Raised}!void {
         return error.Raised;
     defer a.Py_DecRef(capsule);
     if (a.PyObject_SetAttr(cls, attribute_name.?, capsule) != 0) return error.Raised;
-    a.Py_IncRef(cls);
-    if (tensor_class) |old| a.Py_DecRef(old);
-    tensor_class = cls;
 }
 
 fn interned(a: PyApi, kept: ?*PyObject, text: [*:0]const u8) error{Raised}!*PyObject {
@@ -172,10 +166,6 @@ fn usable(comptime T: type, address: usize) bool {
 /// without a producer stream; null with an exception set (BufferError for what `__dlpack__` can
 /// still export, so consumers that fall back to it do).
 fn lendable(a: PyApi, object: usize) ?usize {
-    const cls = tensor_class orelse {
-        _ = raise(a, a.PyExc_TypeError.*, "the bridge is not installed", .{});
-        return null;
-    };
     if (!usable(usize, object)) {
         _ = raise(
             a,
@@ -185,23 +175,10 @@ fn lendable(a: PyApi, object: usize) ?usize {
         );
         return null;
     }
-    const kind = a.PyObject_Type(@ptrFromInt(object)) orelse return null;
-    a.Py_DecRef(kind); // the object holds its type
-    if (kind != cls) {
-        _ = raise(
-            a,
-            a.PyExc_TypeError.*,
-            "expected a dlpack_ts.DLPackTensor (this table belongs to that type)",
-            .{},
-        );
-        return null;
-    }
-    const holder = a.PyObject_GetAttr(@ptrFromInt(object), template_name.?) orelse return null;
-    // The object keeps the holder alive: the template outlives this call.
-    defer a.Py_DecRef(holder);
-    const template = templates.templateOf(a, holder) orelse return null;
+    const lent = dlpack_tensor.lentBy(a, @ptrFromInt(object)) orelse return null;
+    const template = lent.template;
     const flags = @as(*const dlpack.ManagedTensorVersioned, @ptrFromInt(template)).flags;
-    if (templates.isReadOnlyHolder(a, holder) or flags & dlpack.flag.read_only != 0) {
+    if (lent.readonly or flags & dlpack.flag.read_only != 0) {
         // Consumers of this API ignore READ_ONLY (tvm-ffi 0.1 and torch 2.15 make writable
         // tensors of such structs): read-only data goes through __dlpack__, which keeps it so.
         _ = raise(a, a.PyExc_BufferError.*, "read-only data is not lent through the DLPack C " ++
@@ -314,9 +291,9 @@ fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
         owner_mod.release(created); // calls the producer's deleter
         return raise(a, a.PyExc_MemoryError.*, "out of memory exporting the tensor", .{});
     };
-    const made = templates.wrapTemplate(template, d.flags & dlpack.flag.read_only != 0);
+    const made = dlpack_tensor.make(template, d.flags & dlpack.flag.read_only != 0);
     if (made == 0) {
-        dlpack.deleteManaged(template, true); // the exception from _make_tensor stays set
+        dlpack.deleteManaged(template, true); // the exception stays set
         return -1;
     }
     slot.* = made;
@@ -482,7 +459,7 @@ const name_bytes_max = 128;
 const cache_entries_max = 32;
 
 /// A producer type, its table (null: none, or one this library cannot use) and its name.
-const Entry = struct {
+pub const Entry = struct {
     kind: usize,
     api: ?*const ExchangeApi,
     name: [name_bytes_max]u8,
@@ -564,7 +541,8 @@ fn copyText(out: []u8, text: []const u8) usize {
     return n;
 }
 
-fn writeName(entry: *const Entry, name: []u8) void {
+/// Writes the entry's type name into `name` (NUL-terminated, truncated).
+pub fn writeName(entry: *const Entry, name: []u8) void {
     assert(name.len > 0);
     const n = @min(entry.name_len, name.len - 1);
     @memcpy(name[0..n], entry.name[0..n]);
@@ -578,22 +556,23 @@ pub const ImportError = error{
     Refused,
 };
 
-/// `fromPython` through the producer type's table. False when the type has none or the producer
-/// declined with BufferError (the caller then takes `__dlpack__`). GIL held.
+/// The cache entry of `object`'s type (its table, its name). GIL held.
+pub fn entryOf(a: PyApi, object: *PyObject, spare: *Entry) *const Entry {
+    const kind = a.PyObject_Type(object).?;
+    a.Py_DecRef(kind); // the object holds its type
+    return entryFor(a, kind, spare);
+}
+
+/// `fromPython` through the producer type's table (`entry`, from `entryOf`). False when the type
+/// has none or the producer declined with BufferError (the caller then takes `__dlpack__`). GIL
+/// held.
 pub fn importFrom(
     a: PyApi,
+    entry: *const Entry,
     object: *PyObject,
     strict_offset: bool,
     out: *Description,
-    name: []u8,
 ) ImportError!bool {
-    const kind = a.PyObject_Type(object) orelse {
-        a.PyErr_Clear();
-        return false;
-    };
-    a.Py_DecRef(kind); // the object holds its type
-    var spare: Entry = undefined;
-    const entry = entryFor(a, kind, &spare);
     const api_table = entry.api orelse return false;
     const take = api_table.managed_tensor_from_py_object_no_sync orelse return false;
     var managed: usize = 0;
@@ -605,7 +584,6 @@ pub fn importFrom(
         }
         return error.Raised;
     }
-    writeName(entry, name);
     try adopt(a, api_table, managed, strict_offset, out);
     return true;
 }

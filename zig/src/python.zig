@@ -1,8 +1,8 @@
-//! The embedded-Python bridge's imports and the helper module's natives: consuming producers'
-//! PyCapsules the way numpy does, `fromPython`'s fast path, and the builtins `_native_capsule`,
-//! `_native_fence` and `_native_exchange_counts` installed on the helper module. Everything here
-//! runs with the GIL held by the caller or takes it (PyGILState is reentrant); errors are error
-//! unions, which root.zig turns into `abi.PythonStatus` values and the natives into exceptions.
+//! The embedded-Python bridge's imports and the helper module's setup: consuming producers'
+//! PyCapsules the way numpy does, `fromPython`'s fast path (the `__dlpack__` negotiation in C),
+//! and `install`, which makes `DLPackTensor` (tensor.zig) and adds `_native_exchange_counts`.
+//! Everything here runs with the GIL held by the caller or takes it (PyGILState is reentrant);
+//! errors are error unions, which root.zig turns into `abi.PythonStatus` values.
 
 const std = @import("std");
 const assert = std.debug.assert;
@@ -13,6 +13,7 @@ const exchange = @import("exchange.zig");
 const exports = @import("exports.zig");
 const mappings = @import("mappings.zig");
 const templates = @import("templates.zig");
+const tensor = @import("tensor.zig");
 
 const PyObject = cpython.PyObject;
 const Api = cpython.Api;
@@ -73,102 +74,92 @@ fn capsuleGeneration(a: Api, capsule: *PyObject) ImportError!bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The helper module's natives.
+// The helper module: the DLPackTensor type and the natives installed on it, and the Python
+// functions the negotiation falls back on (references kept for the process, set by `install`).
 
-/// `dlpack_ts._capsule_of`: the numpy-style negotiation `from` calls (a reference kept for the
-/// process, set by `install`).
+/// `dlpack_ts._capsule_of`: the whole negotiation in Python, for objects without `__dlpack__`.
 var capsule_of: ?*PyObject = null;
+/// `dlpack_ts._not_capsule(obj, value)`: raises the TypeError for a `__dlpack__` that returned
+/// something else than a capsule.
+var not_capsule: ?*PyObject = null;
+/// Interned "__dlpack__", and the keyword names of the calls `negotiate` makes, by which optional
+/// keywords they add (bit 0: dl_device, bit 1: copy; 4: only `stream`).
+var dunder_dlpack: ?*PyObject = null;
+var call_names: [5]?*PyObject = .{ null, null, null, null, null };
+/// The last `max_version` tuple asked for (nearly always (1, 3)), reused while it is the same.
+var version_tuple: ?*PyObject = null;
+var version_asked: [2]i32 = .{ -1, -1 };
 
-/// Keeps the helper module's `_capsule_of` and `_make_tensor` for the fast paths, and installs the
-/// native functions `_native_capsule(holder, flags)` and `_native_fence(holder, stream)` on the
-/// module (`holder` is a DLPackTensor's template capsule; no raw address is taken from Python).
-pub fn install(
-    module: usize,
-    capsule_of_fn: usize,
-    make_tensor_fn: usize,
-) error{ NotLoaded, Raised }!void {
+/// Makes `dlpack_ts.DLPackTensor` (tensor.zig) with its `__dlpack_c_exchange_api__`, installs
+/// `_native_exchange_counts` on the helper module and keeps the functions the negotiation falls
+/// back on.
+pub fn install(module: usize) error{ NotLoaded, Raised }!void {
     const a = cpython.api orelse return error.NotLoaded;
     const gil = cpython.Gil.take(a);
     defer gil.release();
-    a.Py_IncRef(cpython.objectAt(capsule_of_fn));
-    if (capsule_of) |old| a.Py_DecRef(old);
-    capsule_of = cpython.objectAt(capsule_of_fn);
-    templates.install(a, cpython.objectAt(make_tensor_fn));
+    const m = cpython.objectAt(module);
+    capsule_of = try kept(a, capsule_of, m, "_capsule_of");
+    not_capsule = try kept(a, not_capsule, m, "_not_capsule");
+    try internNames(a);
     for (&methods) |*def| {
         const function = a.PyCFunction_NewEx(def, null, null) orelse return error.Raised;
         defer a.Py_DecRef(function);
-        if (a.PyObject_SetAttrString(cpython.objectAt(module), def.name, function) != 0) {
-            return error.Raised;
-        }
+        if (a.PyObject_SetAttrString(m, def.name.?, function) != 0) return error.Raised;
     }
-    // DLPackTensor gets its `__dlpack_c_exchange_api__` (exchange.zig).
-    const cls = a.PyObject_GetAttrString(cpython.objectAt(module), "DLPackTensor") orelse
-        return error.Raised;
-    defer a.Py_DecRef(cls);
+    const cls = tensor.install(a, m) catch |err| switch (err) {
+        error.Raised => return error.Raised,
+        error.UnknownLayout => {
+            _ = cpython.raise(a, a.PyExc_TypeError.*, "dlpack-ts: this CPython's object " ++
+                "layout is not one dlpack-ts knows", .{});
+            return error.Raised;
+        },
+    };
     try exchange.install(a, cls);
+}
+
+/// `module.name`, replacing a reference kept before.
+fn kept(a: Api, old: ?*PyObject, module: *PyObject, name: [*:0]const u8) error{Raised}!*PyObject {
+    const found = a.PyObject_GetAttrString(module, name) orelse return error.Raised;
+    if (old) |o| a.Py_DecRef(o);
+    return found;
+}
+
+fn internNames(a: Api) error{Raised}!void {
+    if (dunder_dlpack != null) return;
+    const intern = a.PyUnicode_InternFromString;
+    const stream = intern("stream") orelse return error.Raised;
+    const max_version = intern("max_version") orelse return error.Raised;
+    const dl_device = intern("dl_device") orelse return error.Raised;
+    const copy = intern("copy") orelse return error.Raised;
+    const lists = [_][]const *PyObject{
+        &.{ stream, max_version },
+        &.{ stream, max_version, dl_device },
+        &.{ stream, max_version, copy },
+        &.{ stream, max_version, dl_device, copy },
+        &.{stream},
+    };
+    for (lists, 0..) |list, i| {
+        const tuple = a.PyTuple_New(@intCast(list.len)) orelse return error.Raised;
+        for (list, 0..) |name, j| {
+            a.Py_IncRef(name);
+            _ = a.PyTuple_SetItem(tuple, @intCast(j), name);
+        }
+        call_names[i] = tuple;
+    }
+    dunder_dlpack = intern("__dlpack__") orelse return error.Raised;
 }
 
 var methods = [_]cpython.MethodDef{
     .{
-        .name = "_native_capsule",
-        .method = nativeCapsule,
-        .flags = cpython.METH_VARARGS,
-        .doc = "capsule over a clone of an export template",
-    },
-    .{
-        .name = "_native_fence",
-        .method = nativeFence,
-        .flags = cpython.METH_VARARGS,
-        .doc = "order a consumer stream after the producer",
-    },
-    .{
         .name = "_native_exchange_counts",
-        .method = nativeExchangeCounts,
-        .flags = cpython.METH_VARARGS,
+        .method = @ptrCast(&nativeExchangeCounts),
+        .flags = cpython.meth.varargs,
         .doc = "calls of the DLPack C exchange API, per path",
     },
 };
 
 fn nativeExchangeCounts(_: ?*PyObject, _: ?*PyObject) callconv(.c) ?*PyObject {
     return exchange.countsTuple(cpython.api.?);
-}
-
-/// `(holder, word)` arguments: the holder object (borrowed) and an int as an unsigned word.
-const HolderArgs = struct { holder: *PyObject, word: u64 };
-
-fn holderArgs(a: Api, args: ?*PyObject) ?HolderArgs {
-    const tuple = args orelse return null;
-    if (a.PyTuple_Size(tuple) != 2) {
-        a.PyErr_SetString(a.PyExc_TypeError.*, "dlpack-ts: expected (template, int)");
-        return null;
-    }
-    // Items of a tuple of two: never NULL.
-    const holder = a.PyTuple_GetItem(tuple, 0).?;
-    const word = a.PyLong_AsUnsignedLongLongMask(a.PyTuple_GetItem(tuple, 1).?);
-    if (a.PyErr_Occurred() != null) return null;
-    return .{ .holder = holder, .word = word };
-}
-
-fn nativeCapsule(_: ?*PyObject, args: ?*PyObject) callconv(.c) ?*PyObject {
-    const parsed = holderArgs(cpython.api.?, args) orelse return null;
-    const made = templates.makeCapsule(parsed.holder, @truncate(parsed.word));
-    return if (made == 0) null else @ptrFromInt(made);
-}
-
-/// Returns the fence status as an int (0 ok, -2 stream 0, other negatives: failures).
-fn nativeFence(_: ?*PyObject, args: ?*PyObject) callconv(.c) ?*PyObject {
-    const a = cpython.api.?;
-    const parsed = holderArgs(a, args) orelse return null;
-    const template = templates.templateOf(a, parsed.holder) orelse return null;
-    const status = fence_hook(template, @intCast(parsed.word));
-    return a.PyLong_FromLongLong(status);
-}
-
-/// Set by root.zig: the CUDA fence and its status (statuses are mapped at the C boundary).
-pub var fence_hook: *const fn (usize, usize) i32 = noFence;
-
-fn noFence(_: usize, _: usize) i32 {
-    return -1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,39 +188,174 @@ fn exchangeApplies(options: FromOptions) bool {
 }
 
 /// `fromPython`'s fast path: the producer type's C exchange table when it has one (exchange.zig),
-/// else the numpy-style negotiation in `_capsule_of`, then `consume`. Writes the producer's name
+/// else the numpy-style negotiation (`negotiate`), then `consume`. Writes the producer's name
 /// (UTF-8, NUL-terminated, truncated) into `name`.
 pub fn from(obj: usize, options: FromOptions, out: *Description, name: []u8) ImportError!void {
     assert(name.len > 0);
     const a = cpython.api orelse return error.NotLoaded;
-    const negotiate = capsule_of orelse return error.NotLoaded;
+    if (capsule_of == null) return error.NotLoaded;
     const gil = cpython.Gil.take(a);
     defer gil.release();
+    const object = cpython.objectAt(obj);
+    var spare: exchange.Entry = undefined;
+    const entry = exchange.entryOf(a, object, &spare);
+    exchange.writeName(entry, name);
     if (exchangeApplies(options)) {
-        const object = cpython.objectAt(obj);
-        if (try exchange.importFrom(a, object, options.strict_offset, out, name)) return;
+        if (try exchange.importFrom(a, entry, object, options.strict_offset, out)) return;
     }
-    const args = negotiationArgs(a, obj, options) orelse return error.Raised;
-    defer a.Py_DecRef(args);
-    const result = a.PyObject_Call(negotiate, args, null) orelse return error.Raised;
-    defer a.Py_DecRef(result);
-    const written = if (a.PyTuple_GetItem(result, 1)) |producer|
-        cpython.appendUnicode(a, name, producer)
-    else
-        0;
-    name[written] = 0;
-    const capsule = a.PyTuple_GetItem(result, 0) orelse return error.Raised;
-    if (capsule == a._Py_NoneStruct) return error.ArrayInterface;
+    const producer = entry.name[0..entry.name_len];
+    const capsule = try negotiate(a, object, options, producer);
+    defer a.Py_DecRef(capsule);
     return consume(@intFromPtr(capsule), options.strict_offset, out);
 }
 
+fn isCapsule(a: Api, object: *PyObject) bool {
+    const kind = a.PyObject_Type(object).?;
+    a.Py_DecRef(kind); // the object holds its type
+    return kind == a.PyCapsule_Type;
+}
+
+/// The producer's capsule, as numpy asks for it: a raw PyCapsule as it is, else one call of
+/// `obj.__dlpack__(stream=..., max_version=..., [dl_device=...], [copy=...])`. A new reference;
+/// error.ArrayInterface when the object has no `__dlpack__` but an `__array_interface__`.
+fn negotiate(
+    a: Api,
+    object: *PyObject,
+    options: FromOptions,
+    producer: []const u8,
+) ImportError!*PyObject {
+    if (isCapsule(a, object)) {
+        a.Py_IncRef(object);
+        return object;
+    }
+    var values: [5]?*PyObject = .{ object, null, null, null, null };
+    var count: usize = 3;
+    values[1] = if (options.stream) |stream| a.PyLong_FromLongLong(stream) else cpython.none(a);
+    values[2] = maxVersion(a, options);
+    var which: usize = 0;
+    if (options.device_type >= 0) {
+        which |= 1;
+        values[count] = cpython.newTuple(a, &.{
+            a.PyLong_FromLongLong(options.device_type),
+            a.PyLong_FromLongLong(options.device_id),
+        });
+        count += 1;
+    }
+    if (options.copy >= 0) {
+        which |= 2;
+        values[count] = cpython.boolean(a, options.copy != 0);
+        count += 1;
+    }
+    defer for (values[1..count]) |value| a.Py_DecRef(value);
+    for (values[1..count]) |value| if (value == null) return error.Raised;
+    const names = call_names[which].?;
+    const result = a.PyObject_VectorcallMethod(dunder_dlpack.?, &values, 1, names) orelse
+        return afterFailure(a, object, options, values[1].?, producer);
+    return checkCapsule(a, object, result);
+}
+
+/// `(major, minor)` (the last one reused), or None for the legacy struct: a new reference.
+fn maxVersion(a: Api, options: FromOptions) ?*PyObject {
+    if (options.max_major < 0) return cpython.none(a);
+    const asked = [2]i32{ options.max_major, options.max_minor };
+    if (version_tuple == null or !std.mem.eql(i32, &asked, &version_asked)) {
+        const made = cpython.newTuple(a, &.{
+            a.PyLong_FromLongLong(options.max_major),
+            a.PyLong_FromLongLong(options.max_minor),
+        }) orelse return null;
+        if (version_tuple) |old| a.Py_DecRef(old);
+        version_tuple = made;
+        version_asked = asked;
+    }
+    a.Py_IncRef(version_tuple.?);
+    return version_tuple.?;
+}
+
+/// `__dlpack__` raised. An object without one (or with None) goes to `_capsule_of`'s
+/// `__array_interface__` path; a TypeError from a producer older than the 2023 keywords gets the
+/// call it understands (`stream` only), unless dl_device or copy were asked for.
+fn afterFailure(
+    a: Api,
+    object: *PyObject,
+    options: FromOptions,
+    stream: *PyObject,
+    producer: []const u8,
+) ImportError!*PyObject {
+    const type_error = a.PyErr_ExceptionMatches(a.PyExc_TypeError.*) != 0;
+    if (!type_error and a.PyErr_ExceptionMatches(a.PyExc_AttributeError.*) == 0) {
+        return error.Raised;
+    }
+    var kind: ?*PyObject = null;
+    var value: ?*PyObject = null;
+    var traceback: ?*PyObject = null;
+    a.PyErr_Fetch(&kind, &value, &traceback);
+    if (!hasMethod(a, object)) {
+        a.Py_DecRef(kind);
+        a.Py_DecRef(value);
+        a.Py_DecRef(traceback);
+        return slowPath(a, object, options);
+    }
+    if (!type_error) {
+        a.PyErr_Restore(kind, value, traceback);
+        return error.Raised;
+    }
+    if (options.device_type >= 0 or options.copy >= 0) {
+        a.PyErr_Restore(kind, value, traceback);
+        _ = cpython.raise(a, a.PyExc_BufferError.*, "{s}.__dlpack__ does not accept dl_device " ++
+            "or copy", .{producer});
+        return error.Raised;
+    }
+    a.Py_DecRef(kind);
+    a.Py_DecRef(value);
+    a.Py_DecRef(traceback);
+    const args = [2]?*PyObject{ object, stream };
+    const result = if (options.stream != null)
+        a.PyObject_VectorcallMethod(dunder_dlpack.?, &args, 1, call_names[4].?)
+    else
+        a.PyObject_VectorcallMethod(dunder_dlpack.?, &args, 1, null);
+    return checkCapsule(a, object, result orelse return error.Raised);
+}
+
+/// Whether `object.__dlpack__` is something other than missing or None.
+fn hasMethod(a: Api, object: *PyObject) bool {
+    const method = a.PyObject_GetAttr(object, dunder_dlpack.?) orelse {
+        a.PyErr_Clear();
+        return false;
+    };
+    defer a.Py_DecRef(method);
+    return method != a._Py_NoneStruct;
+}
+
+/// `result` when it is a capsule; else `_not_capsule` raises the TypeError. Steals `result`.
+fn checkCapsule(a: Api, object: *PyObject, result: *PyObject) ImportError!*PyObject {
+    if (isCapsule(a, result)) return result;
+    defer a.Py_DecRef(result);
+    a.Py_IncRef(object);
+    a.Py_IncRef(result);
+    const args = cpython.newTuple(a, &.{ object, result }) orelse return error.Raised;
+    defer a.Py_DecRef(args);
+    const none = a.PyObject_Call(not_capsule.?, args, null) orelse return error.Raised;
+    a.Py_DecRef(none);
+    _ = cpython.raise(a, a.PyExc_TypeError.*, "__dlpack__ did not return a PyCapsule", .{});
+    return error.Raised;
+}
+
+/// The whole negotiation in `_capsule_of` (Python): for objects without `__dlpack__`.
+fn slowPath(a: Api, object: *PyObject, options: FromOptions) ImportError!*PyObject {
+    const args = negotiationArgs(a, object, options) orelse return error.Raised;
+    defer a.Py_DecRef(args);
+    const result = a.PyObject_Call(capsule_of.?, args, null) orelse return error.Raised;
+    defer a.Py_DecRef(result);
+    const capsule = a.PyTuple_GetItem(result, 0) orelse return error.Raised;
+    if (capsule == a._Py_NoneStruct) return error.ArrayInterface;
+    a.Py_IncRef(capsule);
+    return capsule;
+}
+
 /// `(obj, max_version, copy, device, stream)` for `_capsule_of`, or null with the exception set.
-fn negotiationArgs(a: Api, obj: usize, options: FromOptions) ?*PyObject {
-    a.Py_IncRef(cpython.objectAt(obj));
-    const max_version = if (options.max_major < 0) cpython.none(a) else cpython.newTuple(a, &.{
-        a.PyLong_FromLongLong(options.max_major),
-        a.PyLong_FromLongLong(options.max_minor),
-    });
+fn negotiationArgs(a: Api, object: *PyObject, options: FromOptions) ?*PyObject {
+    a.Py_IncRef(object);
+    const max_version = maxVersion(a, options);
     const copy: ?*PyObject = if (options.copy < 0) cpython.none(a) else cpython.boolean(
         a,
         options.copy != 0,
@@ -239,18 +365,18 @@ fn negotiationArgs(a: Api, obj: usize, options: FromOptions) ?*PyObject {
         a.PyLong_FromLongLong(options.device_id),
     });
     const stream = if (options.stream) |value| a.PyLong_FromLongLong(value) else cpython.none(a);
-    return cpython.newTuple(a, &.{ cpython.objectAt(obj), max_version, copy, device, stream });
+    return cpython.newTuple(a, &.{ object, max_version, copy, device, stream });
 }
 
 // ---------------------------------------------------------------------------------------------
 // Handles that did not come from this bridge (`{ handle }` objects): checked before the first
 // dereference, against the same table of mappings the imports use.
 
-/// Results of `checkObject`: dereferenceable, or which part is not.
-pub const object_ok: i32 = 0;
-pub const object_header: i32 = 1;
-pub const object_type: i32 = 2;
-pub const object_metatype: i32 = 3;
+/// Results of `checkObject` (`abi.ObjectCheck`).
+pub const object_ok: i32 = @intFromEnum(abi.ObjectCheck.ok);
+pub const object_header: i32 = @intFromEnum(abi.ObjectCheck.header);
+pub const object_type: i32 = @intFromEnum(abi.ObjectCheck.type_object);
+pub const object_metatype: i32 = @intFromEnum(abi.ObjectCheck.metatype);
 
 /// Bytes of a type object that must be readable: `PyTypeObject` up to `tp_vectorcall` is 400 to
 /// 416 bytes from CPython 3.9 on (the slots Python reads when it calls or releases an object).

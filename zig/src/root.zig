@@ -8,7 +8,7 @@
 //! - plumbing: mappings.zig, memory.zig, cuda.zig, cpython.zig;
 //! - records: owner.zig, exports.zig;
 //! - imports: describe.zig (validate), verify.zig (device claims), admit.zig (the sequence);
-//! - Python: templates.zig, exchange.zig, python.zig;
+//! - Python: templates.zig, tensor.zig, exchange.zig, python.zig;
 //! - this file, the entry.
 
 const std = @import("std");
@@ -26,6 +26,7 @@ const owner = @import("owner.zig");
 const python = @import("python.zig");
 const stats = @import("stats.zig");
 const templates = @import("templates.zig");
+const tensor = @import("tensor.zig");
 const verify = @import("verify.zig");
 
 /// The facts module of the DLPack header (the fuzzer's model reads its dtype table).
@@ -460,15 +461,13 @@ export fn dlpk_py_consume(capsule_address: f64, options: u32, out_address: f64) 
     return 0;
 }
 
-/// Keeps the helper module's `_capsule_of` and `DLPackTensor` and installs the native functions the
-/// Python side calls (capsules, release, CUDA fence) on `module`. Takes the GIL.
-export fn dlpk_py_install(module: f64, capsule_of: f64, tensor_class: f64) i32 {
+/// Makes `DLPackTensor` (a C type) on the helper module `module`, adds the natives the Python side
+/// calls and keeps the helper functions the negotiation falls back on. Takes the GIL.
+export fn dlpk_py_install(module: f64) i32 {
     const m = abi.addressFromF64(module) orelse return invalid;
-    const c = abi.addressFromF64(capsule_of) orelse return invalid;
-    const t = abi.addressFromF64(tensor_class) orelse return invalid;
-    if (m == 0 or c == 0 or t == 0) return invalid;
-    python.fence_hook = pythonFence;
-    python.install(m, c, t) catch |err| return switch (err) {
+    if (m == 0) return invalid;
+    tensor.fence_hook = pythonFence;
+    python.install(m) catch |err| return switch (err) {
         error.NotLoaded => pythonStatus(.not_loaded),
         error.Raised => -1,
     };
@@ -486,6 +485,18 @@ fn pythonFence(template: usize, stream: usize) i32 {
 export fn dlpk_py_attach_thread() i32 {
     cpython.attachThread() catch return pythonStatus(.not_loaded);
     return 0;
+}
+
+/// Opens a GIL burst on this thread (see cpython.beginBurst): 1 when the GIL was taken now (end it
+/// with `dlpk_py_burst_end`), 0 when a burst is open already, 16 before `dlpk_py_load`.
+export fn dlpk_py_burst() i32 {
+    const began = cpython.beginBurst() catch return pythonStatus(.not_loaded);
+    return @intFromBool(began);
+}
+
+/// Ends this thread's GIL burst.
+export fn dlpk_py_burst_end() void {
+    cpython.endBurst();
 }
 
 /// Drops one reference (takes the GIL).
@@ -507,7 +518,7 @@ export fn dlpk_py_call1(callable: f64, arg: f64) f64 {
 export fn dlpk_py_wrap(template: f64, readonly: u32) f64 {
     const t = abi.addressFromF64(template) orelse return 0;
     if (!isStruct(t)) return 0;
-    return @floatFromInt(templates.wrapTemplate(t, readonly != 0));
+    return @floatFromInt(tensor.make(t, readonly != 0));
 }
 
 /// `toPython(x, py, { as })`: the object `kind`'s DLPack C exchange table makes from a versioned
@@ -779,5 +790,6 @@ test {
     _ = python;
     _ = stats;
     _ = templates;
+    _ = tensor;
     _ = verify;
 }
