@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "b7622ff37576a3eed4a9665a165eff2f7187ec9694a49ec9dd693353043fce88",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "465a55b707a457b8e2a82381c056e07e9cf4076998d49675a8a34c85663d43f5",
-  "libdlpack-0.1.0-linux-aarch64.so": "c1e3e6459c109bcc701072a5efbc6ed2d381ed6aed3b9fc3aeb6308683ee290a",
-  "libdlpack-0.1.0-linux-x86_64.so": "095a0771185e2f47566461ea205de55da5eb2d77a7bfdb56848284993a19b606",
-  "libdlpack-0.1.0-windows-x86_64.dll": "9caa5ca86e02dbbd5b2504301ba86025c6bd655c2cdf199dc1cba00e827a4727",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "00a2966b188a5af736fbf9f742d6d50c56301ed3427e1d491e72300c6d1ed615",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "093dfd3da3aa9e168fd79a53cc297c061607739eef78c7b3b008e3503596bf64",
+  "libdlpack-0.1.0-linux-aarch64.so": "916922fee6cca19b5798bfe897a729053cb7ddc71a0e52e16b85d7320b0cc030",
+  "libdlpack-0.1.0-linux-x86_64.so": "27983ccaabf096845435347a12fab05bb52f909358a6e38278f22f0d545e4c0c",
+  "libdlpack-0.1.0-windows-x86_64.dll": "ef6bd43b49a3513e2c131e276d1a805abfb910dbb88b768fc398465afd9ecd74",
 });
