@@ -85,6 +85,8 @@ deno run --allow-read tools/matrix.ts --print > "$LOG/matrix.md" 2>&1 || true
 # Counts: Zig's "N/M tests passed"; both TS runners' JUnit reports (tools/junit.ts).
 zig_passed=$(grep -o '[0-9]*/[0-9]* tests passed' "$LOG/zig-test.log" | tail -n 1 | cut -d/ -f1)
 zig_total=$(grep -o '[0-9]*/[0-9]* tests passed' "$LOG/zig-test.log" | tail -n 1 | cut -d/ -f2 | cut -d' ' -f1)
+# Zig counts skipped tests in the total ("71/72 tests passed; 1 skipped"): they are skips, not failures.
+zig_skipped=$(grep -o 'tests passed; [0-9]* skipped' "$LOG/zig-test.log" | tail -n 1 | grep -o '[0-9]*')
 set -- $(deno run --allow-read tools/junit.ts "$LOG/deno-test.xml")
 deno_passed=$1 deno_failed=$2 deno_skipped=$3
 set -- $(deno run --allow-read tools/junit.ts "$LOG/bun-test.xml")
@@ -92,12 +94,12 @@ bun_passed=$1 bun_failed=$2 bun_skipped=$3
 
 n() { echo "${1:-0}"; }
 passed=$(( $(n "$zig_passed") + $(n "$deno_passed") + $(n "$bun_passed") + passed_checks ))
-failed=$(( $(n "$zig_total") - $(n "$zig_passed") + $(n "$deno_failed") + $(n "$bun_failed") ))
-skipped=$(( $(n "$deno_skipped") + $(n "$bun_skipped") + skipped_checks ))
+failed=$(( $(n "$zig_total") - $(n "$zig_passed") - $(n "$zig_skipped") + $(n "$deno_failed") + $(n "$bun_failed") ))
+skipped=$(( $(n "$zig_skipped") + $(n "$deno_skipped") + $(n "$bun_skipped") + skipped_checks ))
 # A step that failed without failing a counted test (a check, a crash) still counts as a failure.
 for s in $failed_suites; do
   case $s in
-    zig-test) [ "$(n "$zig_total")" -gt "$(n "$zig_passed")" ] || failed=$((failed + 1)) ;;
+    zig-test) [ "$(n "$zig_total")" -gt "$(( $(n "$zig_passed") + $(n "$zig_skipped") ))" ] || failed=$((failed + 1)) ;;
     deno-test) [ "$(n "$deno_failed")" -gt 0 ] || failed=$((failed + 1)) ;;
     bun-test) [ "$(n "$bun_failed")" -gt 0 ] || failed=$((failed + 1)) ;;
     *) failed=$((failed + 1)) ;;
@@ -106,7 +108,7 @@ done
 
 echo
 echo "== summary =="
-echo "zig: $(n "$zig_passed")/$(n "$zig_total") passed; native reliability checks: $passed_checks passed, $skipped_checks skipped; deno: $(n "$deno_passed") passed, $(n "$deno_failed") failed, $(n "$deno_skipped") skipped; bun: $(n "$bun_passed") passed, $(n "$bun_failed") failed, $(n "$bun_skipped") skipped"
+echo "zig: $(n "$zig_passed")/$(n "$zig_total") passed, $(n "$zig_skipped") skipped; native reliability checks: $passed_checks passed, $skipped_checks skipped; deno: $(n "$deno_passed") passed, $(n "$deno_failed") failed, $(n "$deno_skipped") skipped; bun: $(n "$bun_passed") passed, $(n "$bun_failed") failed, $(n "$bun_skipped") skipped"
 [ -z "$failed_suites" ] || echo "failed steps:$failed_suites"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ -z "$failed_suites" ]

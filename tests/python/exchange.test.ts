@@ -39,9 +39,25 @@ function delta(fn: () => void): Partial<Counts> {
 function setup(): ReturnType<typeof python> {
   const py = python();
   py.exec(INSTALL_XT);
-  // Objects earlier files left to Python's cyclic GC would otherwise release their pins in the middle of a test.
-  py.exec("import gc\ngc.collect()");
   return py;
+}
+
+/**
+ * The counters once nothing earlier files left behind is still coming down. JS and Python garbage
+ * feed each other (a collected JS handle drops a Python reference, which may leave a cycle only
+ * Python's collector frees, whose export then unpins JS memory), so both collect in turns until a
+ * whole round changes nothing.
+ */
+async function settled(): Promise<ReturnType<typeof live>> {
+  const py = python();
+  let previous = await settledLive();
+  for (let round = 0; round < 10; round++) {
+    py.exec("import gc\ngc.collect()");
+    const now = await settledLive();
+    if (JSON.stringify(now) === JSON.stringify(previous)) return now;
+    previous = now;
+  }
+  return previous;
 }
 
 /** Drops Python's references and JS's, then expects the counters back where they were. */
@@ -53,13 +69,12 @@ async function balanced(before: ReturnType<typeof live>, names: string): Promise
     }:\n    globals().pop(_n, None)\nimport gc\ngc.collect()`,
   );
   await collectGarbage();
-  // Settled: pins from earlier files in the same process may still be coming down.
-  assert.deepEqual(await settledLive(), before, "every import, export and pin released");
+  assert.deepEqual(await settled(), before, "every import, export and pin released");
 }
 
 test("DLPackTensor's table: every 1.3 field at its offset, each function called there", async () => {
   const py = setup();
-  const before = await settledLive();
+  const before = await settled();
   const x = new Float32Array([1, 2, 3, 4, 5, 6]);
   using d = toPython(x, py, { shape: [2, 3] });
   py.set("d", d);
@@ -201,7 +216,7 @@ result = "hostile calls refused: %d" % refused
 
 test("fromPython takes a producer's table: no __dlpack__ call, stream and refusals (ctypes fake)", async () => {
   const py = setup();
-  const before = await settledLive();
+  const before = await settled();
   py.exec("xt.Fake.behaviour = 'ok'; xt.Fake.device_type = 1; xt.Fake.code = 2; fake = xt.FakeTensor()");
   using fake = py.eval("fake");
   const deletedBefore = py.eval("xt.Fake.deleted").toJS() as number;
@@ -307,7 +322,7 @@ console.log("RESULT", s.imports, s.exports, s.pinned);
 
 test("fromPython of a DLPackTensor takes its own table; read-only data falls back to __dlpack__", async () => {
   const py = setup();
-  const before = await settledLive();
+  const before = await settled();
   const x = new Int32Array([1, 2, 3]);
   using d = toPython(x, py);
   let seen = delta(() => {
@@ -364,7 +379,7 @@ del f, fields, src, out, m, made, back, lent, stream, extents, proto, fresh
 
 test("fromPython of torch tensors goes through torch's table (a subclass whose __dlpack__ raises)", async () => {
   const py = setup();
-  const before = await settledLive();
+  const before = await settled();
   py.exec(`
 import torch
 class NoDlpack(torch.Tensor):
@@ -414,7 +429,7 @@ sub = base.as_subclass(NoDlpack)
 
 test("toPython({ as: torch.Tensor }) makes a torch tensor through torch's table", async () => {
   const py = setup();
-  const before = await settledLive();
+  const before = await settled();
   const x = new Float64Array([1, 2, 3, 4, 5, 6]);
   using Tensor = py.eval("__import__('torch').Tensor");
   let t!: ReturnType<typeof toPython>;
@@ -439,7 +454,7 @@ test("toPython({ as: torch.Tensor }) makes a torch tensor through torch's table"
 
 test("tvm-ffi takes JS exports through DLPackTensor's table, __dlpack__ never called", async () => {
   const py = setup();
-  const before = await settledLive();
+  const before = await settled();
   const x = new Float32Array([1, 2, 3, 4]);
   using d = toPython(x, py);
   using ro = toPython(new Float32Array(2), py, { readonly: true });
@@ -475,7 +490,7 @@ def _refuse(self, *args, **kwargs):
 
 test("fromPython and toPython({ as }) use tvm-ffi's table", async () => {
   const py = setup();
-  const before = await settledLive();
+  const before = await settled();
   py.exec(`
 import tvm_ffi, numpy as np
 class NoDlpackWrapper(tvm_ffi.core.DLTensorTestWrapper):
