@@ -45,6 +45,7 @@ import {
   isArray,
   isCount,
   isDetached,
+  newWeakMap,
   RESIZABLE,
   SHARED,
   typedArrayBuffer,
@@ -257,6 +258,16 @@ function build(
   return buildCapsule((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), undefined, 0, versioned);
 }
 
+/**
+ * TypedArrays already exported whole, by identity, with their dtype: only arrays over a
+ * fixed-length, non-shared ArrayBuffer. Everything such an export checks (the brand, the element
+ * type, the buffer and whether it can resize or is shared) is fixed for the life of the array,
+ * except detachment, which the byte length shows (0) and which sends the export the full way. An
+ * identity can be neither forged nor proxied, and a WeakMap keeps no array alive: exporting the
+ * same array again reads one getter instead of five.
+ */
+const wholeArrays = newWeakMap<object, DTypeInfo>();
+
 /** The TypedArray facts every export needs, read through the intrinsics. */
 function typedArraySource(x: AnyTypedArray, tag: string): { info: DTypeInfo; byteLength: number } {
   // The buffer first: in Bun that also moves a small array's storage out of the GC heap, so the
@@ -275,6 +286,7 @@ function typedArraySource(x: AnyTypedArray, tag: string): { info: DTypeInfo; byt
   if (byteLength === 0 && (state & SHARED) === 0 && isDetached(buffer as ArrayBuffer)) {
     throw new DLPackError("disposed", "the TypedArray's ArrayBuffer is detached");
   }
+  if (state === 0 && byteLength > 0) wholeArrays.set(x, info);
   return { info, byteLength };
 }
 
@@ -379,6 +391,14 @@ function exportAny(x: Exportable, options: ExportOptions | undefined, versioned:
   releaseDeferred();
   // No options (the common case) stays undefined: the whole-array export takes a fast path then.
   const opts = readOptions(options);
+  if (opts === undefined) {
+    // An array exported before: still a TypedArray of that dtype over the same fixed-length buffer.
+    const known = wholeArrays.get(x);
+    if (known !== undefined) {
+      const byteLength = typedArrayByteLength(x as AnyTypedArray);
+      if (byteLength > 0) return exportWholeArray(x as AnyTypedArray, known, byteLength, versioned, flags);
+    }
+  }
   // The engine's brand, not instanceof or .constructor: own properties and prototypes can lie.
   const tag = typedArrayTag(x);
   if (tag !== undefined) return exportTypedArray(x as AnyTypedArray, tag, opts, versioned, flags);

@@ -191,6 +191,39 @@ test("bad inputs: each a clear DLPackError, nothing pinned or leaked", () => {
   assert.equal(after.allocations, before.allocations);
 });
 
+test("an array exported again: same memory and dtype; detached since, refused; nothing leaked", () => {
+  const before = stats();
+  const a = new Float32Array([1, 2, 3, 4]);
+  for (let i = 0; i < 3; i++) {
+    using v = importDLPack(exportDLPack(a));
+    assert.equal(v.dtype, "float32");
+    assert.deepEqual(v.shape, [4]);
+    assert.equal(v.address, addressOf(a));
+    assert.equal(v.get(3), 4);
+  }
+  // The identity is what is known: another array, even of the same buffer, is checked afresh.
+  const bytes = new Uint8Array(a.buffer);
+  using u = importDLPack(exportDLPack(bytes));
+  assert.equal(u.dtype, "uint8");
+  assert.deepEqual(u.shape, [16]);
+  // A prototype swapped after the first export changes nothing the export reads.
+  Object.setPrototypeOf(a, Int32Array.prototype);
+  using w = importDLPack(exportDLPack(a));
+  assert.equal(w.dtype, "float32");
+  Object.setPrototypeOf(a, Float32Array.prototype);
+  // Detached after its exports were released: the byte length reads 0 and the export is refused.
+  (a.buffer as ArrayBuffer & { transfer(n: number): ArrayBuffer }).transfer(0);
+  refused(() => exportDLPack(a), "disposed", /detached/);
+  refused(() => exportDLPack(a).dispose(), "disposed", /detached/);
+  u[Symbol.dispose]();
+  w[Symbol.dispose]();
+  const after = stats();
+  assert.equal(after.exports, before.exports);
+  assert.equal(after.imports, before.imports);
+  assert.equal(after.pinned, before.pinned);
+  assert.equal(after.pinnedBytes, before.pinnedBytes);
+});
+
 test("SharedArrayBuffer exports are allowed and read-write", () => {
   const shared = new Int32Array(new SharedArrayBuffer(16));
   using v = importDLPack(exportDLPack(shared));

@@ -96,21 +96,56 @@ fn recordBytes(ndim: usize) usize {
 /// reference the caller offered to adopt is still the caller's.
 pub fn create(spec: Spec) error{OutOfMemory}!usize {
     assert(spec.shape.len == spec.strides.len);
-    assert(spec.shape.len <= dlpack.rank_max);
-    for (spec.shape) |extent| assert(extent >= 0);
-    const ndim = spec.shape.len;
+    const started = try draft(spec.shape.len);
+    @memcpy(started.shape(), spec.shape);
+    @memcpy(started.strides(), spec.strides);
+    return finish(started, spec);
+}
+
+/// An export whose record is allocated and whose shape and strides the caller writes in place
+/// (no copy through the stack): then `finish` completes it, or `abandon` frees it.
+pub const Draft = struct {
+    record: *Record,
+
+    pub fn shape(self: Draft) []i64 {
+        return self.record.dims()[0..self.record.ndim];
+    }
+
+    pub fn strides(self: Draft) []i64 {
+        const ndim: usize = self.record.ndim;
+        return self.record.dims()[ndim .. 2 * ndim];
+    }
+};
+
+/// Allocates the record of an export of rank `ndim`.
+pub fn draft(ndim: usize) error{OutOfMemory}!Draft {
+    assert(ndim <= dlpack.rank_max);
     const bytes = try memory.createBytes(Record, recordBytes(ndim));
     const record: *Record = @ptrCast(bytes.ptr);
+    record.ndim = @intCast(ndim);
+    return .{ .record = record };
+}
+
+/// Frees a draft that will not become an export.
+pub fn abandon(started: Draft) void {
+    memory.destroyBytes(Record, started.record.allocation());
+}
+
+/// Completes a draft whose shape and strides are written: `spec.shape` and `spec.strides` are
+/// its extents (their lengths its rank; their values are read from the draft). Returns the managed
+/// struct's address.
+pub fn finish(started: Draft, spec: Spec) usize {
+    const record = started.record;
+    const ndim: usize = record.ndim;
+    assert(spec.shape.len == ndim and spec.strides.len == ndim);
     const dims = record.dims();
-    @memcpy(dims[0..ndim], spec.shape);
-    @memcpy(dims[ndim .. 2 * ndim], spec.strides);
+    for (dims[0..ndim]) |extent| assert(extent >= 0);
     if (spec.owner) |o| {
         if (!spec.adopt_owner) owner_mod.retain(o);
     }
     // Field by field: `managed` is written below, and an `undefined` in a struct literal costs a
     // memset in safe builds (this is the export path).
     record.owner = spec.owner;
-    record.ndim = @intCast(ndim);
     record.versioned = @intFromBool(spec.versioned);
     record.cuda_stream = 0;
     record.cuda_event = 0;

@@ -13,6 +13,7 @@
 
 const std = @import("std");
 const builtin = @import("builtin");
+const assert = std.debug.assert;
 const abi = @import("abi.zig");
 const admit = @import("admit.zig");
 const cpython = @import("cpython.zig");
@@ -145,8 +146,8 @@ export fn dlpk_describe(managed_address: f64, options: u32, out_address: f64) i3
     }, out, &own));
 }
 
-/// The shape and strides of the description at `spec` as integers (`dlpk_export`, `dlpk_copy`):
-/// extents not negative, every value exact; a refusal status otherwise.
+/// The shape and strides of the description at `spec` as integers (`dlpk_copy`): extents not
+/// negative, every value exact; a refusal status otherwise.
 const Layout = struct {
     ndim: usize,
     shape: [dlpack.rank_max]i64,
@@ -156,11 +157,17 @@ const Layout = struct {
 fn layoutOf(spec: *const Description, layout: *Layout) ?Status {
     if (spec.ndim < 0 or spec.ndim > dlpack.rank_max) return .rank;
     layout.ndim = @intCast(spec.ndim);
-    for (0..layout.ndim) |d| {
+    return dimsOf(spec, layout.shape[0..layout.ndim], layout.strides[0..layout.ndim]);
+}
+
+/// Decodes the description's first `shape.len` extents and strides into `shape` and `strides`.
+fn dimsOf(spec: *const Description, shape: []i64, strides: []i64) ?Status {
+    assert(shape.len == strides.len and shape.len <= dlpack.rank_max);
+    for (shape, strides, 0..) |*extent_out, *stride_out, d| {
         const extent = abi.integerFromF64(spec.shape[d]) orelse return .shape;
         if (extent < 0) return .shape;
-        layout.shape[d] = extent;
-        layout.strides[d] = abi.integerFromF64(spec.strides[d]) orelse return .strides;
+        extent_out.* = extent;
+        stride_out.* = abi.integerFromF64(spec.strides[d]) orelse return .strides;
     }
     return null;
 }
@@ -170,24 +177,44 @@ fn layoutOf(spec: *const Description, layout: *Layout) ?Status {
 /// into address_lo/hi. The TS side has checked the layout against the memory it points into.
 export fn dlpk_export(options: u32, spec_address: f64) i32 {
     const spec = descriptionAt(spec_address) orelse return invalid;
-    var layout: Layout = undefined;
-    if (layoutOf(spec, &layout)) |refused| return code(refused);
+    return code(exportDescribed(spec, options));
+}
+
+fn exportDescribed(spec: *Description, options: u32) Status {
+    if (spec.ndim < 0 or spec.ndim > dlpack.rank_max) return .rank;
+    // The shape and strides are decoded straight into the export's record (a stack copy of the
+    // largest rank would cost more than the export).
+    const started = exports.draft(@intCast(spec.ndim)) catch return .out_of_memory;
+    const refused = dimsOf(spec, started.shape(), started.strides()) orelse checkDtype(spec);
+    if (refused) |status| {
+        exports.abandon(started);
+        return status;
+    }
     const owner_address = @as(usize, spec.owner_hi) << 32 | spec.owner_lo;
-    const dtype_code = std.math.cast(u8, spec.dtype_code) orelse return code(.dtype);
-    const dtype_bits = std.math.cast(u8, spec.dtype_bits) orelse return code(.dtype);
-    const managed = exports.create(.{
+    const managed = exports.finish(started, .{
         .data = spec.address(),
         .device = .{ .device_type = spec.device_type, .device_id = spec.device_id },
-        .dtype = .{ .code = dtype_code, .bits = dtype_bits, .lanes = 1 },
-        .shape = layout.shape[0..layout.ndim],
-        .strides = layout.strides[0..layout.ndim],
+        .dtype = .{
+            .code = @intCast(spec.dtype_code),
+            .bits = @intCast(spec.dtype_bits),
+            .lanes = 1,
+        },
+        .shape = started.shape(),
+        .strides = started.strides(),
         .flags = spec.flags,
         .versioned = options & export_option.versioned != 0,
         .adopt_owner = options & export_option.adopt_owner != 0,
         .owner = if (owner_address == 0) null else @ptrFromInt(owner_address),
-    }) catch return code(.out_of_memory);
+    });
     spec.setAddress(managed);
-    return 0;
+    return .ok;
+}
+
+fn checkDtype(spec: *const Description) ?Status {
+    if (spec.dtype_code > std.math.maxInt(u8) or spec.dtype_bits > std.math.maxInt(u8)) {
+        return .dtype;
+    }
+    return null;
 }
 
 /// Exports JS memory in one call: `buffer` is the TypedArray's data (passed by the runtime's FFI,
@@ -211,7 +238,7 @@ export fn dlpk_export_buffer(
     const pin = owner.createIn(realm, .pin, id, bytes) catch return code(.out_of_memory);
     spec.setAddress(@intFromPtr(base) + offset);
     spec.setOwner(@intFromPtr(pin));
-    const status = dlpk_export(options | export_option.adopt_owner, spec_address);
+    const status = code(exportDescribed(spec, options | export_option.adopt_owner));
     // A failed export leaves the pin's only reference with us: releasing it queues the id, which
     // JS never recorded, so the sweep drops nothing.
     if (status != 0) owner.release(pin);

@@ -60,7 +60,8 @@ fn threadEnded(value: *anyopaque) callconv(.c) void {
     block.free.store(true, .release);
 }
 
-pub fn add(counter: Counter, delta: i64) void {
+/// Inline: a function that adds to several counters then looks the thread's block up once.
+pub inline fn add(counter: Counter, delta: i64) void {
     const block = held orelse return addUnheld(counter, delta);
     // Only this thread writes the block while it holds it.
     const value = &block.values[@intFromEnum(counter)];
@@ -68,9 +69,12 @@ pub fn add(counter: Counter, delta: i64) void {
 }
 
 fn addUnheld(counter: Counter, delta: i64) void {
+    @branchHint(.cold);
     if (claim()) |block| {
         held = block;
-        return add(counter, delta);
+        const value = &block.values[@intFromEnum(counter)];
+        value.store(value.load(.monotonic) + delta, .monotonic);
+        return;
     }
     _ = shared.values[@intFromEnum(counter)].fetchAdd(delta, .monotonic);
 }
