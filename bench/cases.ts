@@ -95,6 +95,8 @@ const exported = new Float32Array(256);
 out.export_ns = measure(100_000, () => exportDLPack(exported).dispose());
 // Taken by a foreign consumer, which calls the deleter from C (the test producer's consumer).
 out.export_foreign_ns = measure(100_000, () => tp.tp_consume(exportDLPack(exported).take(), 1));
+// A TypedArray made for the export each time: nothing learned from an earlier export of it helps.
+out.export_fresh_ns = measure(100_000, () => exportDLPack(new Float32Array(256)).dispose());
 
 // RSS when importing (and wrapping) a 1 GiB tensor: nothing may touch its pages.
 settle();

@@ -45,6 +45,10 @@ if BRIDGE_ONLY:
 
 export = median_ns("a.__dlpack__(stream=None, max_version=(1, 0), dl_device=None, copy=None)", 200_000, g)
 out["numpy_export_ns"] = export
+# An array made for the export each time, as the fresh-TypedArray row does in JS.
+out["numpy_export_fresh_ns"] = median_ns(
+    "np.empty(256, np.float32).__dlpack__(stream=None, max_version=(1, 0), dl_device=None, copy=None)", 200_000, g
+)
 out["numpy_from_dlpack_ns"] = median_ns("np.from_dlpack(a)", 200_000, g)
 # numpy's own import cost: from_dlpack minus the __dlpack__ call it makes.
 out["numpy_import_ns"] = out["numpy_from_dlpack_ns"] - export

@@ -152,6 +152,15 @@ const rows: Row[] = [
     target: 1,
   },
   {
+    name: "export of a TypedArray made for it (`new Float32Array(256)` each time)",
+    unit: "ns",
+    deno: d("export_fresh_ns"),
+    bun: b("export_fresh_ns"),
+    ref: both(p("numpy_export_fresh_ns")),
+    refText: `numpy \`np.empty(256).__dlpack__()\` ${fmt(p("numpy_export_fresh_ns"))} ns`,
+    target: 1,
+  },
+  {
     name: "JS → numpy → JS round trip through the bridge",
     unit: "ns",
     deno: d("roundtrip_js_numpy_js_ns"),
