@@ -60,14 +60,15 @@ fn threadEnded(value: *anyopaque) callconv(.c) void {
     block.free.store(true, .release);
 }
 
-pub fn add(counter: Counter, delta: i64) void {
+/// Inline: the thread's block is looked up once where a function adds to several counters.
+pub inline fn add(counter: Counter, delta: i64) void {
     const block = held orelse return addUnheld(counter, delta);
     // Only this thread writes the block while it holds it.
     const value = &block.values[@intFromEnum(counter)];
     value.store(value.load(.monotonic) + delta, .monotonic);
 }
 
-fn addUnheld(counter: Counter, delta: i64) void {
+noinline fn addUnheld(counter: Counter, delta: i64) void {
     if (claim()) |block| {
         held = block;
         return add(counter, delta);
