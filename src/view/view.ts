@@ -391,6 +391,28 @@ export function buildFromScratch(
   keepAlive?: unknown,
   verified?: boolean,
 ): BufferView {
+  const u32 = s.u32;
+  // Element 0's address; an empty tensor may put it anywhere, beyond 2^53 too (no JS number holds
+  // that exactly), so that is refused here.
+  const hi = u32[U32.addressHi];
+  if (hi >= 0x200000) throw s.beyondExact();
+  const address = hi * 0x1_0000_0000 + u32[U32.addressLo];
+  // The same description as the last import (a program importing tensors of one layout over and
+  // over): its facts are shared as they are, compared word for word without building anything.
+  const facts = producer === lastProducer && ownerName === lastOwnerName && verified === undefined &&
+      sameDescription(u32, s.f64)
+    ? lastFacts
+    : factsOfScratch(s, producer, ownerName, verified);
+  return construct(owner, address, facts, access, keepAlive);
+}
+
+/** The facts of the description in `s`, remembered (with its words) for the next import. */
+function factsOfScratch(
+  s: Scratch,
+  producer: string | null,
+  ownerName: string,
+  verified: boolean | undefined,
+): ViewFacts {
   const f64 = s.f64;
   const i32 = s.i32;
   const u32 = s.u32;
@@ -407,17 +429,49 @@ export function buildFromScratch(
     verified ?? (layout & DEVICE_VERIFIED) !== 0,
   );
   const device = deviceOf(i32[I32.deviceType], i32[I32.deviceId]);
-  // Element 0's address; an empty tensor may put it anywhere, beyond 2^53 too (no JS number holds
-  // that exactly), so that is refused here.
-  const hi = u32[U32.addressHi];
-  if (hi >= 0x200000) throw s.beyondExact();
-  const address = hi * 0x1_0000_0000 + u32[U32.addressLo];
-  const last = lastFacts;
-  const facts = last.info === info && last.origin === origin && last.device === device && last.layout === layout &&
-      sameLayout(last, f64, i32[I32.ndim])
-    ? last
-    : (lastFacts = factsFromScratch(f64, i32[I32.ndim], info, layout, device, origin));
-  return construct(owner, address, facts, access, keepAlive);
+  const ndim = i32[I32.ndim];
+  const facts = factsFromScratch(f64, ndim, info, layout, device, origin);
+  // Remembered only where the caller left `verified` to the native check (the words then say all).
+  lastProducer = producer;
+  lastOwnerName = ownerName;
+  lastKeyed = verified === undefined && ndim >= 1 && ndim <= 2;
+  lastFacts = facts;
+  for (let i = KEY_FIRST; i <= KEY_LAST; i++) lastWords[i - KEY_FIRST] = u32[i];
+  for (let i = 0; i < 4; i++) lastNumbers[i] = f64[F64.size + i];
+  for (let i = 0; i < ndim && i < 2; i++) {
+    lastNumbers[4 + i] = f64[F64.shape + i];
+    lastNumbers[6 + i] = f64[F64.strides + i];
+  }
+  return facts;
+}
+
+/** The description words the facts derive from: ndim, device, version, flags, dtype, layout. */
+const KEY_FIRST = I32.ndim;
+const KEY_LAST = U32.layout;
+const lastWords = new Uint32Array(KEY_LAST - KEY_FIRST + 1);
+/** size, nbytes, minOffset, maxOffset, shape[0..2], strides[0..2] of the last description. */
+const lastNumbers = new Float64Array(8);
+let lastProducer: string | null = null;
+let lastOwnerName = "";
+/** Whether the words above stand for `lastFacts` (ranks 1 and 2, `verified` left to native). */
+let lastKeyed = false;
+
+/** Whether the description in the scratch is the one `lastFacts` was made from. */
+function sameDescription(u32: Uint32Array, f64: Float64Array): boolean {
+  const w = lastWords;
+  const n = lastNumbers;
+  const ndim = u32[KEY_FIRST];
+  if (!lastKeyed || ndim !== w[0]) return false;
+  if (
+    u32[KEY_FIRST + 1] !== w[1] || u32[KEY_FIRST + 2] !== w[2] || u32[KEY_FIRST + 3] !== w[3] ||
+    u32[KEY_FIRST + 4] !== w[4] || u32[KEY_FIRST + 5] !== w[5] || u32[KEY_FIRST + 6] !== w[6] ||
+    u32[KEY_FIRST + 7] !== w[7] || u32[KEY_FIRST + 8] !== w[8] || u32[KEY_FIRST + 9] !== w[9]
+  ) return false;
+  if (
+    f64[F64.size] !== n[0] || f64[F64.nbytes] !== n[1] || f64[F64.minOffset] !== n[2] ||
+    f64[F64.maxOffset] !== n[3] || f64[F64.shape] !== n[4] || f64[F64.strides] !== n[6]
+  ) return false;
+  return ndim === 1 || (f64[F64.shape + 1] === n[5] && f64[F64.strides + 1] === n[7]);
 }
 
 /** The facts of the last import, shared by the next one when its layout is the same: a program
@@ -434,17 +488,6 @@ let lastFacts: ViewFacts = {
   device: deviceOf(1, 0),
   origin: lastOrigin,
 };
-
-/** Whether `f` has the layout in the scratch (ranks 1 and 2 only: higher ones make new facts). */
-function sameLayout(f: ViewFacts, f64: Float64Array, ndim: number): boolean {
-  const shape = f.shape;
-  const strides = f.strides;
-  if (shape.length !== ndim || ndim > 2 || ndim < 1) return false;
-  if (shape[0] !== f64[F64.shape] || strides[0] !== f64[F64.strides]) return false;
-  if (ndim === 2 && (shape[1] !== f64[F64.shape + 1] || strides[1] !== f64[F64.strides + 1])) return false;
-  return f.size === f64[F64.size] && f.nbytes === f64[F64.nbytes] && f.minOffset === f64[F64.minOffset] &&
-    f.maxOffset === f64[F64.maxOffset];
-}
 
 function factsFromScratch(
   f64: Float64Array,

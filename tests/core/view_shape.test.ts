@@ -6,7 +6,8 @@ import { BufferView, Capsule, exportDLPack, exportDLPackLegacy, importDLPack, st
 import { realmAddress } from "../../src/native/owner.ts";
 import { core, runtime } from "../../ffi/mod.ts";
 import { addressOf, factsOf, newView, ownerOf } from "../../src/view/view.ts";
-import { deleted, make } from "../support/producer.ts";
+import { deleted, make, type TensorSpec } from "../support/producer.ts";
+import type { ImportOptions } from "../../src/ops/import.ts";
 import { test } from "../support/harness.ts";
 import { live, refused } from "../support/assertions.ts";
 
@@ -93,6 +94,51 @@ test("views of one layout share their facts; every other layout gets its own", (
   // An import after a disposal still reads its own layout.
   using again = importDLPack(filled([3, 2]).source);
   assert.deepEqual([again.shape, again.strides], [[3, 2], [2, 1]]);
+});
+
+test("an import differing from the last in one fact only gets facts of its own", () => {
+  const before = deleted();
+  // Each pair: a base layout, then the same with one thing the facts derive from changed.
+  const variants: [string, TensorSpec, ImportOptions | undefined][] = [
+    ["dtype code", { shape: [2, 3], dtype: "int32" }, undefined],
+    ["dtype bits", { shape: [2, 3], dtype: "float64" }, undefined],
+    ["flags", { shape: [2, 3], flags: 1 }, undefined],
+    ["version", { shape: [2, 3], version: [1, 1] }, undefined],
+    ["generation", { shape: [2, 3], versioned: false }, undefined],
+    ["second extent", { shape: [2, 2], dataBytes: 24 }, undefined],
+    ["second stride", { shape: [2, 3], strides: [4, 1], dataBytes: 40 }, undefined],
+    ["rank", { shape: [6] }, undefined],
+    ["producer", { shape: [2, 3] }, { producer: "other" }],
+  ];
+  for (const [name, spec, opts] of variants) {
+    const base = importDLPack(make({ shape: [2, 3] }).source);
+    const other = importDLPack(make(spec).source, opts);
+    const again = importDLPack(make({ shape: [2, 3] }).source);
+    assert.notEqual(factsOf(other), factsOf(base), name);
+    assert.notEqual(factsOf(again), factsOf(other), name);
+    assert.deepEqual([base.dtype, base.shape, base.strides, base.access, base.producer], [
+      "float32",
+      [2, 3],
+      [3, 1],
+      "readwrite",
+      null,
+    ], name);
+    assert.deepEqual(
+      [other.dtype, other.shape, other.strides, other.producer, other.version, other.flags.readOnly],
+      [
+        spec.dtype ?? "float32",
+        spec.shape,
+        spec.strides ?? (spec.shape!.length === 2 ? [spec.shape![1], 1] : [1]),
+        opts?.producer ?? null,
+        spec.versioned === false ? null : { major: 1, minor: spec.version?.[1] ?? 3 },
+        spec.flags === 1,
+      ],
+      name,
+    );
+    assert.deepEqual([again.dtype, again.shape, again.strides, again.producer], ["float32", [2, 3], [3, 1], null]);
+    for (const v of [base, other, again]) v.dispose();
+  }
+  assert.equal(deleted(), before + 3 * variants.length);
 });
 
 test("newView: a derived view shares the owner share by share, the deleter runs once after both", () => {

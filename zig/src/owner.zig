@@ -78,7 +78,7 @@ pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) error{O
     // Only pins belong to a realm.
     assert(kind == .pin or realm == &default_realm);
     assert(bytes <= std.math.maxInt(i64));
-    const owner = try memory.create(Owner);
+    const owner = try newRecord();
     owner.* = .{
         .refs = std.atomic.Value(u32).init(1),
         .kind = kind,
@@ -98,6 +98,60 @@ pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) error{O
         },
     }
     return owner;
+}
+
+// A spare record per thread: an import disposed right away (the common case) then neither
+// allocates nor frees one. A thread's spare is freed when the thread ends (a pthread key's
+// destructor); releases after that on the same thread (other keys' destructors) free at once.
+const spare_records = builtin.os.tag != .windows and builtin.link_libc;
+const Spare = enum(u8) { unset, on, closed };
+threadlocal var spare: ?*Owner = null;
+threadlocal var spare_state: Spare = .unset;
+var spare_key: if (spare_records) std.c.pthread_key_t else void = undefined;
+var spare_key_once = std.once(makeSpareKey);
+var spare_key_ready: bool = false;
+
+fn makeSpareKey() void {
+    if (!spare_records) return;
+    spare_key_ready = std.c.pthread_key_create(&spare_key, spareThreadEnded) == .SUCCESS;
+}
+
+fn spareThreadEnded(_: *anyopaque) callconv(.c) void {
+    spare_state = .closed;
+    if (spare) |record| memory.destroy(record);
+    spare = null;
+}
+
+/// A record for `createIn`: the thread's spare, else a new one.
+fn newRecord() error{OutOfMemory}!*Owner {
+    if (spare) |record| {
+        spare = null;
+        return record;
+    }
+    return memory.create(Owner);
+}
+
+/// Gives a record back: kept as the thread's spare when it has none, else freed.
+fn freeRecord(record: *Owner) void {
+    if (spare == null and (spare_state == .on or (spare_state == .unset and spareOn()))) {
+        spare = record;
+        return;
+    }
+    memory.destroy(record);
+}
+
+/// Arms the thread-end hook that frees this thread's spare (once per thread).
+fn spareOn() bool {
+    assert(spare_state == .unset);
+    if (!spare_records) return false;
+    spare_key_once.call();
+    // The key's value only needs to be non-null for its destructor to run.
+    if (!spare_key_ready or std.c.pthread_setspecific(spare_key, &spare_key) != 0) {
+        spare_state = .closed;
+        return false;
+    }
+    spare_state = .on;
+    return true;
 }
 
 /// Library memory (`memory.alloc`) inside a new owner that frees it.
@@ -165,19 +219,19 @@ pub fn release(owner: *Owner) void {
             dlpack.deleteManaged(owner.payload, owner.kind == .versioned);
             stats.add(.imports, -1);
             stats.add(.deleters_called, 1);
-            memory.destroy(owner);
+            freeRecord(owner);
         },
         .native => {
             memory.free(@ptrFromInt(owner.payload));
             stats.add(.allocations, -1);
             stats.add(.allocation_bytes, -bytes);
-            memory.destroy(owner);
+            freeRecord(owner);
         },
         .cuda_device, .cuda_host, .cuda_managed => {
             cuda.free(allocKind(owner.kind), owner.device, owner.payload, owner.bytes);
             stats.add(.allocations, -1);
             stats.add(.allocation_bytes, -bytes);
-            memory.destroy(owner);
+            freeRecord(owner);
         },
         // The record lives on until JS has read its id off the stack.
         .pin => {
@@ -204,7 +258,7 @@ pub fn releaseHere(owner: *Owner) u64 {
     assert(id != 0);
     stats.add(.pins, -1);
     stats.add(.pinned_bytes, -@as(i64, @intCast(owner.bytes)));
-    memory.destroy(owner);
+    freeRecord(owner);
     return id;
 }
 
@@ -251,7 +305,7 @@ pub fn drainRealm(realm: *Realm, out: []f64) usize {
         written += 1;
         stats.add(.pins, -1);
         stats.add(.pinned_bytes, -@as(i64, @intCast(owner.bytes)));
-        memory.destroy(owner);
+        freeRecord(owner);
     }
     assert(written <= out.len);
     return written;
@@ -402,6 +456,31 @@ test "last release calls the deleter exactly once" {
     try std.testing.expectEqual(@as(u32, 0), test_deleted.load(.monotonic));
     release(owner);
     try std.testing.expectEqual(@as(u32, 1), test_deleted.load(.monotonic));
+}
+
+fn spareRoundTrip(reused: *bool) void {
+    const first = createNative(8, 16, false) catch return;
+    release(first);
+    const second = createNative(8, 16, false) catch return;
+    reused.* = first == second;
+    release(second);
+}
+
+test "a released record is the thread's spare: reused by its next owner, fresh in every field" {
+    var reused = false;
+    spareRoundTrip(&reused);
+    try std.testing.expect(!spare_records or reused);
+    // The spare comes back with every field written anew.
+    const pin = try createIn(&default_realm, .pin, 9, 4);
+    try std.testing.expectEqual(@as(u32, 1), pin.refs.load(.monotonic));
+    try std.testing.expect(pin.next == null and pin.keeper == null and pin.shared_token == 0);
+    try std.testing.expectEqual(@as(u64, 9), releaseHere(pin));
+    // Other threads keep spares of their own, freed when they end.
+    var threads: [4]std.Thread = undefined;
+    var reuses = [_]bool{false} ** 4;
+    for (&threads, &reuses) |*t, *r| t.* = try std.Thread.spawn(.{}, spareRoundTrip, .{r});
+    for (threads) |t| t.join();
+    for (reuses) |r| try std.testing.expect(!spare_records or r);
 }
 
 test "released pins are drained in batches, per domain, and nothing is lost" {

@@ -68,7 +68,7 @@ pub inline fn add(counter: Counter, delta: i64) void {
     value.store(value.load(.monotonic) + delta, .monotonic);
 }
 
-fn addUnheld(counter: Counter, delta: i64) void {
+noinline fn addUnheld(counter: Counter, delta: i64) void {
     @branchHint(.cold);
     if (claim()) |block| {
         held = block;
