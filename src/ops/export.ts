@@ -434,7 +434,11 @@ export function typedArrayView(x: AnyTypedArray, info: DTypeInfo, shape: readonl
   const tag = typedArrayTag(x);
   if (tag === undefined) throw new DLPackError("argument", `expected a TypedArray, got ${shown(x)}`);
   const opts: Options = { shape: shape as number[], strides: undefined, info, offset: undefined, readonly: false };
-  const capsule = exportTypedArray(x, tag, opts, true, 0);
+  return adoptCapsule(exportTypedArray(x, tag, opts, true, 0));
+}
+
+/** @internal A view of this library's own fresh export; the capsule is disposed if the import fails. */
+export function adoptCapsule(capsule: Capsule): BufferView {
   try {
     return importCapsule(capsule, "dlpack-ts");
   } catch (error) {

@@ -39,14 +39,12 @@ import {
 } from "../view/view.ts";
 import { registerViewOps, type ShapeOp } from "../view/hooks.ts";
 import { decodeElement, encodeElement, writeBits } from "../view/codec.ts";
-import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
-import type { Capsule } from "../native/capsule.ts";
+import { deferredCount, deferredObjects } from "../native/owner.ts";
 import { ArrayBufferCtor, callWith, ceil, isArray, objectSlots, slots, typedArrayTag } from "../facts/intrinsics.ts";
 import { Flag } from "../facts/abi.ts";
 import { producerStreams } from "./streams.ts";
 import { copyInto, packedCodes, toHost } from "./copy.ts";
-import { exportDLPack, typedArrayView } from "./export.ts";
-import { importCapsule } from "./import.ts";
+import { adoptCapsule, exportDLPack, typedArrayView } from "./export.ts";
 
 const SUBBYTE_PADDED = Flag.isSubbyteTypePadded;
 // Captured at load: a caller who later replaces the prototype's `get` changes nothing here.
@@ -305,18 +303,7 @@ export function fromArray<T extends AnyTypedArray, const S extends readonly numb
     offset: o.offset,
     readonly: optionalBoolean(o.readonly, "readonly"),
   });
-  return adopt(capsule) as TypedView<DTypeOfArray<T>, S["length"]>;
-}
-
-function adopt(capsule: Capsule): BufferView {
-  try {
-    return importCapsule(capsule, "dlpack-ts");
-  } catch (error) {
-    // Disposed unless the import took it (the disposer checks).
-    deferredObjects[deferredCount[1]++] = capsule;
-    retryQuietly();
-    throw error;
-  }
+  return adoptCapsule(capsule) as TypedView<DTypeOfArray<T>, S["length"]>;
 }
 
 registerViewOps({ shaped, iterate, toNested, fill, flatten });
