@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "00a2966b188a5af736fbf9f742d6d50c56301ed3427e1d491e72300c6d1ed615",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "093dfd3da3aa9e168fd79a53cc297c061607739eef78c7b3b008e3503596bf64",
-  "libdlpack-0.1.0-linux-aarch64.so": "916922fee6cca19b5798bfe897a729053cb7ddc71a0e52e16b85d7320b0cc030",
-  "libdlpack-0.1.0-linux-x86_64.so": "27983ccaabf096845435347a12fab05bb52f909358a6e38278f22f0d545e4c0c",
-  "libdlpack-0.1.0-windows-x86_64.dll": "ef6bd43b49a3513e2c131e276d1a805abfb910dbb88b768fc398465afd9ecd74",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "969d46b76919f3fb93e69f1643e94a1df9b8cfd73ec4929dec1383a2c96c930c",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "858310e4aea2bd697f60df8cd1b357782652305e6112b898757b8cda42299c2c",
+  "libdlpack-0.1.0-linux-aarch64.so": "1d352835a7389b3947bb0d7467fe94af113188d6341a01edc7d58e98bf47cd34",
+  "libdlpack-0.1.0-linux-x86_64.so": "4c08650ca8303be3f97f1046f025abcd27446f2ebacbc986ca58bbf276ec651a",
+  "libdlpack-0.1.0-windows-x86_64.dll": "4c469c06d7cabbb03987a0bf1349c2989011c1686446cf44404dd10cd9be33e4",
 });
