@@ -69,7 +69,15 @@ async function balanced(before: ReturnType<typeof live>, names: string): Promise
     }:\n    globals().pop(_n, None)\nimport gc\ngc.collect()`,
   );
   await collectGarbage();
-  assert.deepEqual(await settled(), before, "every import, export and pin released");
+  const after = await settled();
+  const { pinned, ...counts } = after;
+  const { pinned: pinnedBefore, ...countsBefore } = before;
+  assert.deepEqual(counts, countsBefore, "every import, export and allocation released");
+  // Pins are process-wide, and in a shared test process memory earlier files exported to a
+  // framework can come back while this test runs (seen in full runs only, about one in three):
+  // none may be left over, fewer is another file's release. This test's own exports are live
+  // export records, which the exact check above covers.
+  assert.ok(pinned <= pinnedBefore, `pins released: ${pinned} live, ${pinnedBefore} before`);
 }
 
 test("DLPackTensor's table: every 1.3 field at its offset, each function called there", async () => {
