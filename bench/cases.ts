@@ -97,6 +97,11 @@ out.export_ns = measure(100_000, () => exportDLPack(exported).dispose());
 out.export_foreign_ns = measure(100_000, () => tp.tp_consume(exportDLPack(exported).take(), 1));
 // A TypedArray made for the export each time: nothing learned from an earlier export of it helps.
 out.export_fresh_ns = measure(100_000, () => exportDLPack(new Float32Array(256)).dispose());
+let made: Float32Array | undefined;
+out.alloc_f32_ns = measure(100_000, () => {
+  made = new Float32Array(256);
+});
+void made;
 
 // RSS when importing (and wrapping) a 1 GiB tensor: nothing may touch its pages.
 settle();

@@ -157,7 +157,9 @@ const rows: Row[] = [
     deno: d("export_fresh_ns"),
     bun: b("export_fresh_ns"),
     ref: both(p("numpy_export_fresh_ns")),
-    refText: `numpy \`np.empty(256).__dlpack__()\` ${fmt(p("numpy_export_fresh_ns"))} ns`,
+    refText: `numpy \`np.empty(256).__dlpack__()\` ${
+      fmt(p("numpy_export_fresh_ns"))
+    } ns; \`new Float32Array(256)\` alone: ${fmt(d("alloc_f32_ns"))} / ${fmt(b("alloc_f32_ns"))} ns`,
     target: 1,
   },
   {
