@@ -237,10 +237,10 @@ export function viewOrigin(
   });
 }
 
-/** @internal What {@link viewFacts} takes: a view's layout (arrays the caller made and no longer
- * changes) and where it came from. */
-export interface FactsInit {
-  readonly info: DTypeInfo;
+/** @internal Where a layout's elements lie: fresh arrays the caller no longer changes (strides in
+ * elements), the element count and bytes, the lowest and highest element offsets from element 0,
+ * and the layout bits. */
+export interface Extents {
   readonly shape: number[];
   readonly strides: number[];
   readonly size: number;
@@ -248,6 +248,12 @@ export interface FactsInit {
   readonly minOffset: number;
   readonly maxOffset: number;
   readonly layout: number;
+}
+
+/** @internal What {@link viewFacts} takes: a view's layout (arrays the caller made and no longer
+ * changes) and where it came from. */
+export interface FactsInit extends Extents {
+  readonly info: DTypeInfo;
   readonly device: Device;
   readonly origin: ViewOrigin;
 }
@@ -332,16 +338,9 @@ export function keepAliveOf(view: BufferView): Owner {
 
 /** @internal The layout of a view derived from another (`slice`, `reshape`, ...), over the same
  * memory; the view operations compute it from the base's own shape and strides. */
-export interface DerivedLayout {
+export interface DerivedLayout extends Extents {
   /** Bytes from the base's element 0 to the new element 0. */
   readonly byteOffset: number;
-  readonly shape: number[];
-  readonly strides: number[];
-  readonly size: number;
-  readonly nbytes: number;
-  readonly minOffset: number;
-  readonly maxOffset: number;
-  readonly layout: number;
   /** The result may not be written even if the base may (a broadcast repeats elements). */
   readonly readonly: boolean;
 }
