@@ -105,6 +105,20 @@ export function reach(shape: readonly number[], strides: readonly number[]): Rea
   return { lo, hi };
 }
 
+/**
+ * One odometer step in C order: advances `index` (one counter per axis, starting at zeros) to the
+ * next element and returns `at`, an element offset, moved by the strides accordingly. Walks every
+ * element of a strided layout without a division per element.
+ */
+export function nextOffset(index: number[], shape: readonly number[], strides: readonly number[], at: number): number {
+  for (let d = shape.length - 1; d >= 0; d--) {
+    if (++index[d] < shape[d]) return at + strides[d];
+    at -= (shape[d] - 1) * strides[d];
+    index[d] = 0;
+  }
+  return at;
+}
+
 /** Whether any extent is 0. */
 export function hasZero(shape: readonly number[]): boolean {
   for (let d = 0; d < shape.length; d++) if (shape[d] === 0) return true;

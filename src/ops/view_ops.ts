@@ -20,7 +20,7 @@ import {
   type Strided,
   transposeLayout,
 } from "../facts/shape.ts";
-import { layoutOf, listText, MAX_EXACT, reach, sizeOf as elementCount } from "../facts/layout.ts";
+import { layoutOf, listText, MAX_EXACT, nextOffset, reach, sizeOf as elementCount } from "../facts/layout.ts";
 import {
   accessOf,
   arrayOf,
@@ -216,15 +216,7 @@ export function fill(view: BufferView, value: Scalar): void {
       a[2 * at] = one[0];
       a[2 * at + 1] = one[1];
     } else a[at] = one[0];
-    // Odometer step over the index, moving `at` by strides.
-    for (let d = ndim - 1; d >= 0; d--) {
-      if (++index[d] < shape[d]) {
-        at += strides[d];
-        break;
-      }
-      at -= (shape[d] - 1) * strides[d];
-      index[d] = 0;
-    }
+    at = nextOffset(index, shape, strides, at);
   }
 }
 

@@ -65,7 +65,7 @@ import {
   typedArrayLength,
   typedArrayTag,
 } from "../facts/intrinsics.ts";
-import { listText } from "../facts/layout.ts";
+import { listText, nextOffset } from "../facts/layout.ts";
 import { Flag } from "../facts/abi.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
@@ -927,15 +927,7 @@ export class BufferView {
         out[2 * k] = src[2 * at];
         out[2 * k + 1] = src[2 * at + 1];
       } else out[k] = src[at];
-      // Odometer step over the index, moving `at` by strides.
-      for (let d = ndim - 1; d >= 0; d--) {
-        if (++index[d] < shape[d]) {
-          at += strides[d];
-          break;
-        }
-        at -= (shape[d] - 1) * strides[d];
-        index[d] = 0;
-      }
+      at = nextOffset(index, shape, strides, at);
     }
     return out;
   }
@@ -1053,14 +1045,7 @@ export class BufferView {
         a[2 * at] = src[2 * k];
         a[2 * at + 1] = src[2 * k + 1];
       } else a[at] = src[k];
-      for (let d = ndim - 1; d >= 0; d--) {
-        if (++index[d] < shape[d]) {
-          at += strides[d];
-          break;
-        }
-        at -= (shape[d] - 1) * strides[d];
-        index[d] = 0;
-      }
+      at = nextOffset(index, shape, strides, at);
     }
   }
 
