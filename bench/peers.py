@@ -19,8 +19,10 @@ def median_ns(stmt, number, setup_globals):
 
 
 a = np.zeros(256, dtype=np.float32)
-g = {"np": np, "a": a}
-out["numpy_roundtrip_ns"] = median_ns("np.from_dlpack(np.from_dlpack(a))", 100_000, g)
+# from_dlpack bound once, as the JS cases bind theirs: a module attribute lookup per call (20-25 ns)
+# is Python's call overhead, not numpy's import.
+g = {"np": np, "a": a, "from_dlpack": np.from_dlpack}
+out["numpy_roundtrip_ns"] = median_ns("from_dlpack(from_dlpack(a))", 100_000, g)
 
 
 def torch_cases():
@@ -49,12 +51,12 @@ out["numpy_export_ns"] = export
 out["numpy_export_fresh_ns"] = median_ns(
     "np.empty(256, np.float32).__dlpack__(stream=None, max_version=(1, 0), dl_device=None, copy=None)", 200_000, g
 )
-out["numpy_from_dlpack_ns"] = median_ns("np.from_dlpack(a)", 200_000, g)
+out["numpy_from_dlpack_ns"] = median_ns("from_dlpack(a)", 200_000, g)
 # numpy's own import cost: from_dlpack minus the __dlpack__ call it makes.
 out["numpy_import_ns"] = out["numpy_from_dlpack_ns"] - export
 for label, size in (("1KiB", 1 << 10), ("1MiB", 1 << 20)):
     g["s"] = np.zeros(size // 4, dtype=np.float32)
-    out[f"numpy_from_dlpack_{label}_ns"] = median_ns("np.from_dlpack(s)", 100_000, g)
+    out[f"numpy_from_dlpack_{label}_ns"] = median_ns("from_dlpack(s)", 100_000, g)
 
 big = np.empty((4096, 4096), dtype=np.float32)
 g["big"] = big
@@ -80,7 +82,7 @@ try:
 
     g["arr"] = pa.array(np.zeros(256, dtype=np.float32))
     out["pyarrow_export_ns"] = median_ns("arr.__dlpack__()", 100_000, g)
-    out["pyarrow_to_numpy_ns"] = median_ns("np.from_dlpack(arr)", 100_000, g)
+    out["pyarrow_to_numpy_ns"] = median_ns("from_dlpack(arr)", 100_000, g)
 except ImportError as error:
     out["pyarrow"] = "unavailable: %s" % error
 
