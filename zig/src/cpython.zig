@@ -142,6 +142,12 @@ pub const Api = struct {
         usize,
         ?*PyObject,
     ) callconv(.c) ?*PyObject,
+    PyObject_VectorcallDict: *const fn (
+        *PyObject,
+        [*]const ?*PyObject,
+        usize,
+        ?*PyObject,
+    ) callconv(.c) ?*PyObject,
     PyObject_IsTrue: *const fn (*PyObject) callconv(.c) c_int,
     PyObject_RichCompareBool: *const fn (*PyObject, *PyObject, c_int) callconv(.c) c_int,
     PySequence_Tuple: *const fn (*PyObject) callconv(.c) ?*PyObject,
@@ -322,10 +328,10 @@ pub fn call1(callable: usize, arg: usize) usize {
     const a = api orelse return 0;
     const gil = Gil.take(a);
     defer gil.release();
-    a.Py_IncRef(objectAt(arg));
-    const args = newTuple(a, &.{objectAt(arg)}) orelse return 0;
-    defer a.Py_DecRef(args);
-    return @intFromPtr(a.PyObject_Call(objectAt(callable), args, null));
+    // Through vectorcall (CPython 3.9+): numpy's from_dlpack and most callables take the argument
+    // where it is, with no tuple made and freed per call. The caller's reference keeps it alive.
+    const args = [1]?*PyObject{objectAt(arg)};
+    return @intFromPtr(a.PyObject_VectorcallDict(objectAt(callable), &args, 1, null));
 }
 
 /// Bytes of the `PyObject` header (`ob_type` is its last word): 16 in default builds, 32 in
