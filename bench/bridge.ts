@@ -4,8 +4,9 @@
 // embedded interpreter, so that reference pays no JS-to-Python call). Run alone
 // (`deno run -A bench/bridge.ts`, `bun run bench/bridge.ts`) it prints its figures as one JSON
 // object; bench/cases.ts includes them.
-import { fromPython, openPython, toPython } from "../python.ts";
+import { fromPython, openPython, type PyObject, toPython } from "../python.ts";
 import { measure, SAMPLES } from "./measure.ts";
+import { threadNs } from "./cpu_time.ts";
 
 type Figures = Record<string, number | string | boolean>;
 
@@ -41,7 +42,64 @@ export function bridgeCases(out: Figures): void {
     using b = fromDlpack.call(t);
     out.step_from_python_ns = measure(20_000, () => fromPython(b).dispose());
   }
+  cpuCases(py, fromDlpack, x, out);
   torchCases(py, out);
+}
+
+/** Batches of the thread CPU time figures; the median batch is reported. */
+const CPU_BATCHES = 9;
+const CPU_BATCH = 20_000;
+
+/**
+ * The round trip, its steps and numpy's own round trip (`np.from_dlpack(np.from_dlpack(a))` as
+ * bench/peers.py writes it, globals included, timed inside the embedded interpreter) in thread CPU time, their batches interleaved: on a loaded
+ * machine the wall-clock figures above also count the time this thread waited for a core, and
+ * numpy's reference is then measured in another process at another moment.
+ */
+function cpuCases(py: ReturnType<typeof openPython>, fromDlpack: PyObject, x: Float32Array, out: Figures): void {
+  py.exec(
+    "import time as _bench_time\n" +
+      "_bench_a = numpy.zeros(256, numpy.float32)\n" +
+      "def _bench_numpy_roundtrip(n):\n" +
+      "    t0 = _bench_time.thread_time_ns()\n" +
+      "    for _ in range(n): numpy.from_dlpack(numpy.from_dlpack(_bench_a))\n" +
+      "    return _bench_time.thread_time_ns() - t0",
+  );
+  using numpyRoundTrip = py.eval("_bench_numpy_roundtrip");
+  using n = py.eval(`${CPU_BATCH}`);
+  using t = toPython(x, py);
+  using b = fromDlpack.call(t);
+  const cases: Record<string, () => number> = {
+    roundtrip_js_numpy_js_cpu_ns: () =>
+      jsBatch(() => {
+        const t = toPython(x, py);
+        const b = fromDlpack.call(t);
+        const v = fromPython(b);
+        v.dispose();
+        b.dispose();
+        t.dispose();
+      }),
+    numpy_roundtrip_cpu_ns: () => numpyRoundTrip.call(n).toJS<number>() / CPU_BATCH,
+    step_to_python_cpu_ns: () => jsBatch(() => toPython(x, py).dispose()),
+    step_numpy_from_dlpack_cpu_ns: () => jsBatch(() => fromDlpack.call(t).dispose()),
+    step_from_python_cpu_ns: () => jsBatch(() => fromPython(b).dispose()),
+  };
+  const samples: Record<string, number[]> = {};
+  for (const name in cases) {
+    samples[name] = [];
+    cases[name](); // warm-up
+  }
+  for (let i = 0; i < CPU_BATCHES; i++) for (const name in cases) samples[name].push(cases[name]());
+  for (const name in cases) out[name] = samples[name].sort((p, q) => p - q)[CPU_BATCHES >> 1];
+  out.roundtrip_cpu_ratio = (out.roundtrip_js_numpy_js_cpu_ns as number) / (out.numpy_roundtrip_cpu_ns as number);
+  py.exec("del _bench_time, _bench_a, _bench_numpy_roundtrip");
+}
+
+/** Thread CPU time per call of `fn` over one batch. */
+function jsBatch(fn: () => void): number {
+  const t0 = threadNs();
+  for (let i = 0; i < CPU_BATCH; i++) fn();
+  return (threadNs() - t0) / CPU_BATCH;
 }
 
 function torchCases(py: ReturnType<typeof openPython>, out: Figures): void {

@@ -300,17 +300,15 @@ function nameAt(): number {
 }
 
 /** The producer name the native call wrote (the same few names recur: reuse the last string,
- * compared byte by byte without allocating). */
+ * compared byte by byte, terminator included, without allocating or searching the buffer). */
 function producerName(): string {
-  const found = nameBuffer.indexOf(0);
-  const n = found < 0 ? NAME_BYTES : found;
   const last = lastNameBytes;
-  if (n === last.length) {
-    let i = 0;
-    while (i < n && nameBuffer[i] === last[i]) i++;
-    if (i === n) return lastName;
-  }
-  lastNameBytes = nameBuffer.slice(0, n);
+  const n = last.length;
+  let i = 0;
+  while (i < n && nameBuffer[i] === last[i]) i++;
+  if (i === n && (n === NAME_BYTES || nameBuffer[n] === 0)) return lastName;
+  const found = nameBuffer.indexOf(0);
+  lastNameBytes = nameBuffer.slice(0, found < 0 ? NAME_BYTES : found);
   return lastName = decoder.decode(lastNameBytes);
 }
 
@@ -369,8 +367,11 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
     );
   }
   stateOf(py); // refuses a closed bridge before anything is exported
-  const view = isBufferView(x);
-  if (!view && !isView(x)) {
+  // TypedArrays first: ArrayBuffer.isView is one cheap builtin, while the view's brand check costs
+  // a private-field lookup that misses on every TypedArray.
+  const typed = isView(x);
+  const view = !typed && isBufferView(x);
+  if (!view && !typed) {
     throw new DLPackError("argument", `toPython(x, py) takes a BufferView or a TypedArray, got ${shown(x)}`);
   }
   // The native side also honours the export's READ_ONLY flag, whatever a getter says here.

@@ -10,6 +10,43 @@ import { live, refused } from "../support/assertions.ts";
 
 const skip = { skip: noPython };
 
+test("call(obj) with one PyObject: every kind of callable, exceptions, and the argument's references balanced", () => {
+  const py = python();
+  py.exec(
+    "import sys\n" +
+      "class CallOne:\n" +
+      "    def __call__(self, x): return ('instance', len(x))\n" +
+      "    def method(self, x): return ('method', len(x))\n" +
+      "def call_one_fn(x): return ('function', len(x))\n" +
+      "def call_one_kw(*, x=None): return x\n" +
+      "def call_one_raises(x): raise KeyError('no ' + str(len(x)))\n" +
+      "call_one_arg = [1, 2, 3]",
+  );
+  using arg = py.eval("call_one_arg");
+  using refs = py.eval("lambda: sys.getrefcount(call_one_arg)");
+  const before = refs.call().toJS() as number;
+  const callables: [string, unknown][] = [
+    ["len", 3],
+    ["call_one_fn", ["function", 3]],
+    ["CallOne()", ["instance", 3]],
+    ["CallOne().method", ["method", 3]],
+    ["tuple", [1, 2, 3]],
+  ];
+  for (const [expression, expected] of callables) {
+    using f = py.eval(expression);
+    for (let i = 0; i < 3; i++) {
+      using result = f.call(arg);
+      assert.deepEqual(result.toJS(), expected, expression);
+    }
+  }
+  using raises = py.eval("call_one_raises");
+  refused(() => raises.call(arg), "python", /KeyError: 'no 3'/);
+  using keywordOnly = py.eval("call_one_kw");
+  refused(() => keywordOnly.call(arg), "python", /TypeError/);
+  assert.equal(refs.call().toJS(), before, "the argument is lent to the call, neither kept nor released");
+  py.exec("del CallOne, call_one_fn, call_one_kw, call_one_raises, call_one_arg");
+}, skip);
+
 test("exec, eval, import, set, get, call, toJS", () => {
   const py = python();
   py.exec("import math\nvalue = 6 * 7");

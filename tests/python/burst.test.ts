@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { noPython, python } from "../support/python.ts";
-import { repoRoot, runtimeName, selfExecutable, spawn, test } from "../support/harness.ts";
+import { repoRoot, runIsolated, runtimeName, selfExecutable, spawn, test } from "../support/harness.ts";
 
 const skip = { skip: noPython, timeout: 120_000 };
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -42,6 +42,41 @@ test("a Python thread waits during a synchronous run of JS and runs when JS yiel
     await sleep(10);
     py.exec("burst_thread.join()\ndel burst_thread, burst_spin, burst_n, burst_stop");
   }
+}, skip);
+
+test("inside a burst whose GIL another library's call let go, bridge calls take it back (child process)", () => {
+  // The natives skip PyGILState inside this thread's burst only while the thread state says the
+  // GIL is held: a library that let it go (PyEval_SaveThread) must not leave them running without it.
+  const source = `
+import { fromPython, openPython, toPython } from "${repoRoot}/python.ts";
+import { openLibrary } from "${repoRoot}/ffi/mod.ts";
+const py = openPython();
+const np = py.import("numpy");
+const fromDlpack = np.get("from_dlpack");
+const x = new Float32Array([1, 2, 3]);
+toPython(x, py).dispose(); // opens this synchronous run's burst
+const capi = openLibrary(py.library, {
+  PyEval_SaveThread: { args: [], returns: "usize" },
+  PyEval_RestoreThread: { args: ["usize"], returns: "void" },
+}).symbols;
+const saved = capi.PyEval_SaveThread();
+let total = 0;
+for (let i = 0; i < 100; i++) {
+  const t = toPython(x, py);
+  const b = fromDlpack.call(t);
+  const v = fromPython(b);
+  total += v.toArray()[2];
+  v.dispose();
+  b.dispose();
+  t.dispose();
+}
+capi.PyEval_RestoreThread(saved);
+using n = py.eval("1 + 2");
+console.log("round trips " + total + " then " + n.toJS());
+`;
+  const out = runIsolated(source);
+  assert.equal(out.code, 0, `exit ${out.code}: ${out.stderr.slice(-3000)}`);
+  assert.match(out.stdout, /round trips 300 then 3/, out.stdout + out.stderr.slice(-2000));
 }, skip);
 
 /** Runs `main` in a fresh process of this runtime, with `worker` as the module at `WORKER_URL`

@@ -104,6 +104,7 @@ pub const Api = struct {
     PyGILState_Ensure: *const fn () callconv(.c) c_int,
     PyEval_SaveThread: *const fn () callconv(.c) ?*anyopaque,
     PyGILState_Release: *const fn (c_int) callconv(.c) void,
+    PyGILState_Check: *const fn () callconv(.c) c_int,
     PyObject_Call: *const fn (*PyObject, *PyObject, ?*PyObject) callconv(.c) ?*PyObject,
     PyObject_SetAttrString: *const fn (*PyObject, [*:0]const u8, *PyObject) callconv(.c) c_int,
     PyTuple_New: *const fn (isize) callconv(.c) ?*PyObject,
@@ -137,6 +138,12 @@ pub const Api = struct {
     PyObject_Free: *const fn (*anyopaque) callconv(.c) void,
     PyObject_ClearWeakRefs: *const fn (*PyObject) callconv(.c) void,
     PyObject_VectorcallMethod: *const fn (
+        *PyObject,
+        [*]const ?*PyObject,
+        usize,
+        ?*PyObject,
+    ) callconv(.c) ?*PyObject,
+    PyObject_VectorcallDict: *const fn (
         *PyObject,
         [*]const ?*PyObject,
         usize,
@@ -264,14 +271,21 @@ pub fn attachThread() error{NotLoaded}!void {
 /// The GIL, taken for the current thread (PyGILState is reentrant). Pair `take` with `release`.
 pub const Gil = struct {
     state: c_int,
-    release_state: *const fn (c_int) callconv(.c) void,
+    /// null: taken inside this thread's burst, which holds the GIL already.
+    release_state: ?*const fn (c_int) callconv(.c) void,
 
     pub fn take(a: Api) Gil {
+        // In this thread's burst the GIL is held (Python code that lets it go takes it back before
+        // it returns), so the PyGILState pair would only count up and down: one thread-state
+        // check instead, which also covers a GIL let go by someone else's call meanwhile.
+        if (burst_state != null and a.PyGILState_Check() == 1) {
+            return .{ .state = 0, .release_state = null };
+        }
         return .{ .state = a.PyGILState_Ensure(), .release_state = a.PyGILState_Release };
     }
 
     pub fn release(self: Gil) void {
-        self.release_state(self.state);
+        if (self.release_state) |release_state| release_state(self.state);
     }
 };
 
@@ -322,10 +336,10 @@ pub fn call1(callable: usize, arg: usize) usize {
     const a = api orelse return 0;
     const gil = Gil.take(a);
     defer gil.release();
-    a.Py_IncRef(objectAt(arg));
-    const args = newTuple(a, &.{objectAt(arg)}) orelse return 0;
-    defer a.Py_DecRef(args);
-    return @intFromPtr(a.PyObject_Call(objectAt(callable), args, null));
+    // Through vectorcall (CPython 3.9+): numpy's from_dlpack and most callables take the argument
+    // where it is, with no tuple made and freed per call. The caller's reference keeps it alive.
+    const args = [1]?*PyObject{objectAt(arg)};
+    return @intFromPtr(a.PyObject_VectorcallDict(objectAt(callable), &args, 1, null));
 }
 
 /// Bytes of the `PyObject` header (`ob_type` is its last word): 16 in default builds, 32 in
