@@ -6,13 +6,15 @@
 import { DLPackError, type ErrorCode } from "../facts/errors.ts";
 import { deviceName, formatDevice } from "../facts/devices.ts";
 import { lastDriverError } from "./cuda_driver.ts";
-import { DESCRIPTION_BYTES, runtime } from "../../ffi/mod.ts";
+import { runtime } from "../../ffi/mod.ts";
 import {
   DescriptionF64,
   DescriptionI32,
   DescriptionI64,
   DescriptionU32,
   DetailDim,
+  KEY_GENERATION_F64,
+  KEYED_DESCRIPTION_BYTES,
   Layout,
   MAX_RANK,
   Status as NativeStatus,
@@ -22,7 +24,9 @@ import { typeCodesText, widthsOfCode } from "../facts/dtypes.ts";
 
 export { MAX_RANK };
 
-const BYTES = DESCRIPTION_BYTES;
+// Room for a KeyedDescription: every native call writes its Description first, and keyed imports
+// the generation and last facts after it.
+const BYTES = KEYED_DESCRIPTION_BYTES;
 
 // Offsets in units of each view (see the comptime asserts beside `Description`).
 // Short names for the generated indices (src/facts/abi.ts holds the numbers).
@@ -48,6 +52,8 @@ export const U32 = {
 } as const;
 export const I64 = { found: DescriptionI64.detailFound, limit: DescriptionI64.detailLimit } as const;
 export const F64 = DescriptionF64;
+/** The generation a keyed import writes after the description (see `dlpk_import_keyed`). */
+export const KEY_GENERATION = KEY_GENERATION_F64;
 
 export const LAYOUT_C = Layout.c;
 export const LAYOUT_F = Layout.f;

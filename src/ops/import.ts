@@ -7,7 +7,7 @@ import { core, runtime } from "../../ffi/mod.ts";
 import { refusalError, scratch, U32 } from "../native/description.ts";
 import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
-import { type Access, BufferView, buildFromScratch, isBufferView, keepAliveOf } from "../view/view.ts";
+import { type Access, BufferView, buildKeyed, isBufferView, keepAliveOf } from "../view/view.ts";
 import type { Owner } from "../native/owner.ts";
 import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "../native/owner.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
@@ -81,7 +81,7 @@ function importTensor(
     }
     const lib = core();
     const at = scratch.at;
-    const status = lib.dlpk_import(
+    const status = lib.dlpk_import_keyed(
       address,
       (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
       at,
@@ -90,7 +90,7 @@ function importTensor(
     if (status !== 0) throw refusalError(status, scratch, address !== 0);
     owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
     const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
-    return buildFromScratch(scratch, owner, access, producer, "external", keepAlive);
+    return buildKeyed(scratch, owner, access, producer, keepAlive);
   } catch (error) {
     // No call before the deferred buffers hold what is owed: the stack may be exhausted here.
     let owed = 0;
@@ -115,7 +115,7 @@ export function importManaged(
   producer: string | null,
   keepAlive?: unknown,
 ): BufferView {
-  const status = core().dlpk_import(
+  const status = core().dlpk_import_keyed(
     address,
     (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
     scratch.at,
@@ -124,7 +124,7 @@ export function importManaged(
   // Read without a call: from here on the tensor is owed to its producer on any exception.
   const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
   try {
-    return buildFromScratch(scratch, owner, accessOf(versioned), producer, "external", keepAlive);
+    return buildKeyed(scratch, owner, accessOf(versioned), producer, keepAlive);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
     retryQuietly();
@@ -137,7 +137,7 @@ export function importManaged(
 function importPointer(pointer: object, versioned: boolean, strict: boolean, producer: string | null): BufferView {
   let status: number;
   try {
-    status = core().dlpk_import_pointer(
+    status = core().dlpk_import_pointer_keyed(
       pointer,
       (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
       scratch.at,
@@ -150,7 +150,7 @@ function importPointer(pointer: object, versioned: boolean, strict: boolean, pro
   if (status !== 0) throw refusalError(status, scratch, true);
   const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
   try {
-    return buildFromScratch(scratch, owner, accessOf(versioned), producer, "external", undefined);
+    return buildKeyed(scratch, owner, accessOf(versioned), producer, undefined);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
     retryQuietly();

@@ -31,7 +31,16 @@ import {
   retryQuietly,
 } from "../native/owner.ts";
 import type { Requirements } from "../ops/requirements.ts";
-import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "../native/description.ts";
+import {
+  DEVICE_VERIFIED,
+  F64,
+  I32,
+  KEY_GENERATION,
+  LAYOUT_C,
+  LAYOUT_F,
+  type Scratch,
+  U32,
+} from "../native/description.ts";
 import { infoOfTriple } from "../facts/dtypes.ts";
 import type { DLPackProtocolOptions } from "../ops/export.ts";
 import type { Capsule } from "../native/capsule.ts";
@@ -405,6 +414,39 @@ export function buildFromScratch(
   return construct(owner, address, facts, access, keepAlive);
 }
 
+/**
+ * @internal {@link buildFromScratch} for an import `dlpk_import_keyed` (or its pointer form) just
+ * described: the native side moved the scratch's generation on unless every fact equals the last
+ * keyed import's, so the facts built for a generation are reused after one word compare.
+ */
+export function buildKeyed(
+  s: Scratch,
+  owner: number,
+  access: Access,
+  producer: string | null,
+  keepAlive: unknown,
+): BufferView {
+  const u32 = s.u32;
+  const hi = u32[U32.addressHi];
+  if (hi >= 0x200000) throw s.beyondExact();
+  const address = hi * 0x1_0000_0000 + u32[U32.addressLo];
+  const generation = s.f64[KEY_GENERATION];
+  const facts = generation === keyedGeneration && producer === keyedProducer
+    ? keyedFacts
+    : keyedFactsOf(s, producer, generation);
+  return construct(owner, address, facts, access, keepAlive);
+}
+
+/** The facts of a keyed import, remembered for its generation (nothing is remembered if building
+ * them throws). */
+function keyedFactsOf(s: Scratch, producer: string | null, generation: number): ViewFacts {
+  const facts = factsOfScratch(s, producer, "external", undefined);
+  keyedFacts = facts;
+  keyedProducer = producer;
+  keyedGeneration = generation;
+  return facts;
+}
+
 /** The facts of the description in `s`, remembered (with its words) for the next import. */
 function factsOfScratch(
   s: Scratch,
@@ -487,6 +529,12 @@ let lastFacts: ViewFacts = {
   device: deviceOf(1, 0),
   origin: lastOrigin,
 };
+
+/** The generation of the keyed scratch {@link keyedFacts} was built for (-1: none yet; the
+ * native generation starts at 0 and only grows). */
+let keyedGeneration = -1;
+let keyedProducer: string | null = null;
+let keyedFacts: ViewFacts = lastFacts;
 
 function factsFromScratch(
   f64: Float64Array,
