@@ -51,6 +51,10 @@ const READ_ONLY = Flag.readOnly;
 const POINTER_OBJECTS = runtime().pointerObjects;
 /** The largest integer a number holds exactly (2^53 - 1). */
 const MAX_EXACT = 9007199254740991;
+/** 2^53 as a bigint: every bigint below it converts to a number exactly. */
+const BIGINT_EXACT = 9007199254740992n;
+/** Captured at load: a caller may replace the global afterwards. */
+const NumberCtor = Number;
 
 /**
  * Imports one managed tensor: a raw address the caller hands over, or a capsule (taken here).
@@ -172,6 +176,10 @@ function importAddress(address: unknown, versioned: boolean, strict: boolean, pr
   }
   if (POINTER_OBJECTS && typeof address === "object" && address !== null) {
     return importPointer(address, versioned, strict, producer);
+  }
+  // A bigint below 2^53 is exact as a number; anything else gets toAddress's checks and messages.
+  if (typeof address === "bigint" && address >= 0n && address < BIGINT_EXACT) {
+    return importManaged(NumberCtor(address), versioned, strict, producer);
   }
   return importManaged(toAddress(address, versioned ? "versioned" : "legacy"), versioned, strict, producer);
 }
