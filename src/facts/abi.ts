@@ -15,10 +15,16 @@ export const ABI_VERSION = 13;
 export const DESCRIPTION_BYTES = 1144;
 
 /** Bytes of the native `KeyedDescription` record `dlpk_import_keyed` writes (a `Description` first). */
-export const KEYED_DESCRIPTION_BYTES = 2296;
+export const KEYED_DESCRIPTION_BYTES = 2312;
 
 /** Index of `KeyedDescription.generation` in a Float64Array view of the record. */
 export const KEY_GENERATION_F64 = 143;
+
+/** Index of `KeyedDescription.owner` in a Float64Array view of the record. */
+export const KEY_OWNER_F64 = 144;
+
+/** Index of `KeyedDescription.address` in a Float64Array view of the record. */
+export const KEY_ADDRESS_F64 = 145;
 
 /** The highest rank (`ndim`) a tensor may have here (numpy's limit too; DLPack sets none): an import, export or allocation with more dimensions is refused with `DLPackError` code `"rank"`. */
 export const MAX_RANK = 64;

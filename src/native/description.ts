@@ -13,7 +13,9 @@ import {
   DescriptionI64,
   DescriptionU32,
   DetailDim,
+  KEY_ADDRESS_F64,
   KEY_GENERATION_F64,
+  KEY_OWNER_F64,
   KEYED_DESCRIPTION_BYTES,
   Layout,
   MAX_RANK,
@@ -52,8 +54,11 @@ export const U32 = {
 } as const;
 export const I64 = { found: DescriptionI64.detailFound, limit: DescriptionI64.detailLimit } as const;
 export const F64 = DescriptionF64;
-/** The generation a keyed import writes after the description (see `dlpk_import_keyed`). */
+/** What a keyed import writes after the description (see `dlpk_import_keyed`), as indices of
+ * `scratch.f64`: the facts' generation, the owner record, element 0 (-1 beyond 2^53). */
 export const KEY_GENERATION = KEY_GENERATION_F64;
+export const KEY_OWNER = KEY_OWNER_F64;
+export const KEY_ADDRESS = KEY_ADDRESS_F64;
 
 export const LAYOUT_C = Layout.c;
 export const LAYOUT_F = Layout.f;

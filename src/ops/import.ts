@@ -4,7 +4,7 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { refusalError, scratch, U32 } from "../native/description.ts";
+import { KEY_OWNER, refusalError, scratch, U32 } from "../native/description.ts";
 import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import { type Access, BufferView, buildKeyed, isBufferView, keepAliveOf } from "../view/view.ts";
@@ -92,7 +92,7 @@ function importTensor(
     );
     seen = true;
     if (status !== 0) throw refusalError(status, scratch, address !== 0);
-    owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+    owner = scratch.f64[KEY_OWNER];
     const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
     return buildKeyed(scratch, owner, access, producer, keepAlive);
   } catch (error) {
@@ -126,7 +126,7 @@ export function importManaged(
   );
   if (status !== 0) throw refusalError(status, scratch, address !== 0);
   // Read without a call: from here on the tensor is owed to its producer on any exception.
-  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  const owner = scratch.f64[KEY_OWNER];
   try {
     return buildKeyed(scratch, owner, accessOf(versioned), producer, keepAlive);
   } catch (error) {
@@ -152,7 +152,7 @@ function importPointer(pointer: object, versioned: boolean, strict: boolean, pro
   }
   // A pointer object is never NULL (Deno hands out null for that), so a refusal released the tensor.
   if (status !== 0) throw refusalError(status, scratch, true);
-  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  const owner = scratch.f64[KEY_OWNER];
   try {
     return buildKeyed(scratch, owner, accessOf(versioned), producer, undefined);
   } catch (error) {

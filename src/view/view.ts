@@ -35,6 +35,7 @@ import {
   DEVICE_VERIFIED,
   F64,
   I32,
+  KEY_ADDRESS,
   KEY_GENERATION,
   LAYOUT_C,
   LAYOUT_F,
@@ -426,11 +427,10 @@ export function buildKeyed(
   producer: string | null,
   keepAlive: unknown,
 ): BufferView {
-  const u32 = s.u32;
-  const hi = u32[U32.addressHi];
-  if (hi >= 0x200000) throw s.beyondExact();
-  const address = hi * 0x1_0000_0000 + u32[U32.addressLo];
-  const generation = s.f64[KEY_GENERATION];
+  const f64 = s.f64;
+  const address = f64[KEY_ADDRESS];
+  if (address < 0) throw s.beyondExact();
+  const generation = f64[KEY_GENERATION];
   const facts = generation === keyedGeneration && producer === keyedProducer
     ? keyedFacts
     : keyedFactsOf(s, producer, generation);

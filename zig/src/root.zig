@@ -827,9 +827,14 @@ fn keyedAt(out_address: f64) *abi.KeyedDescription {
     return @ptrCast(out);
 }
 
-/// Moves the generation on, and remembers the facts, unless they equal the remembered ones.
+/// Writes the addresses as f64 words; moves the generation on, and remembers the facts, unless
+/// they equal the remembered ones.
 fn keyFacts(keyed: *abi.KeyedDescription) void {
     const now = &keyed.description;
+    const owner_record: u64 = @as(u64, now.owner_hi) << 32 | now.owner_lo;
+    keyed.owner = @floatFromInt(owner_record);
+    const element = now.address();
+    keyed.address = if (element < abi.exact_max) @floatFromInt(element) else -1;
     assert(now.ndim >= 0 and now.ndim <= dlpack.rank_max);
     if (sameFacts(now, &keyed.last)) return;
     const rank: usize = @intCast(now.ndim);
@@ -869,15 +874,20 @@ test "keyed facts: the generation moves only when a fact changes" {
     keyed.description.strides[0] = 4;
     keyed.description.strides[1] = 1;
     keyed.description.size = 12;
+    keyed.description.setOwner(0x1234_5678_9abc);
+    keyed.description.setAddress(abi.exact_max);
     keyFacts(&keyed);
     try testing.expectEqual(@as(f64, 1), keyed.generation);
+    try testing.expectEqual(@as(f64, 0x1234_5678_9abc), keyed.owner);
+    try testing.expectEqual(@as(f64, -1), keyed.address);
     // Addresses, the owner and the details are not facts of the layout.
-    keyed.description.address_lo = 64;
+    keyed.description.setAddress(64);
     keyed.description.owner_lo = 128;
     keyed.description.byte_offset = 8;
     keyed.description.detail_found = 5;
     keyFacts(&keyed);
     try testing.expectEqual(@as(f64, 1), keyed.generation);
+    try testing.expectEqual(@as(f64, 64), keyed.address);
     // Each fact, in either range or the extents, moves it.
     keyed.description.dtype_bits = 64;
     keyFacts(&keyed);
