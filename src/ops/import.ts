@@ -177,6 +177,12 @@ function importAddress(address: unknown, versioned: boolean, strict: boolean, pr
   if (POINTER_OBJECTS && typeof address === "object" && address !== null) {
     return importPointer(address, versioned, strict, producer);
   }
+  return importConverted(address, versioned, strict, producer);
+}
+
+/** `importAddress` for the other forms, kept out of line so the hot path stays small enough for
+ * the JIT to inline into its caller. */
+function importConverted(address: unknown, versioned: boolean, strict: boolean, producer: string | null): BufferView {
   // A bigint below 2^53 is exact as a number; anything else gets toAddress's checks and messages.
   if (typeof address === "bigint" && address >= 0n && address < BIGINT_EXACT) {
     return importManaged(NumberCtor(address), versioned, strict, producer);
@@ -247,21 +253,30 @@ function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | 
   releaseDeferred();
   // Options are checked before anything is taken: on a mistake here the caller still owns src.
   const producer = opts === undefined ? null : producerOf(opts);
-  if (src === null || typeof src !== "object") throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
   // `instanceof` first, which the JIT inlines (unlike Object.getPrototypeOf in Deno, and the
   // brand checks, which look for a private name): an object literal is neither, and goes the
   // common way. Both classes pin their Symbol.hasInstance, so no caller can make this lie.
-  if (!(src instanceof Capsule) && !(src instanceof BufferView)) {
+  // Everything else is out of line, so that this stays small enough for the JIT to inline.
+  if (src !== null && typeof src === "object" && !(src instanceof Capsule) && !(src instanceof BufferView)) {
     // Each key read once: `{ versioned: address }`, `{ legacy: address }`, or a provider.
     const source = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
     const dlpack = source.__dlpack__;
-    if (typeof dlpack === "function") {
-      return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
-    }
+    if (typeof dlpack === "function") return importProviderObject(src, dlpack, strict, producer);
     if ("versioned" in source) return importAddress(source.versioned, true, strict, producer);
     if ("legacy" in source) return importAddress(source.legacy, false, strict, producer);
   }
-  // The library's own objects (their prototypes possibly replaced), and impostors.
+  return importOther(src, strict, producer);
+}
+
+/** An object with a `__dlpack__` method (read once, by the caller). */
+function importProviderObject(src: object, dlpack: unknown, strict: boolean, producer: string | null): BufferView {
+  return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
+}
+
+/** What is not an address literal or a provider: the library's own objects (their prototypes
+ * possibly replaced), impostors, and what is no source at all. */
+function importOther(src: unknown, strict: boolean, producer: string | null): BufferView {
+  if (src === null || typeof src !== "object") throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
   if (isCapsule(src)) return importCapsule(src, producer, strict);
   if (isBufferView(src)) return importProvided(src, viewOps.dlpack as never, strict, producer);
   if (src instanceof Capsule || src instanceof BufferView) {

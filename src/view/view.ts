@@ -1249,6 +1249,18 @@ export class BufferView {
   #dispose(): void {
     const owner = this.#owner;
     if (owner === 0) return;
+    if (this.#buffer !== undefined) {
+      this.#disposeWithBuffer(owner);
+      return;
+    }
+    views.remove(this, this.#epoch);
+    this.#forget();
+    releaseOwner(owner);
+  }
+
+  /** {@link BufferView.#dispose} of a view that handed out an `array()` over native memory: out of
+   * line, so that the common dispose stays small enough for the JIT to inline. */
+  #disposeWithBuffer(owner: number): void {
     const buffer = this.#buffer;
     if (buffer !== undefined) {
       if (isDetached(buffer)) {
