@@ -51,10 +51,8 @@ const READ_ONLY = Flag.readOnly;
 const POINTER_OBJECTS = runtime().pointerObjects;
 /** The largest integer a number holds exactly (2^53 - 1). */
 const MAX_EXACT = 9007199254740991;
-/** 2^53 as a bigint: every bigint below it converts to a number exactly. */
+/** 2^53 as a bigint: the addresses below it are the ones a number holds exactly too. */
 const BIGINT_EXACT = 9007199254740992n;
-/** Captured at load: a caller may replace the global afterwards. */
-const NumberCtor = Number;
 
 /**
  * Imports one managed tensor: a raw address the caller hands over, or a capsule (taken here).
@@ -183,11 +181,32 @@ function importAddress(address: unknown, versioned: boolean, strict: boolean, pr
 /** `importAddress` for the other forms, kept out of line so the hot path stays small enough for
  * the JIT to inline into its caller. */
 function importConverted(address: unknown, versioned: boolean, strict: boolean, producer: string | null): BufferView {
-  // A bigint below 2^53 is exact as a number; anything else gets toAddress's checks and messages.
+  // A bigint below 2^53 goes to native code as it is; anything else gets toAddress's checks and
+  // messages (a runtime would wrap a bigint beyond 64 bits around, so the range is checked here).
   if (typeof address === "bigint" && address >= 0n && address < BIGINT_EXACT) {
-    return importManaged(NumberCtor(address), versioned, strict, producer);
+    return importWord(address, versioned, strict, producer);
   }
   return importManaged(toAddress(address, versioned ? "versioned" : "legacy"), versioned, strict, producer);
+}
+
+/** `importManaged` for a bigint in [0, 2^53), passed to native code as a 64-bit word: converting it
+ * to a number costs more than the import's FFI call in Deno. */
+function importWord(address: bigint, versioned: boolean, strict: boolean, producer: string | null): BufferView {
+  const status = core().dlpk_import_word_keyed(
+    address,
+    (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
+    scratch.at,
+  );
+  if (status !== 0) throw refusalError(status, scratch, address !== 0n);
+  // Read without a call: from here on the tensor is owed to its producer on any exception.
+  const owner = scratch.f64[KEY_OWNER];
+  try {
+    return buildKeyed(scratch, owner, accessOf(versioned), producer, undefined);
+  } catch (error) {
+    deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
 }
 
 /** @internal Takes and imports a capsule; if that fails after taking it, its struct is deleted. */

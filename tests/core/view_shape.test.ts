@@ -183,6 +183,28 @@ test("keyed imports share facts for an equal description of any rank, and a chan
   assert.deepEqual(live(), alive);
 });
 
+test("a bigint address goes to native code as a word; one beyond [0, 2^53) is refused, even one that wraps to the tensor", () => {
+  const before = deleted();
+  const alive = live();
+  const made = make({ shape: [2, 3] });
+  // A runtime passes a bigint beyond 64 bits modulo 2^64: these would land on the tensor itself.
+  const big = BigInt(made.address);
+  for (const wrapped of [big + 2n ** 64n, big - 2n ** 64n, big + 2n ** 53n, -big]) {
+    refused(() => importDLPack({ versioned: wrapped }), "null_data", String(wrapped));
+    refused(() => importDLPack({ legacy: wrapped }), "null_data", String(wrapped));
+  }
+  assert.equal(deleted(), before, "nothing was read or released");
+  const view = importDLPack({ versioned: big });
+  assert.deepEqual([view.shape, view.strides, view.dtype, view.access], [[2, 3], [3, 1], "float32", "readwrite"]);
+  const again = importDLPack(make({ shape: [2, 3] }).source);
+  assert.equal(factsOf(again), factsOf(view), "the word import is keyed like the others");
+  view.dispose();
+  again.dispose();
+  refused(() => importDLPack({ versioned: 0n }), "null_data");
+  assert.equal(deleted(), before + 2);
+  assert.deepEqual(live(), alive);
+});
+
 test("newView: a derived view shares the owner share by share, the deleter runs once after both", () => {
   const before = deleted();
   const base = importDLPack(filled([4]).source);

@@ -820,6 +820,17 @@ export fn dlpk_import_pointer_keyed(managed: ?*anyopaque, options: u32, out_addr
     return status;
 }
 
+/// `dlpk_import_keyed` for an address the caller holds as a 64-bit word (a JS bigint, which the
+/// runtime passes without converting it to a number). An address at or above 2^53 is refused
+/// before anything is read, as `dlpk_import` refuses what no f64 holds exactly.
+export fn dlpk_import_word_keyed(managed: usize, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    if (managed >= abi.exact_max) return code(out.refuse(.bad_address, abi.detail_dim.none, 0, 0));
+    const status = importAt(managed, options, out);
+    if (status == 0) keyFacts(keyedAt(out_address));
+    return status;
+}
+
 /// The record of a successful import (its address was checked by the import itself).
 fn keyedAt(out_address: f64) *abi.KeyedDescription {
     const out = descriptionAt(out_address).?;
@@ -862,6 +873,15 @@ fn sameFacts(a: *const Description, b: *const Description) bool {
         std.mem.eql(u8, a_bytes[numbers_at..numbers_end], b_bytes[numbers_at..numbers_end]) and
         std.mem.eql(f64, a.shape[0..rank], b.shape[0..rank]) and
         std.mem.eql(f64, a.strides[0..rank], b.strides[0..rank]);
+}
+
+test "word imports refuse an address no f64 holds exactly before reading anything" {
+    var keyed = std.mem.zeroes(abi.KeyedDescription);
+    const at: f64 = @floatFromInt(@intFromPtr(&keyed));
+    const refused = code(.bad_address);
+    try std.testing.expectEqual(refused, dlpk_import_word_keyed(abi.exact_max, 1, at));
+    try std.testing.expectEqual(refused, dlpk_import_word_keyed(std.math.maxInt(usize), 1, at));
+    try std.testing.expectEqual(@as(f64, 0), keyed.generation);
 }
 
 test "keyed facts: the generation moves only when a fact changes" {
