@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "969d46b76919f3fb93e69f1643e94a1df9b8cfd73ec4929dec1383a2c96c930c",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "858310e4aea2bd697f60df8cd1b357782652305e6112b898757b8cda42299c2c",
-  "libdlpack-0.1.0-linux-aarch64.so": "1d352835a7389b3947bb0d7467fe94af113188d6341a01edc7d58e98bf47cd34",
-  "libdlpack-0.1.0-linux-x86_64.so": "4c08650ca8303be3f97f1046f025abcd27446f2ebacbc986ca58bbf276ec651a",
-  "libdlpack-0.1.0-windows-x86_64.dll": "4c469c06d7cabbb03987a0bf1349c2989011c1686446cf44404dd10cd9be33e4",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "e69e020ddb8cf295c2a44bd9bc72654ab035ff72d0e5f56686a94beed3226c28",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "4a7deb9c7d64308de36de931783cae4129e903dd1433485397b7675eb1261511",
+  "libdlpack-0.1.0-linux-aarch64.so": "7d96c32deb03c61ad258a419262facf8a6d09d40064cbf6ee141962e67db22ea",
+  "libdlpack-0.1.0-linux-x86_64.so": "6ad57f3bf3bd7a10326b5b12743f451989c7410113639a57b84ff9368b03f667",
+  "libdlpack-0.1.0-windows-x86_64.dll": "fa25f6000d164e7b740dcc933560e691aa9e31614389fe679d17cd8c419a69a4",
 });

@@ -85,6 +85,13 @@ export const symbols = {
   dlpk_cuda_export_attach_stream: { args: ["f64", "u32", "i32", "usize"], returns: "i32" },
   dlpk_cuda_export_fence: { args: ["usize", "u32", "usize"], returns: "i32" },
   dlpk_cuda_stats: { args: ["buffer"], returns: "u32" },
+
+  // The imports above into a KeyedDescription (src/native/description.ts's scratch): its
+  // generation tells the view layer in one word whether the facts it built last still apply.
+  dlpk_import_keyed: { args: ["f64", "u32", "f64"], returns: "i32" },
+  dlpk_import_pointer_keyed: { args: ["pointer", "u32", "f64"], returns: "i32" },
+  // For a bigint address, passed as it is (converting it to a number costs more than the call).
+  dlpk_import_word_keyed: { args: ["usize", "u32", "f64"], returns: "i32" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

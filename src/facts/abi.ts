@@ -9,10 +9,22 @@
  */
 
 /** `dlpk_abi_version()`: bumped whenever a symbol, a signature or a shared layout changes. */
-export const ABI_VERSION = 12;
+export const ABI_VERSION = 13;
 
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;
+
+/** Bytes of the native `KeyedDescription` record `dlpk_import_keyed` writes (a `Description` first). */
+export const KEYED_DESCRIPTION_BYTES = 2312;
+
+/** Index of `KeyedDescription.generation` in a Float64Array view of the record. */
+export const KEY_GENERATION_F64 = 143;
+
+/** Index of `KeyedDescription.owner` in a Float64Array view of the record. */
+export const KEY_OWNER_F64 = 144;
+
+/** Index of `KeyedDescription.address` in a Float64Array view of the record. */
+export const KEY_ADDRESS_F64 = 145;
 
 /** The highest rank (`ndim`) a tensor may have here (numpy's limit too; DLPack sets none): an import, export or allocation with more dimensions is refused with `DLPackError` code `"rank"`. */
 export const MAX_RANK = 64;

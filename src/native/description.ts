@@ -6,13 +6,17 @@
 import { DLPackError, type ErrorCode } from "../facts/errors.ts";
 import { deviceName, formatDevice } from "../facts/devices.ts";
 import { lastDriverError } from "./cuda_driver.ts";
-import { DESCRIPTION_BYTES, runtime } from "../../ffi/mod.ts";
+import { runtime } from "../../ffi/mod.ts";
 import {
   DescriptionF64,
   DescriptionI32,
   DescriptionI64,
   DescriptionU32,
   DetailDim,
+  KEY_ADDRESS_F64,
+  KEY_GENERATION_F64,
+  KEY_OWNER_F64,
+  KEYED_DESCRIPTION_BYTES,
   Layout,
   MAX_RANK,
   Status as NativeStatus,
@@ -22,7 +26,9 @@ import { typeCodesText, widthsOfCode } from "../facts/dtypes.ts";
 
 export { MAX_RANK };
 
-const BYTES = DESCRIPTION_BYTES;
+// Room for a KeyedDescription: every native call writes its Description first, and keyed imports
+// the generation and last facts after it.
+const BYTES = KEYED_DESCRIPTION_BYTES;
 
 // Offsets in units of each view (see the comptime asserts beside `Description`).
 // Short names for the generated indices (src/facts/abi.ts holds the numbers).
@@ -48,6 +54,11 @@ export const U32 = {
 } as const;
 export const I64 = { found: DescriptionI64.detailFound, limit: DescriptionI64.detailLimit } as const;
 export const F64 = DescriptionF64;
+/** What a keyed import writes after the description (see `dlpk_import_keyed`), as indices of
+ * `scratch.f64`: the facts' generation, the owner record, element 0 (-1 beyond 2^53). */
+export const KEY_GENERATION = KEY_GENERATION_F64;
+export const KEY_OWNER = KEY_OWNER_F64;
+export const KEY_ADDRESS = KEY_ADDRESS_F64;
 
 export const LAYOUT_C = Layout.c;
 export const LAYOUT_F = Layout.f;

@@ -4,10 +4,10 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { refusalError, scratch, U32 } from "../native/description.ts";
+import { KEY_OWNER, refusalError, scratch, U32 } from "../native/description.ts";
 import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
-import { type Access, BufferView, buildFromScratch, isBufferView, keepAliveOf } from "../view/view.ts";
+import { type Access, BufferView, buildKeyed, isBufferView, keepAliveOf } from "../view/view.ts";
 import type { Owner } from "../native/owner.ts";
 import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "../native/owner.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
@@ -51,6 +51,8 @@ const READ_ONLY = Flag.readOnly;
 const POINTER_OBJECTS = runtime().pointerObjects;
 /** The largest integer a number holds exactly (2^53 - 1). */
 const MAX_EXACT = 9007199254740991;
+/** 2^53 as a bigint: the addresses below it are the ones a number holds exactly too. */
+const BIGINT_EXACT = 9007199254740992n;
 
 /**
  * Imports one managed tensor: a raw address the caller hands over, or a capsule (taken here).
@@ -81,16 +83,16 @@ function importTensor(
     }
     const lib = core();
     const at = scratch.at;
-    const status = lib.dlpk_import(
+    const status = lib.dlpk_import_keyed(
       address,
       (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
       at,
     );
     seen = true;
     if (status !== 0) throw refusalError(status, scratch, address !== 0);
-    owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+    owner = scratch.f64[KEY_OWNER];
     const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
-    return buildFromScratch(scratch, owner, access, producer, "external", keepAlive);
+    return buildKeyed(scratch, owner, access, producer, keepAlive);
   } catch (error) {
     // No call before the deferred buffers hold what is owed: the stack may be exhausted here.
     let owed = 0;
@@ -115,16 +117,16 @@ export function importManaged(
   producer: string | null,
   keepAlive?: unknown,
 ): BufferView {
-  const status = core().dlpk_import(
+  const status = core().dlpk_import_keyed(
     address,
     (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
     scratch.at,
   );
   if (status !== 0) throw refusalError(status, scratch, address !== 0);
   // Read without a call: from here on the tensor is owed to its producer on any exception.
-  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildFromScratch(scratch, owner, accessOf(versioned), producer, "external", keepAlive);
+    return buildKeyed(scratch, owner, accessOf(versioned), producer, keepAlive);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
     retryQuietly();
@@ -137,7 +139,7 @@ export function importManaged(
 function importPointer(pointer: object, versioned: boolean, strict: boolean, producer: string | null): BufferView {
   let status: number;
   try {
-    status = core().dlpk_import_pointer(
+    status = core().dlpk_import_pointer_keyed(
       pointer,
       (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
       scratch.at,
@@ -148,9 +150,9 @@ function importPointer(pointer: object, versioned: boolean, strict: boolean, pro
   }
   // A pointer object is never NULL (Deno hands out null for that), so a refusal released the tensor.
   if (status !== 0) throw refusalError(status, scratch, true);
-  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildFromScratch(scratch, owner, accessOf(versioned), producer, "external", undefined);
+    return buildKeyed(scratch, owner, accessOf(versioned), producer, undefined);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
     retryQuietly();
@@ -173,7 +175,38 @@ function importAddress(address: unknown, versioned: boolean, strict: boolean, pr
   if (POINTER_OBJECTS && typeof address === "object" && address !== null) {
     return importPointer(address, versioned, strict, producer);
   }
+  return importConverted(address, versioned, strict, producer);
+}
+
+/** `importAddress` for the other forms, kept out of line so the hot path stays small enough for
+ * the JIT to inline into its caller. */
+function importConverted(address: unknown, versioned: boolean, strict: boolean, producer: string | null): BufferView {
+  // A bigint below 2^53 goes to native code as it is; anything else gets toAddress's checks and
+  // messages (a runtime would wrap a bigint beyond 64 bits around, so the range is checked here).
+  if (typeof address === "bigint" && address >= 0n && address < BIGINT_EXACT) {
+    return importWord(address, versioned, strict, producer);
+  }
   return importManaged(toAddress(address, versioned ? "versioned" : "legacy"), versioned, strict, producer);
+}
+
+/** `importManaged` for a bigint in [0, 2^53), passed to native code as a 64-bit word: converting it
+ * to a number costs more than the import's FFI call in Deno. */
+function importWord(address: bigint, versioned: boolean, strict: boolean, producer: string | null): BufferView {
+  const status = core().dlpk_import_word_keyed(
+    address,
+    (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
+    scratch.at,
+  );
+  if (status !== 0) throw refusalError(status, scratch, address !== 0n);
+  // Read without a call: from here on the tensor is owed to its producer on any exception.
+  const owner = scratch.f64[KEY_OWNER];
+  try {
+    return buildKeyed(scratch, owner, accessOf(versioned), producer, undefined);
+  } catch (error) {
+    deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
 }
 
 /** @internal Takes and imports a capsule; if that fails after taking it, its struct is deleted. */
@@ -239,21 +272,30 @@ function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | 
   releaseDeferred();
   // Options are checked before anything is taken: on a mistake here the caller still owns src.
   const producer = opts === undefined ? null : producerOf(opts);
-  if (src === null || typeof src !== "object") throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
   // `instanceof` first, which the JIT inlines (unlike Object.getPrototypeOf in Deno, and the
   // brand checks, which look for a private name): an object literal is neither, and goes the
   // common way. Both classes pin their Symbol.hasInstance, so no caller can make this lie.
-  if (!(src instanceof Capsule) && !(src instanceof BufferView)) {
+  // Everything else is out of line, so that this stays small enough for the JIT to inline.
+  if (src !== null && typeof src === "object" && !(src instanceof Capsule) && !(src instanceof BufferView)) {
     // Each key read once: `{ versioned: address }`, `{ legacy: address }`, or a provider.
     const source = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
     const dlpack = source.__dlpack__;
-    if (typeof dlpack === "function") {
-      return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
-    }
+    if (typeof dlpack === "function") return importProviderObject(src, dlpack, strict, producer);
     if ("versioned" in source) return importAddress(source.versioned, true, strict, producer);
     if ("legacy" in source) return importAddress(source.legacy, false, strict, producer);
   }
-  // The library's own objects (their prototypes possibly replaced), and impostors.
+  return importOther(src, strict, producer);
+}
+
+/** An object with a `__dlpack__` method (read once, by the caller). */
+function importProviderObject(src: object, dlpack: unknown, strict: boolean, producer: string | null): BufferView {
+  return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
+}
+
+/** What is not an address literal or a provider: the library's own objects (their prototypes
+ * possibly replaced), impostors, and what is no source at all. */
+function importOther(src: unknown, strict: boolean, producer: string | null): BufferView {
+  if (src === null || typeof src !== "object") throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
   if (isCapsule(src)) return importCapsule(src, producer, strict);
   if (isBufferView(src)) return importProvided(src, viewOps.dlpack as never, strict, producer);
   if (src instanceof Capsule || src instanceof BufferView) {

@@ -31,7 +31,17 @@ import {
   retryQuietly,
 } from "../native/owner.ts";
 import type { Requirements } from "../ops/requirements.ts";
-import { DEVICE_VERIFIED, F64, I32, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "../native/description.ts";
+import {
+  DEVICE_VERIFIED,
+  F64,
+  I32,
+  KEY_ADDRESS,
+  KEY_GENERATION,
+  LAYOUT_C,
+  LAYOUT_F,
+  type Scratch,
+  U32,
+} from "../native/description.ts";
 import { infoOfTriple } from "../facts/dtypes.ts";
 import type { DLPackProtocolOptions } from "../ops/export.ts";
 import type { Capsule } from "../native/capsule.ts";
@@ -405,6 +415,38 @@ export function buildFromScratch(
   return construct(owner, address, facts, access, keepAlive);
 }
 
+/**
+ * @internal {@link buildFromScratch} for an import `dlpk_import_keyed` (or its pointer form) just
+ * described: the native side moved the scratch's generation on unless every fact equals the last
+ * keyed import's, so the facts built for a generation are reused after one word compare.
+ */
+export function buildKeyed(
+  s: Scratch,
+  owner: number,
+  access: Access,
+  producer: string | null,
+  keepAlive: unknown,
+): BufferView {
+  const f64 = s.f64;
+  const address = f64[KEY_ADDRESS];
+  if (address < 0) throw s.beyondExact();
+  const generation = f64[KEY_GENERATION];
+  const facts = generation === keyedGeneration && producer === keyedProducer
+    ? keyedFacts
+    : keyedFactsOf(s, producer, generation);
+  return construct(owner, address, facts, access, keepAlive);
+}
+
+/** The facts of a keyed import, remembered for its generation (nothing is remembered if building
+ * them throws). */
+function keyedFactsOf(s: Scratch, producer: string | null, generation: number): ViewFacts {
+  const facts = factsOfScratch(s, producer, "external", undefined);
+  keyedFacts = facts;
+  keyedProducer = producer;
+  keyedGeneration = generation;
+  return facts;
+}
+
 /** The facts of the description in `s`, remembered (with its words) for the next import. */
 function factsOfScratch(
   s: Scratch,
@@ -488,6 +530,12 @@ let lastFacts: ViewFacts = {
   origin: lastOrigin,
 };
 
+/** The generation of the keyed scratch {@link keyedFacts} was built for (-1: none yet; the
+ * native generation starts at 0 and only grows). */
+let keyedGeneration = -1;
+let keyedProducer: string | null = null;
+let keyedFacts: ViewFacts = lastFacts;
+
 function factsFromScratch(
   f64: Float64Array,
   ndim: number,
@@ -552,7 +600,14 @@ export class BufferView {
           origin: base.origin,
         });
         const access = d.readonly && v.#access === "readwrite" ? "readonly" : v.#access;
-        return new BufferView(owner, v.#address + d.byteOffset, facts, access, v.#keepAliveValue);
+        const extras = v.#extras;
+        return new BufferView(
+          owner,
+          v.#address + d.byteOffset,
+          facts,
+          access,
+          extras === undefined ? undefined : extras.keepAlive,
+        );
       } catch (error) {
         deferredNumbers[deferredCount[0]++] = owner;
         retryQuietly();
@@ -586,10 +641,10 @@ export class BufferView {
   #address: number;
   #facts: ViewFacts;
   #access: Access;
-  #keepAliveValue: unknown;
   #array: AnyTypedArray | undefined = undefined;
-  #buffer: ArrayBuffer | undefined = undefined;
-  #share: Owner | undefined = undefined;
+  /** What few views have (undefined until then): seven fields in all, as a view of more is
+   * measurably slower to make in JavaScriptCore (Bun). */
+  #extras: Extras | undefined;
   #epoch: number;
 
   /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
@@ -598,7 +653,7 @@ export class BufferView {
     this.#address = address;
     this.#facts = facts;
     this.#access = access;
-    this.#keepAliveValue = keepAlive;
+    this.#extras = keepAlive === undefined ? undefined : new Extras(keepAlive);
     // Last: once the backstop holds this view, nothing here throws.
     this.#epoch = views.add(this, owner);
   }
@@ -707,7 +762,8 @@ export class BufferView {
   }
 
   #keepAlive(): Owner {
-    return this.#share ??= new Owner(this.#owner, this.#releasable());
+    const extras = this.#extras ??= new Extras(undefined);
+    return extras.share ??= new Owner(this.#owner, this.#releasable());
   }
 
   /** This view as its Owner share sees it: the private methods, not the replaceable public ones. */
@@ -725,7 +781,8 @@ export class BufferView {
 
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
   get keepAliveValue(): unknown {
-    return this.#keepAliveValue;
+    const extras = this.#extras;
+    return extras === undefined ? undefined : extras.keepAlive;
   }
 
   /** Whether `dispose()` ran. */
@@ -803,10 +860,12 @@ export class BufferView {
       start = this.#address + lo;
       byteLength = ceil(((this.#facts.maxOffset + 1) * slot) / 8) - lo;
     }
+    // Made first: once the buffer exists, nothing may fail before the view holds it.
+    const extras = this.#extras ??= new Extras(undefined);
     const buffer = runtime().arrayBuffer(start, byteLength);
     new BufferLink(buffer, this);
     const array = new Ctor(buffer, 0, floor(byteLength / this.#facts.info.slotBytes));
-    this.#buffer = buffer;
+    extras.buffer = buffer;
     return this.#array = array;
   }
 
@@ -1201,23 +1260,33 @@ export class BufferView {
   #dispose(): void {
     const owner = this.#owner;
     if (owner === 0) return;
-    const buffer = this.#buffer;
-    if (buffer !== undefined) {
-      if (isDetached(buffer)) {
-        // Someone transferred it (ArrayBuffer.prototype.transfer, postMessage): the runtimes move
-        // native memory into the new buffer without copying, and nothing can revoke that one.
-        // Keeping this share for the rest of the process is the only way it never reads freed
-        // memory; stats() shows it.
-        transferredShares.add(owner);
-        views.remove(this, this.#epoch);
-        this.#forget();
-        return;
-      }
-      // Detaching leaves every TypedArray over it with length 0: no access after free.
-      detach(buffer);
-      this.#buffer = undefined;
-      this.#array = undefined;
+    const extras = this.#extras;
+    if (extras !== undefined && extras.buffer !== undefined) {
+      this.#disposeWithBuffer(owner, extras.buffer);
+      return;
     }
+    views.remove(this, this.#epoch);
+    this.#forget();
+    releaseOwner(owner);
+  }
+
+  /** {@link BufferView.#dispose} of a view that handed out an `array()` over native memory: out of
+   * line, so that the common dispose stays small enough for the JIT to inline. */
+  #disposeWithBuffer(owner: number, buffer: ArrayBuffer): void {
+    if (isDetached(buffer)) {
+      // Someone transferred it (ArrayBuffer.prototype.transfer, postMessage): the runtimes move
+      // native memory into the new buffer without copying, and nothing can revoke that one.
+      // Keeping this share for the rest of the process is the only way it never reads freed
+      // memory; stats() shows it.
+      transferredShares.add(owner);
+      views.remove(this, this.#epoch);
+      this.#forget();
+      return;
+    }
+    // Detaching leaves every TypedArray over it with length 0: no access after free.
+    detach(buffer);
+    this.#extras!.buffer = undefined;
+    this.#array = undefined;
     views.remove(this, this.#epoch);
     this.#forget();
     releaseOwner(owner);
@@ -1225,9 +1294,13 @@ export class BufferView {
 
   #forget(): void {
     this.#owner = 0;
-    this.#buffer = undefined;
     this.#array = undefined;
-    this.#keepAliveValue = undefined;
+    const extras = this.#extras;
+    if (extras !== undefined) {
+      // The share stays: `keepAlive` is the same object before and after.
+      extras.buffer = undefined;
+      extras.keepAlive = undefined;
+    }
   }
 
   /** Same as {@link BufferView.dispose}, for `using`. */
@@ -1237,7 +1310,8 @@ export class BufferView {
 
   #live(): void {
     if (this.#owner === 0) throw new DLPackError("disposed", "this view was disposed");
-    if (this.#buffer !== undefined && isDetached(this.#buffer)) {
+    const buffer = this.#extras === undefined ? undefined : this.#extras.buffer;
+    if (buffer !== undefined && isDetached(buffer)) {
       throw new DLPackError(
         "disposed",
         "the ArrayBuffer array() returned was transferred or detached by other code; this view no longer " +
@@ -1315,6 +1389,20 @@ export class BufferView {
     return `BufferView(${this.#facts.info.name}, ${listText(this.#facts.shape)}, ${formatDevice(this.#facts.device)}${
       this.#owner === 0 ? ", disposed" : ""
     })`;
+  }
+}
+
+/** The parts of a view few views have. Own fields (defined, not assigned), and the class is not
+ * exported: no setter a caller puts anywhere sees the writes. */
+class Extras {
+  /** The ArrayBuffer `array()` made over native memory, detached at dispose. */
+  buffer: ArrayBuffer | undefined = undefined;
+  /** The view's own share (`keepAlive`), made on first use. */
+  share: Owner | undefined = undefined;
+  /** The JS value kept reachable while the view lives (`keepAliveValue`). */
+  keepAlive: unknown;
+  constructor(keepAlive: unknown) {
+    this.keepAlive = keepAlive;
   }
 }
 

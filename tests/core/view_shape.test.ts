@@ -141,6 +141,70 @@ test("an import differing from the last in one fact only gets facts of its own",
   assert.equal(deleted(), before + 3 * variants.length);
 });
 
+test("keyed imports share facts for an equal description of any rank, and a change past the second axis is seen", () => {
+  const before = deleted();
+  const alive = live();
+  // Ranks 0-4: the same layout twice shares its facts; with an allocation and a capsule import
+  // between (other native calls writing the scratch), the next raw import still gets the right ones.
+  for (const shape of [[], [5], [2, 3], [2, 3, 4], [2, 1, 3, 2]]) {
+    const first = importDLPack(make({ shape }).source);
+    const second = importDLPack(make({ shape }).source);
+    assert.equal(factsOf(second), factsOf(first), `rank ${shape.length}`);
+    using z = zeros([7, 7], "int8");
+    using back = importDLPack(exportDLPack(z));
+    const third = importDLPack(make({ shape }).source);
+    assert.deepEqual([back.shape, back.dtype, third.shape, third.dtype], [[7, 7], "int8", shape, "float32"]);
+    for (const v of [first, second, third]) v.dispose();
+  }
+  // One fact changed beyond the first two axes, or the flags: facts of its own, each time.
+  const base: TensorSpec = { shape: [2, 3, 4] };
+  const variants: [string, TensorSpec, number[]][] = [
+    ["third extent", { shape: [2, 3, 5] }, [15, 5, 1]],
+    ["third stride", { shape: [2, 3, 4], strides: [12, 4, 2], dataBytes: 200 }, [12, 4, 2]],
+    ["fourth axis", { shape: [2, 3, 4, 1] }, [12, 4, 1, 1]],
+    ["read-only", { shape: [2, 3, 4], flags: 1 }, [12, 4, 1]],
+  ];
+  for (const [name, spec, strides] of variants) {
+    const a = importDLPack(make(base).source);
+    const b = importDLPack(make(spec).source);
+    const c = importDLPack(make(base).source);
+    assert.notEqual(factsOf(b), factsOf(a), name);
+    assert.notEqual(factsOf(c), factsOf(b), name);
+    assert.deepEqual([b.shape, b.strides, b.flags.readOnly, b.access], [
+      spec.shape,
+      strides,
+      spec.flags === 1,
+      spec.flags === 1 ? "readonly" : "readwrite",
+    ], name);
+    assert.deepEqual([c.shape, c.strides, c.access], [[2, 3, 4], [12, 4, 1], "readwrite"], name);
+    for (const v of [a, b, c]) v.dispose();
+  }
+  assert.equal(deleted(), before + 15 + 3 * variants.length);
+  assert.deepEqual(live(), alive);
+});
+
+test("a bigint address goes to native code as a word; one beyond [0, 2^53) is refused, even one that wraps to the tensor", () => {
+  const before = deleted();
+  const alive = live();
+  const made = make({ shape: [2, 3] });
+  // A runtime passes a bigint beyond 64 bits modulo 2^64: these would land on the tensor itself.
+  const big = BigInt(made.address);
+  for (const wrapped of [big + 2n ** 64n, big - 2n ** 64n, big + 2n ** 53n, -big]) {
+    refused(() => importDLPack({ versioned: wrapped }), "null_data", String(wrapped));
+    refused(() => importDLPack({ legacy: wrapped }), "null_data", String(wrapped));
+  }
+  assert.equal(deleted(), before, "nothing was read or released");
+  const view = importDLPack({ versioned: big });
+  assert.deepEqual([view.shape, view.strides, view.dtype, view.access], [[2, 3], [3, 1], "float32", "readwrite"]);
+  const again = importDLPack(make({ shape: [2, 3] }).source);
+  assert.equal(factsOf(again), factsOf(view), "the word import is keyed like the others");
+  view.dispose();
+  again.dispose();
+  refused(() => importDLPack({ versioned: 0n }), "null_data");
+  assert.equal(deleted(), before + 2);
+  assert.deepEqual(live(), alive);
+});
+
 test("newView: a derived view shares the owner share by share, the deleter runs once after both", () => {
   const before = deleted();
   const base = importDLPack(filled([4]).source);

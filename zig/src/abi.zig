@@ -9,7 +9,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 12;
+pub const version: u32 = 13;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -210,6 +210,36 @@ comptime {
     assert(@offsetOf(Description, "strides") == 120 + 8 * dlpack.rank_max);
     assert(@sizeOf(Description) == 120 + 16 * dlpack.rank_max);
     assert(@alignOf(Description) == 8);
+}
+
+/// What `dlpk_import_keyed` writes into: the `Description`, then a generation that changes
+/// whenever the facts a view is built from (everything but the status, the details, the byte
+/// offset and the addresses) differ from the last keyed import's into the same record, the owner
+/// record's and element 0's addresses as single f64 words, then those last facts. A caller that
+/// remembers what it built for a generation compares one word.
+pub const KeyedDescription = extern struct {
+    description: Description,
+    generation: f64,
+    /// `description`'s owner record.
+    owner: f64,
+    /// `description`'s element 0, or -1 when no f64 holds it exactly (2^53 and up: only an
+    /// empty tensor may put it there).
+    address: f64,
+    last: Description,
+};
+
+/// The facts of a `Description` a keyed import compares: two byte ranges (`ndim` to `layout`, and
+/// `size` to `max_offset`), then `ndim` extents and strides.
+pub const facts_words = .{ @offsetOf(Description, "ndim"), @offsetOf(Description, "address_lo") };
+pub const facts_numbers = .{ @offsetOf(Description, "size"), @offsetOf(Description, "shape") };
+
+comptime {
+    // The generation and the addresses are read as f64 words right after the description.
+    assert(@offsetOf(KeyedDescription, "generation") == @sizeOf(Description));
+    assert(@offsetOf(KeyedDescription, "owner") == @sizeOf(Description) + 8);
+    assert(@offsetOf(KeyedDescription, "address") == @sizeOf(Description) + 16);
+    assert(@offsetOf(Description, "layout") + 4 == @offsetOf(Description, "address_lo"));
+    assert(@offsetOf(Description, "max_offset") + 8 == @offsetOf(Description, "shape"));
 }
 
 // ---------------------------------------------------------------------------------------------

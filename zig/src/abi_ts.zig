@@ -72,6 +72,14 @@ const entries = .{
         "or a shared layout changes." },
     .{ "DESCRIPTION_BYTES", @sizeOf(abi.Description), "Bytes of the native `Description` record " ++
         "every native call reads or writes." },
+    .{ "KEYED_DESCRIPTION_BYTES", @sizeOf(abi.KeyedDescription), "Bytes of the native " ++
+        "`KeyedDescription` record `dlpk_import_keyed` writes (a `Description` first)." },
+    .{ "KEY_GENERATION_F64", @offsetOf(abi.KeyedDescription, "generation") / 8, "Index of " ++
+        "`KeyedDescription.generation` in a Float64Array view of the record." },
+    .{ "KEY_OWNER_F64", @offsetOf(abi.KeyedDescription, "owner") / 8, "Index of " ++
+        "`KeyedDescription.owner` in a Float64Array view of the record." },
+    .{ "KEY_ADDRESS_F64", @offsetOf(abi.KeyedDescription, "address") / 8, "Index of " ++
+        "`KeyedDescription.address` in a Float64Array view of the record." },
     .{ "MAX_RANK", dlpack.rank_max, "The highest rank (`ndim`) a tensor may have here (numpy's " ++
         "limit too; DLPack sets none): an import, export or allocation with more dimensions is " ++
         "refused with `DLPackError` code `\"rank\"`." },

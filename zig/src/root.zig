@@ -801,6 +801,135 @@ test "CUDA errors map to ABI statuses" {
     try testing.expectEqual(cuda.lastResult(), cudaStatusOf(error.Driver));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Keyed imports: `dlpk_import` into a `KeyedDescription`, whose generation tells the caller with
+// one word whether the facts it built for the last import still apply.
+
+/// `dlpk_import` into a `KeyedDescription` (every check the same); on success the generation
+/// changes unless the facts equal the last keyed import's into the same record.
+export fn dlpk_import_keyed(managed_address: f64, options: u32, out_address: f64) i32 {
+    const status = dlpk_import(managed_address, options, out_address);
+    if (status == 0) keyFacts(keyedAt(out_address));
+    return status;
+}
+
+/// `dlpk_import_pointer` into a `KeyedDescription` (see `dlpk_import_keyed`).
+export fn dlpk_import_pointer_keyed(managed: ?*anyopaque, options: u32, out_address: f64) i32 {
+    const status = dlpk_import_pointer(managed, options, out_address);
+    if (status == 0) keyFacts(keyedAt(out_address));
+    return status;
+}
+
+/// `dlpk_import_keyed` for an address the caller holds as a 64-bit word (a JS bigint, which the
+/// runtime passes without converting it to a number). An address at or above 2^53 is refused
+/// before anything is read, as `dlpk_import` refuses what no f64 holds exactly.
+export fn dlpk_import_word_keyed(managed: usize, options: u32, out_address: f64) i32 {
+    const out = descriptionAt(out_address) orelse return invalid;
+    if (managed >= abi.exact_max) return code(out.refuse(.bad_address, abi.detail_dim.none, 0, 0));
+    const status = importAt(managed, options, out);
+    if (status == 0) keyFacts(keyedAt(out_address));
+    return status;
+}
+
+/// The record of a successful import (its address was checked by the import itself).
+fn keyedAt(out_address: f64) *abi.KeyedDescription {
+    const out = descriptionAt(out_address).?;
+    assert(@alignOf(abi.KeyedDescription) == @alignOf(Description));
+    return @ptrCast(out);
+}
+
+/// Writes the addresses as f64 words; moves the generation on, and remembers the facts, unless
+/// they equal the remembered ones.
+fn keyFacts(keyed: *abi.KeyedDescription) void {
+    const now = &keyed.description;
+    const owner_record: u64 = @as(u64, now.owner_hi) << 32 | now.owner_lo;
+    keyed.owner = @floatFromInt(owner_record);
+    const element = now.address();
+    keyed.address = if (element < abi.exact_max) @floatFromInt(element) else -1;
+    assert(now.ndim >= 0 and now.ndim <= dlpack.rank_max);
+    if (sameFacts(now, &keyed.last)) return;
+    const rank: usize = @intCast(now.ndim);
+    const now_bytes = std.mem.asBytes(now);
+    const last_bytes = std.mem.asBytes(&keyed.last);
+    const words_at, const words_end = abi.facts_words;
+    const numbers_at, const numbers_end = abi.facts_numbers;
+    @memcpy(last_bytes[words_at..words_end], now_bytes[words_at..words_end]);
+    @memcpy(last_bytes[numbers_at..numbers_end], now_bytes[numbers_at..numbers_end]);
+    @memcpy(keyed.last.shape[0..rank], now.shape[0..rank]);
+    @memcpy(keyed.last.strides[0..rank], now.strides[0..rank]);
+    keyed.generation += 1;
+}
+
+/// Whether two descriptions agree on every fact a view is built from (compared as bytes: -0 and 0
+/// differ, which only costs a rebuild).
+fn sameFacts(a: *const Description, b: *const Description) bool {
+    if (a.ndim != b.ndim) return false;
+    const rank: usize = @intCast(a.ndim);
+    const a_bytes = std.mem.asBytes(a);
+    const b_bytes = std.mem.asBytes(b);
+    const words_at, const words_end = abi.facts_words;
+    const numbers_at, const numbers_end = abi.facts_numbers;
+    return std.mem.eql(u8, a_bytes[words_at..words_end], b_bytes[words_at..words_end]) and
+        std.mem.eql(u8, a_bytes[numbers_at..numbers_end], b_bytes[numbers_at..numbers_end]) and
+        std.mem.eql(f64, a.shape[0..rank], b.shape[0..rank]) and
+        std.mem.eql(f64, a.strides[0..rank], b.strides[0..rank]);
+}
+
+test "word imports refuse an address no f64 holds exactly before reading anything" {
+    var keyed = std.mem.zeroes(abi.KeyedDescription);
+    const at: f64 = @floatFromInt(@intFromPtr(&keyed));
+    const refused = code(.bad_address);
+    try std.testing.expectEqual(refused, dlpk_import_word_keyed(abi.exact_max, 1, at));
+    try std.testing.expectEqual(refused, dlpk_import_word_keyed(std.math.maxInt(usize), 1, at));
+    try std.testing.expectEqual(@as(f64, 0), keyed.generation);
+}
+
+test "keyed facts: the generation moves only when a fact changes" {
+    const testing = std.testing;
+    var keyed = std.mem.zeroes(abi.KeyedDescription);
+    keyed.description.ndim = 2;
+    keyed.description.device_type = 1;
+    keyed.description.shape[0] = 3;
+    keyed.description.shape[1] = 4;
+    keyed.description.strides[0] = 4;
+    keyed.description.strides[1] = 1;
+    keyed.description.size = 12;
+    keyed.description.setOwner(0x1234_5678_9abc);
+    keyed.description.setAddress(abi.exact_max);
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 1), keyed.generation);
+    try testing.expectEqual(@as(f64, 0x1234_5678_9abc), keyed.owner);
+    try testing.expectEqual(@as(f64, -1), keyed.address);
+    // Addresses, the owner and the details are not facts of the layout.
+    keyed.description.setAddress(64);
+    keyed.description.owner_lo = 128;
+    keyed.description.byte_offset = 8;
+    keyed.description.detail_found = 5;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 1), keyed.generation);
+    try testing.expectEqual(@as(f64, 64), keyed.address);
+    // Each fact, in either range or the extents, moves it.
+    keyed.description.dtype_bits = 64;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 2), keyed.generation);
+    keyed.description.max_offset = 11;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 3), keyed.generation);
+    keyed.description.strides[1] = -0.0;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 4), keyed.generation);
+    keyed.description.shape[1] = 5;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 5), keyed.generation);
+    // Entries past ndim are not compared.
+    keyed.description.shape[2] = 9;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 5), keyed.generation);
+    keyed.description.ndim = 1;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 6), keyed.generation);
+}
+
 test {
     std.testing.refAllDecls(@This());
     _ = abi;
