@@ -191,8 +191,9 @@ fn describeTensor(
     if (readExtents(t, ndim, out, &extents)) |refused| return refused;
     // From here on, in a non-empty tensor every extent is at most 2^53: exact as f64.
     assert(extents.empty or extents.size <= exact_max);
-    const offsets = readStrides(t, ndim, extents, out);
-    return describeSpan(t, options, out, ndim, extents, offsets);
+    var offsets: Offsets = undefined;
+    if (readStrides(t, ndim, extents, out, &offsets)) |refused| return refused;
+    return describeSpan(t, options, out, extents, offsets);
 }
 
 /// The element count, read with the extents.
@@ -208,23 +209,25 @@ fn readExtents(t: *const dlpack.Tensor, ndim: usize, out: *Description, extents:
     var size: u64 = 1;
     var size_overflowed = false;
     var empty = false;
-    var too_large: ?usize = null;
+    // The first dim whose extent is too large, or ndim.
+    var too_large: usize = ndim;
     for (0..ndim) |d| {
         const extent = t.shape.?[d];
         if (extent < 0) return out.refuse(.shape, @intCast(d), extent, 0);
         // Even in an empty tensor, an extent the description cannot carry exactly would reach JS
         // rounded (and could not be exported again). Refused after the loop: a negative extent
         // anywhere is the first thing to report.
-        if (extent > exact_max and too_large == null) too_large = d;
+        if (extent > exact_max) too_large = @min(too_large, d);
         out.shape[d] = @floatFromInt(extent);
         if (extent == 0) empty = true;
         const product = @mulWithOverflow(size, @as(u64, @intCast(extent)));
         if (product[1] != 0) size_overflowed = true;
         size = product[0];
     }
-    if (too_large) |d| {
+    if (too_large < ndim) {
         // Read again for the message only.
-        return out.refuse(.overflow, @intCast(d), t.shape.?[d], @intCast(exact_max));
+        const found = t.shape.?[too_large];
+        return out.refuse(.overflow, @intCast(too_large), found, @intCast(exact_max));
     }
     // A zero extent anywhere makes the count 0 even if a partial product overflowed.
     if (empty) size = 0 else if (size_overflowed or size > exact_max) {
@@ -234,31 +237,65 @@ fn readExtents(t: *const dlpack.Tensor, ndim: usize, out: *Description, extents:
     return null;
 }
 
-/// Element offsets reachable from element 0, exact in i128 whatever the producer sent.
+/// Element offsets reachable from element 0, and the layout bits, from the strides pass.
 const Offsets = struct {
-    min: i128,
-    max: i128,
+    min: i64,
+    max: i64,
+    layout: u32,
 };
 
-/// Reads each stride once into the description and sums the reach of every dimension.
-fn readStrides(t: *const dlpack.Tensor, ndim: usize, extents: Extents, out: *Description) Offsets {
-    var offsets: Offsets = .{ .min = 0, .max = 0 };
-    if (t.strides) |given| {
-        for (0..ndim) |d| {
-            const stride = given[d];
-            // Strides of extent-1 or empty dims never address memory and may be anything; clamp
-            // what cannot be an exact f64 rather than report a rounded value that looks meaningful.
-            const clamped = std.math.clamp(stride, -@as(i64, exact_max), @as(i64, exact_max));
-            out.strides[d] = @floatFromInt(clamped);
-            if (!extents.empty) {
-                const reach = @as(i128, @as(i64, @intFromFloat(out.shape[d])) - 1) * stride;
-                if (reach < 0) offsets.min += reach else offsets.max += reach;
-            }
+/// Reads each stride once into the description and, in the same pass (last dimension first),
+/// sums the reach of every dimension and checks numpy's contiguity rules (extent-1 dims carry no
+/// stride requirement). All in i64: a reach beyond 2^53 in a non-empty tensor is refused here, as
+/// the span check would refuse it (reaches of one sign only add up), so the sums stay below 2^59.
+fn readStrides(
+    t: *const dlpack.Tensor,
+    ndim: usize,
+    extents: Extents,
+    out: *Description,
+    offsets: *Offsets,
+) ?Status {
+    const given = t.strides orelse return defaultStrides(ndim, extents, out, offsets);
+    const limit: i64 = exact_max;
+    const size: i64 = @intCast(extents.size);
+    var min: i64 = 0;
+    var max: i64 = 0;
+    // C order: the stride each dim must have; F order: stride * (extents from here on) == size.
+    var expected_c: i64 = 1;
+    var suffix: i64 = 1;
+    var c_ok = true;
+    var f_ok = true;
+    var d = ndim;
+    while (d > 0) {
+        d -= 1;
+        const stride = given[d];
+        // Strides of extent-1 or empty dims never address memory and may be anything; clamp
+        // what cannot be an exact f64 rather than report a rounded value that looks meaningful.
+        out.strides[d] = @floatFromInt(std.math.clamp(stride, -limit, limit));
+        if (extents.empty) continue;
+        const extent: i64 = @intFromFloat(out.shape[d]);
+        const reach = @mulWithOverflow(extent - 1, stride);
+        if (reach[1] != 0 or reach[0] > limit or reach[0] < -limit) {
+            return out.refuse(.overflow, detail_dim.none, 0, limit);
         }
-        return offsets;
+        if (reach[0] < 0) min += reach[0] else max += reach[0];
+        if (extent == 1) continue;
+        c_ok = c_ok and stride == expected_c;
+        expected_c *= extent;
+        suffix *= extent;
+        const f = @mulWithOverflow(stride, suffix);
+        f_ok = f_ok and f[1] == 0 and f[0] == size;
     }
-    // NULL strides mean C order (pre-1.2 producers, 0-d tensors). Strides of an empty tensor
-    // address nothing; they are computed with the extents clamped to 2^53.
+    const both = abi.layout.c | abi.layout.f;
+    const layout = if (extents.empty) both else @as(u32, if (c_ok) abi.layout.c else 0) |
+        @as(u32, if (f_ok) abi.layout.f else 0);
+    offsets.* = .{ .min = min, .max = max, .layout = layout };
+    return null;
+}
+
+/// NULL strides mean C order (pre-1.2 producers, 0-d tensors). Strides of an empty tensor
+/// address nothing; they are computed with the extents clamped to 2^53.
+fn defaultStrides(ndim: usize, extents: Extents, out: *Description, offsets: *Offsets) ?Status {
     var step: f64 = 1;
     var d = ndim;
     while (d > 0) {
@@ -266,8 +303,13 @@ fn readStrides(t: *const dlpack.Tensor, ndim: usize, extents: Extents, out: *Des
         out.strides[d] = step;
         step = @min(step * @min(out.shape[d], exact_max_float), exact_max_float);
     }
-    if (!extents.empty) offsets.max = @as(i128, extents.size) - 1;
-    return offsets;
+    const both = abi.layout.c | abi.layout.f;
+    offsets.* = .{
+        .min = 0,
+        .max = if (extents.empty) 0 else @intCast(extents.size - 1),
+        .layout = if (extents.empty) both else layoutOf(out.shape[0..ndim], out.strides[0..ndim]),
+    };
+    return null;
 }
 
 /// The byte span, the data address and the layout: the last checks, then the rest of `out`.
@@ -275,25 +317,29 @@ fn describeSpan(
     t: *const dlpack.Tensor,
     options: Options,
     out: *Description,
-    ndim: usize,
     extents: Extents,
     offsets: Offsets,
 ) Status {
     const empty = extents.empty;
-    const bits: u64 = t.dtype.bits;
+    const limit: i64 = exact_max;
+    const bits: i64 = t.dtype.bits;
     const padded = out.flags & dlpack.flag.is_subbyte_type_padded != 0;
     // Bits per element slot in memory: sub-byte types are packed unless the producer padded them.
-    const slot_bits: u64 = if (bits < 8 and padded) 8 else bits;
-    const nbytes: u64 = @intCast((@as(u128, extents.size) * slot_bits + 7) / 8);
-    // Span in bytes relative to element 0, and the absolute address range it covers.
-    const lo_bytes: i128 = @divFloor(offsets.min * slot_bits, 8);
-    const hi_bytes: i128 = @divFloor((offsets.max + 1) * slot_bits + 7, 8);
-    // Element offsets are limited too, not only bytes: packed sub-byte elements fit twice as many
-    // offsets into a byte span, and the description carries them as exact f64s.
-    if (!empty and (hi_bytes - lo_bytes > exact_max or -lo_bytes > exact_max or
-        hi_bytes > exact_max or -offsets.min > exact_max or offsets.max > exact_max))
-    {
-        return out.refuse(.overflow, detail_dim.none, 0, @intCast(exact_max));
+    const slot_bits: i64 = if (bits < 8 and padded) 8 else bits;
+    // Span in bytes relative to element 0. Element offsets are limited too, not only bytes:
+    // packed sub-byte elements fit twice as many offsets into a byte span, and the description
+    // carries them as exact f64s. (Checked first: then the products below fit in i64.)
+    var lo_bytes: i64 = 0;
+    var hi_bytes: i64 = 0;
+    if (!empty) {
+        if (-offsets.min > limit or offsets.max > limit) {
+            return out.refuse(.overflow, detail_dim.none, 0, limit);
+        }
+        lo_bytes = @divFloor(offsets.min * slot_bits, 8);
+        hi_bytes = @divFloor((offsets.max + 1) * slot_bits + 7, 8);
+        if (hi_bytes - lo_bytes > limit or -lo_bytes > limit or hi_bytes > limit) {
+            return out.refuse(.overflow, detail_dim.none, 0, limit);
+        }
     }
     const data: u64 = @intFromPtr(t.data);
     if (data == 0 and extents.size != 0) {
@@ -307,22 +353,21 @@ fn describeSpan(
         return out.refuse(.overflow, detail_dim.none, @bitCast(t.byte_offset), 0);
     }
     const address = address_sum[0];
-    if (!empty) {
-        const first = @as(i128, address) + lo_bytes;
-        const end = @as(i128, address) + hi_bytes;
-        if (first < 0 or end > std.math.maxInt(u64)) {
-            return out.refuse(.overflow, detail_dim.none, 0, 0);
-        }
+    // The absolute range [address + lo_bytes, address + hi_bytes) must be addresses.
+    if (!empty and (address < @as(u64, @intCast(-lo_bytes)) or
+        @addWithOverflow(address, @as(u64, @intCast(hi_bytes)))[1] != 0))
+    {
+        return out.refuse(.overflow, detail_dim.none, 0, 0);
     }
+    // Both fit in u64: size <= 2^53 and slot_bits <= 128.
+    const nbytes: u64 = (extents.size * @as(u64, @intCast(slot_bits)) + 7) / 8;
     out.setAddress(address);
     out.byte_offset = @floatFromInt(t.byte_offset);
     out.size = @floatFromInt(extents.size);
     out.nbytes = @floatFromInt(nbytes);
-    // Both fit in i64 (checked against 2^53 above): no slow i128 -> f64 conversion.
-    out.min_offset = @floatFromInt(@as(i64, @intCast(if (empty) 0 else offsets.min)));
-    out.max_offset = @floatFromInt(@as(i64, @intCast(if (empty) 0 else offsets.max)));
-    const both = abi.layout.c | abi.layout.f;
-    out.layout = if (empty) both else layoutOf(out.shape[0..ndim], out.strides[0..ndim]);
+    out.min_offset = @floatFromInt(offsets.min);
+    out.max_offset = @floatFromInt(offsets.max);
+    out.layout = offsets.layout;
     assert(out.layout & ~abi.layout.mask == 0);
     return .ok;
 }
