@@ -187,42 +187,103 @@ fn describeTensor(
     if (checkKinds(t, out)) |refused| return refused;
     const ndim: usize = @intCast(t.ndim);
     if (checkArrays(t, ndim, out, span)) |refused| return refused;
-    var extents: Extents = undefined;
-    if (readExtents(t, ndim, out, &extents)) |refused| return refused;
+    var dims: Dims = undefined;
+    if (t.strides != null) {
+        if (readDims(true, t, ndim, out, &dims)) |refused| return refused;
+    } else {
+        if (readDims(false, t, ndim, out, &dims)) |refused| return refused;
+        defaultStrides(ndim, out, &dims);
+    }
     // From here on, in a non-empty tensor every extent is at most 2^53: exact as f64.
-    assert(extents.empty or extents.size <= exact_max);
-    var offsets: Offsets = undefined;
-    if (readStrides(t, ndim, extents, out, &offsets)) |refused| return refused;
-    return describeSpan(t, options, out, extents, offsets);
+    assert(dims.empty or dims.size <= exact_max);
+    return describeSpan(t, options, out, dims);
 }
 
-/// The element count, read with the extents.
-const Extents = struct {
+/// What one pass over the extents (and strides) found: the element count, the element offsets
+/// reachable from element 0 (0 in an empty tensor) and the layout bits.
+const Dims = struct {
     size: u64,
     empty: bool,
+    min: i64,
+    max: i64,
+    layout: u32,
 };
 
-/// Reads each extent exactly once, straight into the description, so a producer that mutates its
-/// arrays concurrently cannot make the checks and the description disagree. (No local
-/// [rank_max] copies: safe builds fill undefined locals, which would dominate.)
-fn readExtents(t: *const dlpack.Tensor, ndim: usize, out: *Description, extents: *Extents) ?Status {
+/// The contiguity checks of a pass over the dims, first to last. Extent-1 dims carry no stride
+/// requirement (numpy's rules). C order: each stride is the next non-1 dim's stride times its
+/// extent, and the last one is 1. F order: each stride is the product of the extents before it.
+const Contiguity = struct {
+    prefix: u64 = 1,
+    /// The stride of the last non-1 dim seen (0: none yet).
+    last_stride: i64 = 0,
+    seen: bool = false,
+    c_ok: bool = true,
+    f_ok: bool = true,
+
+    fn step(self: *Contiguity, extent: i64, stride: i64) void {
+        // Wrapping: a product that wraps belongs to a count the pass refuses anyway.
+        defer self.prefix *%= @bitCast(extent);
+        if (extent == 1) return;
+        if (self.seen) {
+            const next = @mulWithOverflow(stride, extent);
+            self.c_ok = self.c_ok and next[1] == 0 and next[0] == self.last_stride;
+        }
+        self.f_ok = self.f_ok and stride == @as(i64, @bitCast(self.prefix));
+        self.last_stride = stride;
+        self.seen = true;
+    }
+
+    fn layout(self: Contiguity) u32 {
+        const c = self.c_ok and (!self.seen or self.last_stride == 1);
+        return @as(u32, if (c) abi.layout.c else 0) | @as(u32, if (self.f_ok) abi.layout.f else 0);
+    }
+};
+
+/// Reads each extent (and, when `strided`, each stride) exactly once, straight into the
+/// description, so a producer that mutates its arrays concurrently cannot make the checks and the
+/// description disagree; the count, the reach of every dim and the layout come out of the same
+/// pass. Refusals keep their order: a negative extent, an extent beyond 2^53, the count, then a
+/// reach beyond 2^53 (reaches of one sign only add up, so any one too long overflows the span;
+/// skipping those keeps the sums below 2^59).
+fn readDims(
+    comptime strided: bool,
+    t: *const dlpack.Tensor,
+    ndim: usize,
+    out: *Description,
+    dims: *Dims,
+) ?Status {
+    const limit: i64 = exact_max;
     var size: u64 = 1;
     var size_overflowed = false;
     var empty = false;
+    var reach_overflowed = false;
     // The first dim whose extent is too large, or ndim.
     var too_large: usize = ndim;
+    var min: i64 = 0;
+    var max: i64 = 0;
+    var contiguity: Contiguity = .{};
     for (0..ndim) |d| {
         const extent = t.shape.?[d];
         if (extent < 0) return out.refuse(.shape, @intCast(d), extent, 0);
         // Even in an empty tensor, an extent the description cannot carry exactly would reach JS
         // rounded (and could not be exported again). Refused after the loop: a negative extent
         // anywhere is the first thing to report.
-        if (extent > exact_max) too_large = @min(too_large, d);
+        if (extent > limit) too_large = @min(too_large, d);
         out.shape[d] = @floatFromInt(extent);
         if (extent == 0) empty = true;
         const product = @mulWithOverflow(size, @as(u64, @intCast(extent)));
         if (product[1] != 0) size_overflowed = true;
         size = product[0];
+        if (!strided) continue;
+        const stride = t.strides.?[d];
+        // Strides of extent-1 or empty dims never address memory and may be anything; clamp
+        // what cannot be an exact f64 rather than report a rounded value that looks meaningful.
+        out.strides[d] = @floatFromInt(std.math.clamp(stride, -limit, limit));
+        const reach = @mulWithOverflow(extent -% 1, stride);
+        if (reach[1] != 0 or reach[0] > limit or reach[0] < -limit) {
+            reach_overflowed = true;
+        } else if (reach[0] < 0) min += reach[0] else max += reach[0];
+        contiguity.step(extent, stride);
     }
     if (too_large < ndim) {
         // Read again for the message only.
@@ -230,72 +291,20 @@ fn readExtents(t: *const dlpack.Tensor, ndim: usize, out: *Description, extents:
         return out.refuse(.overflow, @intCast(too_large), found, @intCast(exact_max));
     }
     // A zero extent anywhere makes the count 0 even if a partial product overflowed.
-    if (empty) size = 0 else if (size_overflowed or size > exact_max) {
+    if (empty) size = 0 else if (size_overflowed or size > exact_max or reach_overflowed) {
         return out.refuse(.overflow, detail_dim.none, 0, @intCast(exact_max));
     }
-    extents.* = .{ .size = size, .empty = empty };
-    return null;
-}
-
-/// Element offsets reachable from element 0, and the layout bits, from the strides pass.
-const Offsets = struct {
-    min: i64,
-    max: i64,
-    layout: u32,
-};
-
-/// Reads each stride once into the description and, in the same pass (last dimension first),
-/// sums the reach of every dimension and checks numpy's contiguity rules (extent-1 dims carry no
-/// stride requirement). All in i64: a reach beyond 2^53 in a non-empty tensor is refused here, as
-/// the span check would refuse it (reaches of one sign only add up), so the sums stay below 2^59.
-fn readStrides(
-    t: *const dlpack.Tensor,
-    ndim: usize,
-    extents: Extents,
-    out: *Description,
-    offsets: *Offsets,
-) ?Status {
-    const given = t.strides orelse return defaultStrides(ndim, extents, out, offsets);
-    const limit: i64 = exact_max;
-    const size: i64 = @intCast(extents.size);
-    var min: i64 = 0;
-    var max: i64 = 0;
-    // C order: the stride each dim must have; F order: stride * (extents from here on) == size.
-    var expected_c: i64 = 1;
-    var suffix: i64 = 1;
-    var c_ok = true;
-    var f_ok = true;
-    var d = ndim;
-    while (d > 0) {
-        d -= 1;
-        const stride = given[d];
-        // Strides of extent-1 or empty dims never address memory and may be anything; clamp
-        // what cannot be an exact f64 rather than report a rounded value that looks meaningful.
-        out.strides[d] = @floatFromInt(std.math.clamp(stride, -limit, limit));
-        if (extents.empty) continue;
-        const extent: i64 = @intFromFloat(out.shape[d]);
-        const reach = @mulWithOverflow(extent - 1, stride);
-        if (reach[1] != 0 or reach[0] > limit or reach[0] < -limit) {
-            return out.refuse(.overflow, detail_dim.none, 0, limit);
-        }
-        if (reach[0] < 0) min += reach[0] else max += reach[0];
-        if (extent == 1) continue;
-        c_ok = c_ok and stride == expected_c;
-        expected_c *= extent;
-        suffix *= extent;
-        const f = @mulWithOverflow(stride, suffix);
-        f_ok = f_ok and f[1] == 0 and f[0] == size;
-    }
     const both = abi.layout.c | abi.layout.f;
-    const layout = if (extents.empty) both else @as(u32, if (c_ok) abi.layout.c else 0) |
-        @as(u32, if (f_ok) abi.layout.f else 0);
-    offsets.* = .{ .min = min, .max = max, .layout = layout };
+    dims.* = if (empty)
+        .{ .size = 0, .empty = true, .min = 0, .max = 0, .layout = both }
+    else
+        .{ .size = size, .empty = false, .min = min, .max = max, .layout = contiguity.layout() };
     return null;
 }
 
 /// NULL strides mean C order (pre-1.2 producers, 0-d tensors). Strides of an empty tensor
 /// address nothing; they are computed with the extents clamped to 2^53.
-fn defaultStrides(ndim: usize, extents: Extents, out: *Description, offsets: *Offsets) ?Status {
+fn defaultStrides(ndim: usize, out: *Description, dims: *Dims) void {
     var step: f64 = 1;
     var d = ndim;
     while (d > 0) {
@@ -303,13 +312,9 @@ fn defaultStrides(ndim: usize, extents: Extents, out: *Description, offsets: *Of
         out.strides[d] = step;
         step = @min(step * @min(out.shape[d], exact_max_float), exact_max_float);
     }
-    const both = abi.layout.c | abi.layout.f;
-    offsets.* = .{
-        .min = 0,
-        .max = if (extents.empty) 0 else @intCast(extents.size - 1),
-        .layout = if (extents.empty) both else layoutOf(out.shape[0..ndim], out.strides[0..ndim]),
-    };
-    return null;
+    if (dims.empty) return;
+    dims.max = @intCast(dims.size - 1);
+    dims.layout = layoutOf(out.shape[0..ndim], out.strides[0..ndim]);
 }
 
 /// The byte span, the data address and the layout: the last checks, then the rest of `out`.
@@ -317,10 +322,9 @@ fn describeSpan(
     t: *const dlpack.Tensor,
     options: Options,
     out: *Description,
-    extents: Extents,
-    offsets: Offsets,
+    dims: Dims,
 ) Status {
-    const empty = extents.empty;
+    const empty = dims.empty;
     const limit: i64 = exact_max;
     const bits: i64 = t.dtype.bits;
     const padded = out.flags & dlpack.flag.is_subbyte_type_padded != 0;
@@ -332,18 +336,18 @@ fn describeSpan(
     var lo_bytes: i64 = 0;
     var hi_bytes: i64 = 0;
     if (!empty) {
-        if (-offsets.min > limit or offsets.max > limit) {
+        if (-dims.min > limit or dims.max > limit) {
             return out.refuse(.overflow, detail_dim.none, 0, limit);
         }
-        lo_bytes = @divFloor(offsets.min * slot_bits, 8);
-        hi_bytes = @divFloor((offsets.max + 1) * slot_bits + 7, 8);
+        lo_bytes = @divFloor(dims.min * slot_bits, 8);
+        hi_bytes = @divFloor((dims.max + 1) * slot_bits + 7, 8);
         if (hi_bytes - lo_bytes > limit or -lo_bytes > limit or hi_bytes > limit) {
             return out.refuse(.overflow, detail_dim.none, 0, limit);
         }
     }
     const data: u64 = @intFromPtr(t.data);
-    if (data == 0 and extents.size != 0) {
-        return out.refuse(.null_data, detail_dim.none, @intCast(extents.size), 0);
+    if (data == 0 and dims.size != 0) {
+        return out.refuse(.null_data, detail_dim.none, @intCast(dims.size), 0);
     }
     if (options.strict_offset and t.byte_offset != 0) {
         return out.refuse(.byte_offset, detail_dim.none, @bitCast(t.byte_offset), 0);
@@ -360,14 +364,14 @@ fn describeSpan(
         return out.refuse(.overflow, detail_dim.none, 0, 0);
     }
     // Both fit in u64: size <= 2^53 and slot_bits <= 128.
-    const nbytes: u64 = (extents.size * @as(u64, @intCast(slot_bits)) + 7) / 8;
+    const nbytes: u64 = (dims.size * @as(u64, @intCast(slot_bits)) + 7) / 8;
     out.setAddress(address);
     out.byte_offset = @floatFromInt(t.byte_offset);
-    out.size = @floatFromInt(extents.size);
+    out.size = @floatFromInt(dims.size);
     out.nbytes = @floatFromInt(nbytes);
-    out.min_offset = @floatFromInt(offsets.min);
-    out.max_offset = @floatFromInt(offsets.max);
-    out.layout = offsets.layout;
+    out.min_offset = @floatFromInt(dims.min);
+    out.max_offset = @floatFromInt(dims.max);
+    out.layout = dims.layout;
     assert(out.layout & ~abi.layout.mask == 0);
     return .ok;
 }
