@@ -100,6 +100,19 @@ pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) error{O
     return owner;
 }
 
+/// `create` for an imported tensor (the hot path: no realm, no byte count, one counter).
+pub fn createImport(versioned: bool, managed: usize) error{OutOfMemory}!*Owner {
+    const owner = try newRecord();
+    owner.* = .{
+        .refs = std.atomic.Value(u32).init(1),
+        .kind = if (versioned) .versioned else .legacy,
+        .payload = managed,
+        .bytes = 0,
+    };
+    stats.add(.imports, 1);
+    return owner;
+}
+
 // A spare record per thread: an import disposed right away (the common case) then neither
 // allocates nor frees one. A thread's spare is freed when the thread ends (a pthread key's
 // destructor); releases after that on the same thread (other keys' destructors) free at once.
