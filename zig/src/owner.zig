@@ -226,7 +226,6 @@ fn dropReference(owner: *Owner) bool {
 /// Drops one reference; the last one gives the payload back.
 pub fn release(owner: *Owner) void {
     if (!dropReference(owner)) return;
-    const bytes: i64 = @intCast(owner.bytes);
     switch (owner.kind) {
         .versioned, .legacy => {
             dlpack.deleteManaged(owner.payload, owner.kind == .versioned);
@@ -234,6 +233,17 @@ pub fn release(owner: *Owner) void {
             stats.add(.deleters_called, 1);
             freeRecord(owner);
         },
+        .native, .cuda_device, .cuda_host, .cuda_managed, .pin => releaseHeld(owner),
+    }
+}
+
+/// The last reference of an owner of memory this library holds (not an import). Out of line: the
+/// CUDA and shared-pin paths' stack frame would otherwise be every import release's.
+noinline fn releaseHeld(owner: *Owner) void {
+    assert(owner.refs.load(.monotonic) == 0);
+    const bytes: i64 = @intCast(owner.bytes);
+    switch (owner.kind) {
+        .versioned, .legacy => unreachable,
         .native => {
             memory.free(@ptrFromInt(owner.payload));
             stats.add(.allocations, -1);
