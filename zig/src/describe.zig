@@ -98,15 +98,13 @@ fn checkHeader(
     }
     found.* = exports.recognize(managed);
     if (found.*) |own| {
-        const real: i64 = @intFromBool(own.versioned);
-        return switch (own.state) {
-            .released => out.refuse(.released_export, detail_dim.none, asI64(managed), real),
-            .taken => out.refuse(.already_imported, detail_dim.none, asI64(managed), real),
-            .live => if (own.versioned != versioned)
-                out.refuse(.generation, detail_dim.none, asI64(managed), real)
-            else
-                null,
+        // One refusal call: an optional built in each switch arm took a stack slot of its own.
+        const status: Status = switch (own.state) {
+            .released => .released_export,
+            .taken => .already_imported,
+            .live => if (own.versioned != versioned) .generation else return null,
         };
+        return out.refuse(status, detail_dim.none, asI64(managed), @intFromBool(own.versioned));
     }
     const deleter = wordAt(managed + dlpack.deleterOffset(versioned));
     if (deleter == 0) return null;
