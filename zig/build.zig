@@ -48,6 +48,7 @@ pub fn build(b: *std.Build) void {
     const reliability = addFuzzAndThreads(b, target, test_step);
     addValgrind(b, reliability);
     addTidy(b, target, test_step);
+    addBenchImport(b, target);
     addAbi(b, target, test_step);
 }
 
@@ -98,6 +99,27 @@ fn addProducers(
         .linkage = .dynamic,
         .root_module = fakecuda,
     }));
+}
+
+/// `zig build bench-import [-- --count N --rounds R]`: ns per native import + release through the
+/// installed library and test producer (tests/native/import_loop.zig), in thread CPU time. Pass
+/// --release=safe to measure what tools/build.sh builds.
+fn addBenchImport(b: *std.Build, target: std.Build.ResolvedTarget) void {
+    const exe = b.addExecutable(.{ .name = "import_loop", .root_module = b.createModule(.{
+        .root_source_file = b.path("../tests/native/import_loop.zig"),
+        .target = target,
+        .optimize = .ReleaseFast,
+        .link_libc = true,
+    }) });
+    const run = b.addRunArtifact(exe);
+    run.step.dependOn(b.getInstallStep());
+    const suffix = target.result.dynamicLibSuffix();
+    run.addArg(b.getInstallPath(.lib, b.fmt("libdlpack{s}", .{suffix})));
+    run.addArg(b.getInstallPath(.lib, b.fmt("libdlpack_testprod{s}", .{suffix})));
+    if (b.args) |args| run.addArgs(args);
+    run.has_side_effects = true;
+    const help = "Time a native import + release loop over the installed library";
+    b.step("bench-import", help).dependOn(&run.step);
 }
 
 /// `zig build abi` writes src/facts/abi.ts from the Zig declarations (src/abi_ts.zig); `zig build

@@ -47,8 +47,7 @@ pub fn refuseTaken(managed: usize, own: exports.Own, out: *Description) Status {
 /// memory, `out` says so and the tensor is still the caller's.
 pub fn record(managed: usize, versioned: bool, out: *Description) error{OutOfMemory}!*owner.Owner {
     assert(out.status == @intFromEnum(Status.ok));
-    const kind: owner.Kind = if (versioned) .versioned else .legacy;
-    const created = owner.create(kind, managed, 0) catch |err| {
+    const created = owner.createImport(versioned, managed) catch |err| {
         _ = out.refuse(.out_of_memory, abi.detail_dim.none, 0, 0);
         return err;
     };

@@ -98,15 +98,13 @@ fn checkHeader(
     }
     found.* = exports.recognize(managed);
     if (found.*) |own| {
-        const real: i64 = @intFromBool(own.versioned);
-        return switch (own.state) {
-            .released => out.refuse(.released_export, detail_dim.none, asI64(managed), real),
-            .taken => out.refuse(.already_imported, detail_dim.none, asI64(managed), real),
-            .live => if (own.versioned != versioned)
-                out.refuse(.generation, detail_dim.none, asI64(managed), real)
-            else
-                null,
+        // One refusal call: an optional built in each switch arm took a stack slot of its own.
+        const status: Status = switch (own.state) {
+            .released => .released_export,
+            .taken => .already_imported,
+            .live => if (own.versioned != versioned) .generation else return null,
         };
+        return out.refuse(status, detail_dim.none, asI64(managed), @intFromBool(own.versioned));
     }
     const deleter = wordAt(managed + dlpack.deleterOffset(versioned));
     if (deleter == 0) return null;
@@ -134,7 +132,7 @@ fn generationHint(managed: usize, versioned: bool) abi.DeleterHint {
 /// The shape and strides arrays must be able to hold `ndim` int64 values and lie in readable
 /// memory before either is read.
 fn checkArrays(
-    t: *const dlpack.Tensor,
+    arrays: Arrays,
     ndim: usize,
     out: *Description,
     span: mappings.Span,
@@ -142,14 +140,14 @@ fn checkArrays(
     assert(ndim <= rank_max);
     if (ndim == 0) return null;
     const bytes = ndim * @sizeOf(i64);
-    const shape = @intFromPtr(t.shape orelse return out.refuse(.shape, detail_dim.none, 0, 0));
+    const shape = @intFromPtr(arrays.shape orelse return out.refuse(.shape, detail_dim.none, 0, 0));
     if (!abi.plausible(i64, shape)) {
         return out.refuse(.shape, detail_dim.bad_pointer, asI64(shape), 0);
     }
     if (!span.contains(shape, bytes) and !mappings.readable(shape, bytes)) {
         return out.refuse(.shape, detail_dim.unreadable, asI64(shape), @intCast(bytes));
     }
-    const strides = @intFromPtr(t.strides orelse return null);
+    const strides = @intFromPtr(arrays.strides orelse return null);
     if (!abi.plausible(i64, strides)) {
         return out.refuse(.strides, detail_dim.bad_pointer, asI64(strides), 0);
     }
@@ -186,79 +184,150 @@ fn describeTensor(
 ) Status {
     if (checkKinds(t, out)) |refused| return refused;
     const ndim: usize = @intCast(t.ndim);
-    if (checkArrays(t, ndim, out, span)) |refused| return refused;
-    var extents: Extents = undefined;
-    if (readExtents(t, ndim, out, &extents)) |refused| return refused;
+    // The array pointers are read once: the ones checked are the ones read through.
+    const arrays: Arrays = .{ .shape = t.shape, .strides = t.strides };
+    if (checkArrays(arrays, ndim, out, span)) |refused| return refused;
+    // Returned by value: a struct written through a pointer and read back as one vector stalled
+    // store forwarding (a fifth of the validator's time).
+    var dims: Dims = undefined;
+    if (arrays.strides != null) {
+        switch (readDims(true, arrays, ndim, out)) {
+            .refused => |refused| return refused,
+            .read => |read| dims = read,
+        }
+    } else {
+        switch (readDims(false, arrays, ndim, out)) {
+            .refused => |refused| return refused,
+            .read => |read| dims = defaultStrides(ndim, out, read),
+        }
+    }
     // From here on, in a non-empty tensor every extent is at most 2^53: exact as f64.
-    assert(extents.empty or extents.size <= exact_max);
-    const offsets = readStrides(t, ndim, extents, out);
-    return describeSpan(t, options, out, ndim, extents, offsets);
+    assert(dims.empty or dims.size <= exact_max);
+    return describeSpan(t, options, out, dims);
 }
 
-/// The element count, read with the extents.
-const Extents = struct {
-    size: u64,
-    empty: bool,
+/// A tensor's shape and strides pointers, as read once from its struct.
+const Arrays = struct {
+    shape: ?[*]align(1) const i64,
+    strides: ?[*]align(1) const i64,
 };
 
-/// Reads each extent exactly once, straight into the description, so a producer that mutates its
-/// arrays concurrently cannot make the checks and the description disagree. (No local
-/// [rank_max] copies: safe builds fill undefined locals, which would dominate.)
-fn readExtents(t: *const dlpack.Tensor, ndim: usize, out: *Description, extents: *Extents) ?Status {
+/// What one pass over the extents (and strides) found: the element count, the element offsets
+/// reachable from element 0 (0 in an empty tensor) and the layout bits.
+const Dims = struct {
+    size: u64,
+    empty: bool,
+    min: i64,
+    max: i64,
+    layout: u32,
+};
+
+const empty_dims: Dims = .{
+    .size = 0,
+    .empty = true,
+    .min = 0,
+    .max = 0,
+    .layout = abi.layout.c | abi.layout.f,
+};
+
+const DimsRead = union(enum) {
+    read: Dims,
+    refused: Status,
+};
+
+/// The contiguity checks of a pass over the dims, first to last. Extent-1 dims carry no stride
+/// requirement (numpy's rules). C order: each stride is the next non-1 dim's stride times its
+/// extent, and the last one is 1. F order: each stride is the product of the extents before it.
+const Contiguity = struct {
+    prefix: u64 = 1,
+    /// The stride of the last non-1 dim seen (0: none yet).
+    last_stride: i64 = 0,
+    seen: bool = false,
+    c_ok: bool = true,
+    f_ok: bool = true,
+
+    fn step(self: *Contiguity, extent: i64, stride: i64) void {
+        // Wrapping: a product that wraps belongs to a count the pass refuses anyway.
+        defer self.prefix *%= @bitCast(extent);
+        if (extent == 1) return;
+        if (self.seen) {
+            const next = @mulWithOverflow(stride, extent);
+            self.c_ok = self.c_ok and next[1] == 0 and next[0] == self.last_stride;
+        }
+        self.f_ok = self.f_ok and stride == @as(i64, @bitCast(self.prefix));
+        self.last_stride = stride;
+        self.seen = true;
+    }
+
+    fn layout(self: Contiguity) u32 {
+        const c = self.c_ok and (!self.seen or self.last_stride == 1);
+        return @as(u32, if (c) abi.layout.c else 0) | @as(u32, if (self.f_ok) abi.layout.f else 0);
+    }
+};
+
+/// Reads each extent (and, when `strided`, each stride) exactly once, straight into the
+/// description, so a producer that mutates its arrays concurrently cannot make the checks and the
+/// description disagree; the count, the reach of every dim and the layout come out of the same
+/// pass. Refusals keep their order: a negative extent, an extent beyond 2^53, the count, then a
+/// reach beyond 2^53 (reaches of one sign only add up, so any one too long overflows the span;
+/// skipping those keeps the sums below 2^59).
+fn readDims(
+    comptime strided: bool,
+    arrays: Arrays,
+    ndim: usize,
+    out: *Description,
+) DimsRead {
+    const limit: i64 = exact_max;
     var size: u64 = 1;
     var size_overflowed = false;
     var empty = false;
-    var too_large: ?usize = null;
+    var reach_overflowed = false;
+    // The first dim whose extent is too large, or ndim.
+    var too_large: usize = ndim;
+    var min: i64 = 0;
+    var max: i64 = 0;
+    var contiguity: Contiguity = .{};
     for (0..ndim) |d| {
-        const extent = t.shape.?[d];
-        if (extent < 0) return out.refuse(.shape, @intCast(d), extent, 0);
+        const extent = arrays.shape.?[d];
+        if (extent < 0) return .{ .refused = out.refuse(.shape, @intCast(d), extent, 0) };
         // Even in an empty tensor, an extent the description cannot carry exactly would reach JS
         // rounded (and could not be exported again). Refused after the loop: a negative extent
         // anywhere is the first thing to report.
-        if (extent > exact_max and too_large == null) too_large = d;
+        if (extent > limit) too_large = @min(too_large, d);
         out.shape[d] = @floatFromInt(extent);
         if (extent == 0) empty = true;
         const product = @mulWithOverflow(size, @as(u64, @intCast(extent)));
         if (product[1] != 0) size_overflowed = true;
         size = product[0];
+        if (!strided) continue;
+        const stride = arrays.strides.?[d];
+        // Strides of extent-1 or empty dims never address memory and may be anything; clamp
+        // what cannot be an exact f64 rather than report a rounded value that looks meaningful.
+        out.strides[d] = @floatFromInt(std.math.clamp(stride, -limit, limit));
+        const reach = @mulWithOverflow(extent -% 1, stride);
+        if (reach[1] != 0 or reach[0] > limit or reach[0] < -limit) {
+            reach_overflowed = true;
+        } else if (reach[0] < 0) min += reach[0] else max += reach[0];
+        contiguity.step(extent, stride);
     }
-    if (too_large) |d| {
+    if (too_large < ndim) {
         // Read again for the message only.
-        return out.refuse(.overflow, @intCast(d), t.shape.?[d], @intCast(exact_max));
+        const found = arrays.shape.?[too_large];
+        return .{ .refused = out.refuse(.overflow, @intCast(too_large), found, limit) };
     }
     // A zero extent anywhere makes the count 0 even if a partial product overflowed.
-    if (empty) size = 0 else if (size_overflowed or size > exact_max) {
-        return out.refuse(.overflow, detail_dim.none, 0, @intCast(exact_max));
+    if (empty) return .{ .read = empty_dims };
+    if (size_overflowed or size > exact_max or reach_overflowed) {
+        return .{ .refused = out.refuse(.overflow, detail_dim.none, 0, limit) };
     }
-    extents.* = .{ .size = size, .empty = empty };
-    return null;
+    const layout = contiguity.layout();
+    return .{ .read = .{ .size = size, .empty = false, .min = min, .max = max, .layout = layout } };
 }
 
-/// Element offsets reachable from element 0, exact in i128 whatever the producer sent.
-const Offsets = struct {
-    min: i128,
-    max: i128,
-};
-
-/// Reads each stride once into the description and sums the reach of every dimension.
-fn readStrides(t: *const dlpack.Tensor, ndim: usize, extents: Extents, out: *Description) Offsets {
-    var offsets: Offsets = .{ .min = 0, .max = 0 };
-    if (t.strides) |given| {
-        for (0..ndim) |d| {
-            const stride = given[d];
-            // Strides of extent-1 or empty dims never address memory and may be anything; clamp
-            // what cannot be an exact f64 rather than report a rounded value that looks meaningful.
-            const clamped = std.math.clamp(stride, -@as(i64, exact_max), @as(i64, exact_max));
-            out.strides[d] = @floatFromInt(clamped);
-            if (!extents.empty) {
-                const reach = @as(i128, @as(i64, @intFromFloat(out.shape[d])) - 1) * stride;
-                if (reach < 0) offsets.min += reach else offsets.max += reach;
-            }
-        }
-        return offsets;
-    }
-    // NULL strides mean C order (pre-1.2 producers, 0-d tensors). Strides of an empty tensor
-    // address nothing; they are computed with the extents clamped to 2^53.
+/// NULL strides mean C order (pre-1.2 producers, 0-d tensors). Strides of an empty tensor
+/// address nothing; they are computed with the extents clamped to 2^53.
+fn defaultStrides(ndim: usize, out: *Description, read: Dims) Dims {
+    var dims = read;
     var step: f64 = 1;
     var d = ndim;
     while (d > 0) {
@@ -266,8 +335,10 @@ fn readStrides(t: *const dlpack.Tensor, ndim: usize, extents: Extents, out: *Des
         out.strides[d] = step;
         step = @min(step * @min(out.shape[d], exact_max_float), exact_max_float);
     }
-    if (!extents.empty) offsets.max = @as(i128, extents.size) - 1;
-    return offsets;
+    if (dims.empty) return dims;
+    dims.max = @intCast(dims.size - 1);
+    dims.layout = layoutOf(out.shape[0..ndim], out.strides[0..ndim]);
+    return dims;
 }
 
 /// The byte span, the data address and the layout: the last checks, then the rest of `out`.
@@ -275,29 +346,32 @@ fn describeSpan(
     t: *const dlpack.Tensor,
     options: Options,
     out: *Description,
-    ndim: usize,
-    extents: Extents,
-    offsets: Offsets,
+    dims: Dims,
 ) Status {
-    const empty = extents.empty;
-    const bits: u64 = t.dtype.bits;
+    const empty = dims.empty;
+    const limit: i64 = exact_max;
+    const bits: i64 = t.dtype.bits;
     const padded = out.flags & dlpack.flag.is_subbyte_type_padded != 0;
     // Bits per element slot in memory: sub-byte types are packed unless the producer padded them.
-    const slot_bits: u64 = if (bits < 8 and padded) 8 else bits;
-    const nbytes: u64 = @intCast((@as(u128, extents.size) * slot_bits + 7) / 8);
-    // Span in bytes relative to element 0, and the absolute address range it covers.
-    const lo_bytes: i128 = @divFloor(offsets.min * slot_bits, 8);
-    const hi_bytes: i128 = @divFloor((offsets.max + 1) * slot_bits + 7, 8);
-    // Element offsets are limited too, not only bytes: packed sub-byte elements fit twice as many
-    // offsets into a byte span, and the description carries them as exact f64s.
-    if (!empty and (hi_bytes - lo_bytes > exact_max or -lo_bytes > exact_max or
-        hi_bytes > exact_max or -offsets.min > exact_max or offsets.max > exact_max))
-    {
-        return out.refuse(.overflow, detail_dim.none, 0, @intCast(exact_max));
+    const slot_bits: i64 = if (bits < 8 and padded) 8 else bits;
+    // Span in bytes relative to element 0. Element offsets are limited too, not only bytes:
+    // packed sub-byte elements fit twice as many offsets into a byte span, and the description
+    // carries them as exact f64s. (Checked first: then the products below fit in i64.)
+    var lo_bytes: i64 = 0;
+    var hi_bytes: i64 = 0;
+    if (!empty) {
+        if (-dims.min > limit or dims.max > limit) {
+            return out.refuse(.overflow, detail_dim.none, 0, limit);
+        }
+        lo_bytes = @divFloor(dims.min * slot_bits, 8);
+        hi_bytes = @divFloor((dims.max + 1) * slot_bits + 7, 8);
+        if (hi_bytes - lo_bytes > limit or -lo_bytes > limit or hi_bytes > limit) {
+            return out.refuse(.overflow, detail_dim.none, 0, limit);
+        }
     }
     const data: u64 = @intFromPtr(t.data);
-    if (data == 0 and extents.size != 0) {
-        return out.refuse(.null_data, detail_dim.none, @intCast(extents.size), 0);
+    if (data == 0 and dims.size != 0) {
+        return out.refuse(.null_data, detail_dim.none, @intCast(dims.size), 0);
     }
     if (options.strict_offset and t.byte_offset != 0) {
         return out.refuse(.byte_offset, detail_dim.none, @bitCast(t.byte_offset), 0);
@@ -307,22 +381,21 @@ fn describeSpan(
         return out.refuse(.overflow, detail_dim.none, @bitCast(t.byte_offset), 0);
     }
     const address = address_sum[0];
-    if (!empty) {
-        const first = @as(i128, address) + lo_bytes;
-        const end = @as(i128, address) + hi_bytes;
-        if (first < 0 or end > std.math.maxInt(u64)) {
-            return out.refuse(.overflow, detail_dim.none, 0, 0);
-        }
+    // The absolute range [address + lo_bytes, address + hi_bytes) must be addresses.
+    if (!empty and (address < @as(u64, @intCast(-lo_bytes)) or
+        @addWithOverflow(address, @as(u64, @intCast(hi_bytes)))[1] != 0))
+    {
+        return out.refuse(.overflow, detail_dim.none, 0, 0);
     }
+    // Both fit in u64: size <= 2^53 and slot_bits <= 128.
+    const nbytes: u64 = (dims.size * @as(u64, @intCast(slot_bits)) + 7) / 8;
     out.setAddress(address);
     out.byte_offset = @floatFromInt(t.byte_offset);
-    out.size = @floatFromInt(extents.size);
+    out.size = @floatFromInt(dims.size);
     out.nbytes = @floatFromInt(nbytes);
-    // Both fit in i64 (checked against 2^53 above): no slow i128 -> f64 conversion.
-    out.min_offset = @floatFromInt(@as(i64, @intCast(if (empty) 0 else offsets.min)));
-    out.max_offset = @floatFromInt(@as(i64, @intCast(if (empty) 0 else offsets.max)));
-    const both = abi.layout.c | abi.layout.f;
-    out.layout = if (empty) both else layoutOf(out.shape[0..ndim], out.strides[0..ndim]);
+    out.min_offset = @floatFromInt(dims.min);
+    out.max_offset = @floatFromInt(dims.max);
+    out.layout = dims.layout;
     assert(out.layout & ~abi.layout.mask == 0);
     return .ok;
 }

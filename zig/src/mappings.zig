@@ -4,7 +4,8 @@
 //! The answer comes from a table of the process's mappings (Linux: /proc/self/maps; macOS:
 //! mach_vm_region_recurse; Windows: VirtualQuery), sorted, with adjacent ranges of equal
 //! permissions merged and ranges that are neither readable nor executable left out. A lookup is a
-//! binary search (after a one-entry hint, which is what repeated imports from one producer hit).
+//! binary search, after a look at a copy of the entry the last lookup found (what repeated imports
+//! from one producer hit), valid while the table is unchanged since.
 //! The table is read again only when an address is not covered by it; that read must have started
 //! after the lookup did, so memory mapped just before a call is always found.
 //!
@@ -69,8 +70,19 @@ const Table = struct {
 /// Even while no refresh writes the current table; odd during one.
 var sequence = std.atomic.Value(u64).init(0);
 var current = std.atomic.Value(?*Table).init(null);
-/// The last entry a readable and an executable lookup found.
-var hints = [2]std.atomic.Value(u32){ .init(0), .init(0) };
+/// A copy of the entry the last readable and the last executable lookup found, with the table's
+/// sequence number it was found at: the hit path reads it without following the table pointer
+/// (a chain of three dependent loads). The copy has a sequence lock of its own (odd while it is
+/// written; a writer that finds it odd or loses the race to make it odd leaves it), so a reader
+/// never takes a torn copy for an entry.
+const Remembered = struct {
+    guard: std.atomic.Value(u64) = .init(0),
+    lo: std.atomic.Value(u64) = .init(0),
+    hi: std.atomic.Value(u64) = .init(0),
+    /// The table's (even) sequence number when the entry was found; odd: nothing remembered.
+    found_at: std.atomic.Value(u64) = .init(1),
+};
+var remembered = [2]Remembered{ .{}, .{} };
 /// Held by the one thread that refreshes; readers never take it on a hit.
 var refresh_lock: std.Thread.Mutex = .{};
 /// Counts reads of the listing started; `table_epoch` is the count of the read the table holds.
@@ -97,6 +109,11 @@ fn afterFork() callconv(.c) void {
         sequence.store(seq + 1, .monotonic);
     }
     table_epoch.store(0, .monotonic);
+    // A writer another thread was in the middle of would leave its guard odd for good.
+    for (&remembered) |*r| {
+        r.found_at.store(1, .monotonic);
+        r.guard.store(0, .monotonic);
+    }
 }
 
 /// Whether the checks are on: the process's mappings could be listed (so far).
@@ -110,7 +127,7 @@ pub fn refreshes() u64 {
 }
 
 /// A range of readable memory a lookup found (one merged mapping), so that arrays lying inside it
-/// need no lookup of their own. Empty unless the lookup hit the table's hint.
+/// need no lookup of their own. Empty unless the lookup hit the remembered entry.
 pub const Span = struct {
     lo: u64 = 0,
     hi: u64 = 0,
@@ -149,27 +166,45 @@ pub fn covers(address: usize, len: usize, perms: u64) bool {
     return coversSlow(address, end, perms);
 }
 
-fn hintFor(perms: u64) *std.atomic.Value(u32) {
-    return &hints[if (perms & perm_exec != 0) 1 else 0];
+fn rememberedFor(perms: u64) *Remembered {
+    return &remembered[if (perms & perm_exec != 0) 1 else 0];
 }
 
 /// The hot path: the entry the last lookup of this kind found covers the range (repeated imports
-/// from one producer). A few loads, no search.
+/// from one producer), and the table has not been refreshed since it was found there, so the
+/// table still holds it. Independent loads, no search.
 inline fn hit(address: u64, end: u64, perms: u64, span: ?*Span) bool {
-    const seen = sequence.load(.acquire);
-    const table = current.load(.acquire) orelse return false;
-    const guess = hintFor(perms).load(.monotonic);
-    if (guess >= @min(@atomicLoad(usize, &table.len, .acquire), table.capacity)) return false;
-    const e = entryAt(table, guess);
+    const r = rememberedFor(perms);
+    const guard = r.guard.load(.acquire);
+    const e: Entry = .{ .lo = r.lo.load(.acquire), .hi = r.hi.load(.acquire) };
+    const found_at = r.found_at.load(.acquire);
     if (e.start() > address or end > e.hi or e.lo & perms != perms) return false;
-    if (seen & 1 != 0 or sequence.load(.acquire) != seen) return false;
+    if (guard & 1 != 0 or r.guard.load(.acquire) != guard) return false;
+    // Equal only while the table is not being rewritten (`found_at` is even).
+    if (sequence.load(.acquire) != found_at) return false;
     if (span) |s| s.* = .{ .lo = e.start(), .hi = e.hi };
     return true;
 }
 
+/// Remembers `e`, found in the table at sequence number `seen` (checked unchanged after the
+/// search), for `hit`. Skipped when another thread is writing the copy.
+fn remember(perms: u64, e: Entry, seen: u64) void {
+    assert(seen & 1 == 0);
+    const r = rememberedFor(perms);
+    const guard = r.guard.load(.monotonic);
+    if (guard & 1 != 0) return;
+    if (r.found_at.load(.monotonic) == seen and r.lo.load(.monotonic) == e.lo and
+        r.hi.load(.monotonic) == e.hi) return;
+    if (r.guard.cmpxchgStrong(guard, guard + 1, .acquire, .monotonic) != null) return;
+    // Release stores: a reader that sees any new value also sees the odd guard.
+    r.lo.store(e.lo, .release);
+    r.hi.store(e.hi, .release);
+    r.found_at.store(seen, .release);
+    r.guard.store(guard + 2, .release);
+}
+
 /// A search of the whole table, and on a miss a fresh read of the listing and another search.
 noinline fn coversSlow(address: u64, end: u64, perms: u64) bool {
-    const hint = hintFor(perms);
     const began = read_epoch.load(.acquire);
     var refreshed = false;
     var attempt: u32 = 0;
@@ -177,8 +212,11 @@ noinline fn coversSlow(address: u64, end: u64, perms: u64) bool {
         const seen = sequence.load(.acquire);
         if (seen & 1 == 0) {
             if (current.load(.acquire)) |table| {
-                const found = search(table, address, end, perms, hint);
-                if (sequence.load(.acquire) == seen and (found or refreshed)) return found;
+                const found = search(table, address, end, perms);
+                if (sequence.load(.acquire) == seen) {
+                    if (found) |e| remember(perms, e, seen);
+                    if (found != null or refreshed) return found != null;
+                }
             }
         }
         if (unavailable.load(.monotonic)) return true;
@@ -196,15 +234,8 @@ fn entryAt(table: *const Table, index: usize) Entry {
 
 /// Searches one table. Safe on a table a refresh is rewriting: indices stay below its capacity and
 /// every loop is bounded; the caller discards the answer when the sequence moved.
-fn search(
-    table: *const Table,
-    address: u64,
-    end: u64,
-    perms: u64,
-    hint: *std.atomic.Value(u32),
-) bool {
+fn search(table: *const Table, address: u64, end: u64, perms: u64) ?Entry {
     const len = @min(@atomicLoad(usize, &table.len, .acquire), table.capacity);
-    const guess = hint.load(.monotonic);
     // The last entry starting at or below the address.
     var lo: usize = 0;
     var hi: usize = len;
@@ -212,23 +243,19 @@ fn search(
         const mid = lo + (hi - lo) / 2;
         if (entryAt(table, mid).start() <= address) lo = mid + 1 else hi = mid;
     }
-    if (lo == 0) return false;
+    if (lo == 0) return null;
     const first = lo - 1;
     // A range may run on into the next entries (a struct across two mappings).
     var reached = address;
     var index = first;
     while (index < len) : (index += 1) {
         const e = entryAt(table, index);
-        if (e.start() > reached or e.hi <= reached or e.lo & perms != perms) return false;
+        if (e.start() > reached or e.hi <= reached or e.lo & perms != perms) return null;
         reached = e.hi;
-        if (reached >= end) {
-            if (guess != first and first <= std.math.maxInt(u32)) {
-                hint.store(@intCast(first), .monotonic);
-            }
-            return true;
-        }
+        // The entry holding the first byte is what `hit` will try next time.
+        if (reached >= end) return entryAt(table, first);
     }
-    return false;
+    return null;
 }
 
 /// Registers `afterFork` through a symbol looked up at run time, so that loading this library never
@@ -667,6 +694,29 @@ test "hits do not read the listing again" {
         try testing.expect(executable(@intFromPtr(&readable)));
     }
     try testing.expectEqual(before, refreshes());
+}
+
+test "the entry a hit remembers is not used once the table has been read again" {
+    if (builtin.os.tag != .linux) return error.SkipZigTest;
+    const page = std.heap.page_size_min;
+    const region = try freshRegion(2);
+    defer std.posix.munmap(region[0..page]);
+    const base = @intFromPtr(region.ptr);
+    var span: Span = .{};
+    try testing.expect(readableSpan(base, 8, &span));
+    // Remembered by the lookup that found it: the second page is a hit, with its span.
+    const before = refreshes();
+    try testing.expect(readableSpan(base + page, 8, &span));
+    try testing.expectEqual(before, refreshes());
+    try testing.expect(span.contains(base, 2 * page));
+    // Unmapped: still in the table (and remembered) until a miss reads the listing again...
+    std.posix.munmap(@alignCast(region[page..]));
+    try testing.expect(!readable((1 << 46) + 4096 * 4099, 8));
+    try testing.expect(refreshes() > before);
+    // ...after which the remembered copy from the old table no longer answers.
+    try testing.expect(!readableSpan(base + page, 8, &span));
+    try testing.expectEqual(Span{}, span);
+    try testing.expect(readable(base, 8));
 }
 
 test "lookups from many threads while others force refreshes" {

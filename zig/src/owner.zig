@@ -100,6 +100,19 @@ pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) error{O
     return owner;
 }
 
+/// `create` for an imported tensor (the hot path: no realm, no byte count, one counter).
+pub fn createImport(versioned: bool, managed: usize) error{OutOfMemory}!*Owner {
+    const owner = try newRecord();
+    owner.* = .{
+        .refs = std.atomic.Value(u32).init(1),
+        .kind = if (versioned) .versioned else .legacy,
+        .payload = managed,
+        .bytes = 0,
+    };
+    stats.add(.imports, 1);
+    return owner;
+}
+
 // A spare record per thread: an import disposed right away (the common case) then neither
 // allocates nor frees one. A thread's spare is freed when the thread ends (a pthread key's
 // destructor); releases after that on the same thread (other keys' destructors) free at once.
@@ -213,7 +226,6 @@ fn dropReference(owner: *Owner) bool {
 /// Drops one reference; the last one gives the payload back.
 pub fn release(owner: *Owner) void {
     if (!dropReference(owner)) return;
-    const bytes: i64 = @intCast(owner.bytes);
     switch (owner.kind) {
         .versioned, .legacy => {
             dlpack.deleteManaged(owner.payload, owner.kind == .versioned);
@@ -221,6 +233,17 @@ pub fn release(owner: *Owner) void {
             stats.add(.deleters_called, 1);
             freeRecord(owner);
         },
+        .native, .cuda_device, .cuda_host, .cuda_managed, .pin => releaseHeld(owner),
+    }
+}
+
+/// The last reference of an owner of memory this library holds (not an import). Out of line: the
+/// CUDA and shared-pin paths' stack frame would otherwise be every import release's.
+noinline fn releaseHeld(owner: *Owner) void {
+    assert(owner.refs.load(.monotonic) == 0);
+    const bytes: i64 = @intCast(owner.bytes);
+    switch (owner.kind) {
+        .versioned, .legacy => unreachable,
         .native => {
             memory.free(@ptrFromInt(owner.payload));
             stats.add(.allocations, -1);

@@ -19,8 +19,14 @@ const DeviceType = dlpack.DeviceType;
 pub fn deviceClaim(out: *Description) Status {
     assert(out.status == @intFromEnum(Status.ok));
     assert(out.ndim >= 0 and out.ndim <= dlpack.rank_max);
+    if (out.device_type == @intFromEnum(DeviceType.cpu)) return verified(out);
+    return cudaClaim(out);
+}
+
+/// A claim other than CPU memory. Out of line: inlined, its driver calls and their out-parameters
+/// made the whole validator's frame larger and spilled more (host imports 1.5 ns slower).
+noinline fn cudaClaim(out: *Description) Status {
     const device_type = out.device_type;
-    if (device_type == @intFromEnum(DeviceType.cpu)) return verified(out);
     if (!DeviceType.isCudaFamily(device_type) or !cuda.ensure()) return .ok;
     const device_id = out.device_id;
     const device_count = cuda.deviceCount();

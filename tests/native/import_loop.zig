@@ -1,0 +1,100 @@
+//! `zig build bench-import [-- --count N --rounds R]`: the native cost of one import + release of
+//! a foreign tensor, without any JS: the shipped library (zig-out/lib, opened as the runtimes open
+//! it) imports the test producer's static float32 tensor through `dlpk_import` and releases the
+//! owner through `dlpk_owner_release`, N times a round. Prints the median and the best round in
+//! thread CPU time (ns per import + release, the producer's counting deleter included, as numpy's
+//! import is timed with its own), then `dlpk_describe` alone the same way.
+
+const std = @import("std");
+
+const Import = *const fn (f64, u32, f64) callconv(.c) i32;
+const Release = *const fn (f64) callconv(.c) void;
+const Size = *const fn () callconv(.c) u32;
+const Static = *const fn (f64, u32) callconv(.c) usize;
+
+const versioned_option: u32 = 1;
+/// The owner address's 32-bit halves in the description (src/facts/abi.ts reads the same words).
+const owner_lo_word = 14;
+
+fn threadNs() u64 {
+    const ts = std.posix.clock_gettime(.THREAD_CPUTIME_ID) catch return 0;
+    return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
+}
+
+fn symbol(comptime T: type, lib: *std.DynLib, name: [:0]const u8) !T {
+    return lib.lookup(T, name) orelse {
+        std.debug.print("missing symbol {s}\n", .{name});
+        return error.MissingSymbol;
+    };
+}
+
+const Entries = struct {
+    import: Import,
+    describe: Import,
+    release: Release,
+};
+
+/// One round: ns per call pair. `release` false: `dlpk_describe` alone.
+fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, release: bool) !f64 {
+    const words: [*]const u32 = @ptrCast(out.ptr);
+    const out_address: f64 = @floatFromInt(@intFromPtr(out.ptr));
+    const began = threadNs();
+    for (0..count) |_| {
+        if (!release) {
+            if (e.describe(managed, versioned_option, out_address) != 0) return error.Refused;
+            continue;
+        }
+        if (e.import(managed, versioned_option, out_address) != 0) return error.Refused;
+        const owner = @as(u64, words[owner_lo_word + 1]) << 32 | words[owner_lo_word];
+        e.release(@floatFromInt(owner));
+    }
+    const elapsed: f64 = @floatFromInt(threadNs() - began);
+    return elapsed / @as(f64, @floatFromInt(count));
+}
+
+fn report(name: []const u8, times: []f64) void {
+    std.mem.sort(f64, times, {}, std.sort.asc(f64));
+    std.debug.print("{s}: median {d:.1} ns, best {d:.1} ns ({d} rounds)\n", .{
+        name,
+        times[times.len / 2],
+        times[0],
+        times.len,
+    });
+}
+
+pub fn main() !void {
+    var gpa: std.heap.DebugAllocator(.{}) = .init;
+    defer _ = gpa.deinit();
+    const allocator = gpa.allocator();
+    const args = try std.process.argsAlloc(allocator);
+    defer std.process.argsFree(allocator, args);
+    if (args.len < 3) return error.Usage;
+    var count: usize = 2_000_000;
+    var rounds: usize = 9;
+    var i: usize = 3;
+    while (i + 1 < args.len) : (i += 2) {
+        const value = try std.fmt.parseInt(usize, args[i + 1], 10);
+        if (std.mem.eql(u8, args[i], "--count")) count = @max(value, 1);
+        if (std.mem.eql(u8, args[i], "--rounds")) rounds = std.math.clamp(value, 1, 64);
+    }
+    var lib = try std.DynLib.open(args[1]);
+    defer lib.close();
+    var producer = try std.DynLib.open(args[2]);
+    defer producer.close();
+    const e: Entries = .{
+        .import = try symbol(Import, &lib, "dlpk_import"),
+        .describe = try symbol(Import, &lib, "dlpk_describe"),
+        .release = try symbol(Release, &lib, "dlpk_owner_release"),
+    };
+    const size = (try symbol(Size, &lib, "dlpk_description_size"))();
+    const out = try allocator.alignedAlloc(u8, .@"8", size);
+    defer allocator.free(out);
+    const managed = (try symbol(Static, &producer, "tp_static_tensor"))(4096, 1);
+    if (managed == 0) return error.OutOfMemory;
+    var times: [64]f64 = undefined;
+    for ([_]bool{ true, false }) |release| {
+        _ = try round(e, @floatFromInt(managed), out, count / 10 + 1, release);
+        for (times[0..rounds]) |*t| t.* = try round(e, @floatFromInt(managed), out, count, release);
+        report(if (release) "import + release" else "describe alone", times[0..rounds]);
+    }
+}
