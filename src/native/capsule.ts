@@ -5,7 +5,14 @@
  * @module
  */
 import { DLPackError } from "../facts/errors.ts";
-import { disposeExport, LazyBackstop, registerDisposer } from "./owner.ts";
+import {
+  deferredCount,
+  deferredNumbers,
+  disposeExport,
+  disposeJournaled,
+  LazyBackstop,
+  registerDisposer,
+} from "./owner.ts";
 import { floor, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
 
 // Held value: address * 2 + versioned, so nothing is allocated per capsule.
@@ -146,8 +153,13 @@ export class Capsule {
   #dispose(): void {
     if (this.#state !== OWNED) return;
     backstop.remove(this, this.#epoch);
+    // Journaled before the state changes, with no call in between: if the release below cannot even
+    // start (an exhausted stack), the struct is released at the next call into the library.
+    const n = deferredCount[0];
+    deferredNumbers[n] = -(this.#address * 2 + (this.#versioned ? 1 : 0));
+    deferredCount[0] = n + 1;
     this.#state = DISPOSED;
-    disposeExport(this.#address, this.#versioned);
+    disposeJournaled(this.#address, n);
   }
 
   /** Same as {@link Capsule.dispose}, for `using`. */
