@@ -24,6 +24,8 @@ const backstop = new LazyBackstop<number>(
 const OWNED = 0;
 const TAKEN = 1;
 const DISPOSED = 2;
+/** Until the constructor has finished: a capsule whose construction threw is never live. */
+const MAKING = 3;
 
 let branded: (x: object) => boolean;
 let owned: (x: object) => boolean;
@@ -67,7 +69,7 @@ export function capsuleOwned(capsule: Capsule): boolean {
 export class Capsule {
   #address: number;
   #versioned: boolean;
-  #state = OWNED;
+  #state = MAKING;
   #epoch: number;
 
   static {
@@ -91,6 +93,9 @@ export class Capsule {
     this.#address = address;
     this.#versioned = versioned;
     this.#epoch = backstop.add(this, address * 2 + (versioned ? 1 : 0));
+    // Owned only now: if add threw after storing the capsule (an exhausted stack), the exporter
+    // releases the struct itself, and the backstop must not register (and later release) it too.
+    this.#state = OWNED;
   }
 
   /** The managed struct's address (`DLManagedTensorVersioned*` or `DLManagedTensor*`). */
