@@ -24,8 +24,6 @@ const backstop = new LazyBackstop<number>(
 const OWNED = 0;
 const TAKEN = 1;
 const DISPOSED = 2;
-/** Until the constructor has finished: a capsule whose construction threw is never live. */
-const MAKING = 3;
 
 let branded: (x: object) => boolean;
 let owned: (x: object) => boolean;
@@ -69,13 +67,17 @@ export function capsuleOwned(capsule: Capsule): boolean {
 export class Capsule {
   #address: number;
   #versioned: boolean;
-  #state = MAKING;
+  #state = OWNED;
+  /** Set last in the constructor (undefined at run time on a capsule whose construction threw). */
   #epoch: number;
 
   static {
     pinInstanceof(this);
     branded = (x) => #state in x;
-    owned = (x) => #state in x && (x as Capsule).#state === OWNED;
+    // A capsule whose construction threw has no epoch: if the backstop's add threw after storing it
+    // (an exhausted stack), the exporter releases the struct itself, so the backstop must not
+    // register it and release the same address again when it is collected.
+    owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#epoch !== undefined;
     take = (c) => c.#take();
     dispose = (c) => c.#dispose();
     addressOf = (c) => c.#address;
@@ -93,9 +95,6 @@ export class Capsule {
     this.#address = address;
     this.#versioned = versioned;
     this.#epoch = backstop.add(this, address * 2 + (versioned ? 1 : 0));
-    // Owned only now: if add threw after storing the capsule (an exhausted stack), the exporter
-    // releases the struct itself, and the backstop must not register (and later release) it too.
-    this.#state = OWNED;
   }
 
   /** The managed struct's address (`DLManagedTensorVersioned*` or `DLManagedTensor*`). */
