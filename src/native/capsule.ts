@@ -5,7 +5,14 @@
  * @module
  */
 import { DLPackError } from "../facts/errors.ts";
-import { disposeExport, LazyBackstop, registerDisposer } from "./owner.ts";
+import {
+  deferredCount,
+  deferredNumbers,
+  disposeExport,
+  disposeJournaled,
+  LazyBackstop,
+  registerDisposer,
+} from "./owner.ts";
 import { floor, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
 
 // Held value: address * 2 + versioned, so nothing is allocated per capsule.
@@ -61,12 +68,16 @@ export class Capsule {
   #address: number;
   #versioned: boolean;
   #state = OWNED;
+  /** Set last in the constructor (undefined at run time on a capsule whose construction threw). */
   #epoch: number;
 
   static {
     pinInstanceof(this);
     branded = (x) => #state in x;
-    owned = (x) => #state in x && (x as Capsule).#state === OWNED;
+    // A capsule whose construction threw has no epoch: if the backstop's add threw after storing it
+    // (an exhausted stack), the exporter releases the struct itself, so the backstop must not
+    // register it and release the same address again when it is collected.
+    owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#epoch !== undefined;
     take = (c) => c.#take();
     dispose = (c) => c.#dispose();
     addressOf = (c) => c.#address;
@@ -146,8 +157,13 @@ export class Capsule {
   #dispose(): void {
     if (this.#state !== OWNED) return;
     backstop.remove(this, this.#epoch);
+    // Journaled before the state changes, with no call in between: if the release below cannot even
+    // start (an exhausted stack), the struct is released at the next call into the library.
+    const n = deferredCount[0];
+    deferredNumbers[n] = -(this.#address * 2 + (this.#versioned ? 1 : 0));
+    deferredCount[0] = n + 1;
     this.#state = DISPOSED;
-    disposeExport(this.#address, this.#versioned);
+    disposeJournaled(this.#address, n);
   }
 
   /** Same as {@link Capsule.dispose}, for `using`. */

@@ -209,9 +209,21 @@ export function disposeExport(address: number, versioned: boolean): void {
   const n = deferredCount[0];
   deferredNumbers[n] = -(address * 2 + (versioned ? 1 : 0));
   deferredCount[0] = n + 1;
+  disposeJournaled(address, n);
+}
+
+/** {@link disposeExport} for a caller that journaled the release itself, as deferred entry `n`
+ * (a capsule, before it marks itself disposed). The pin the native side freed (its id returned,
+ * never queued) is dropped with no further call, so an exhausted stack cannot leave its slot. */
+export function disposeJournaled(address: number, n: number): void {
   const id = core().dlpk_export_dispose(address);
   deferredCount[0] = n;
-  if (id !== 0) unpinHere(id);
+  if (!(id > 0 && id < nextPinId)) return;
+  const entry = pinned[id];
+  pinned[id] = undefined;
+  if (entry !== undefined) pinCount--;
+  freeIds[freeCount++] = id;
+  if (entry instanceof PinnedWithRelease) notifyReleased(entry);
 }
 
 /** Deletes a managed struct (calls its deleter), journaled like {@link releaseOwner}. */
@@ -441,19 +453,12 @@ export function sweepPins(): number {
   }
 }
 
-/** Drops the pin `id`, whose native record was just freed on this thread (never queued). */
-function unpinHere(id: number): void {
-  if (!(id > 0 && id < nextPinId)) return;
-  const entry = pinned[id];
-  pinned[id] = undefined;
-  if (entry !== undefined) pinCount--;
-  freeIds[freeCount++] = id;
-  if (entry instanceof PinnedWithRelease) {
-    try {
-      entry.onRelease();
-    } catch {
-      // A notification, as in sweepPins: the memory is already given back.
-    }
+/** Runs a released pin's callback (a capsule disposed from JS freed it at once). */
+function notifyReleased(entry: PinnedWithRelease): void {
+  try {
+    entry.onRelease();
+  } catch {
+    // A notification, as in sweepPins: the memory is already given back.
   }
 }
 

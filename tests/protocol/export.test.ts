@@ -15,7 +15,7 @@ import {
   zeros,
 } from "../../mod.ts";
 import { runtime } from "../../ffi/mod.ts";
-import { consumerValues, inspect, make } from "../support/producer.ts";
+import { consumerValues, inspect, make, tp } from "../support/producer.ts";
 import { test } from "../support/harness.ts";
 import { refused } from "../support/assertions.ts";
 
@@ -272,4 +272,45 @@ test("the JS protocol: objects with __dlpack__, and BufferView's own __dlpack__ 
   using fromCustom = importDLPack(custom, { producer: "custom" });
   assert.deepEqual(Array.from(fromCustom.array() as Float32Array), [1, 2]);
   refused(() => importDLPack({ __dlpack__: () => 42 } as never), "argument", /must return a Capsule/);
+});
+
+test("a whole TypedArray of each type, exported again and again: the struct a C consumer reads, the pin released", () => {
+  const before = stats();
+  const arrays: Array<[AnyTypedArray, number, number]> = [
+    [new Int8Array(3), 0, 8],
+    [new Uint8Array(5), 1, 8],
+    [new Uint8ClampedArray(2), 1, 8],
+    [new Int16Array(4), 0, 16],
+    [new Uint16Array(4), 1, 16],
+    [new Float16Array(6), 2, 16],
+    [new Int32Array(7), 0, 32],
+    [new Uint32Array(1), 1, 32],
+    [new Float32Array(9), 2, 32],
+    [new Float64Array(2), 2, 64],
+    [new BigInt64Array(3), 0, 64],
+    [new BigUint64Array(3), 1, 64],
+  ];
+  for (const [a, code, bits] of arrays) {
+    // Twice each: the second export takes the path of an array already known.
+    for (const versioned of [true, false, true]) {
+      const capsule = versioned ? exportDLPack(a) : exportDLPackLegacy(a);
+      const seen = inspect(capsule.address, versioned);
+      assert.equal(seen.data, addressOf(a));
+      assert.deepEqual(seen.device, [1, 0]);
+      assert.deepEqual(seen.dtype, { code, bits, lanes: 1 });
+      assert.deepEqual(seen.shape, [a.length]);
+      assert.deepEqual(seen.strides, [1]);
+      assert.equal(seen.flags, 0n);
+      assert.deepEqual(seen.version, versioned ? [1, 3] : null);
+      assert.equal(stats().pinned, before.pinned + 1);
+      capsule.dispose();
+      assert.equal(stats().pinned, before.pinned);
+    }
+  }
+  // Released by the consumer instead: the pin comes back at the next sweep.
+  tp.tp_consume(exportDLPack(new Float32Array(4)).take(), 1);
+  const after = stats();
+  assert.equal(after.exports, before.exports);
+  assert.equal(after.pinned, before.pinned);
+  assert.equal(after.pinnedBytes, before.pinnedBytes);
 });

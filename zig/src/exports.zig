@@ -4,6 +4,7 @@
 //! thread, never calling into JS.
 
 const std = @import("std");
+const builtin = @import("builtin");
 const assert = std.debug.assert;
 const dlpack = @import("dlpack.zig");
 const owner_mod = @import("owner.zig");
@@ -38,11 +39,11 @@ const Record = extern struct {
         return @ptrCast(@alignCast(base + @sizeOf(Record)));
     }
 
-    /// The record's whole allocation (`recordBytes` of its rank).
+    /// The record's whole allocation (`allocationBytes` of its rank).
     fn allocation(self: *Record) []align(@alignOf(Record)) u8 {
         assert(self.ndim <= dlpack.rank_max);
         const base: [*]align(@alignOf(Record)) u8 = @ptrCast(self);
-        return base[0..recordBytes(self.ndim)];
+        return base[0..allocationBytes(self.ndim)];
     }
 };
 
@@ -92,6 +93,15 @@ fn recordBytes(ndim: usize) usize {
     return @sizeOf(Record) + 2 * ndim * @sizeOf(i64);
 }
 
+/// Records of rank up to `pooled_rank` share one size, so a released one can be reused by the
+/// next export of any such rank (see `Pool`).
+const pooled_rank = 4;
+
+/// What a record of rank `ndim` occupies: at least the pooled size.
+fn allocationBytes(ndim: usize) usize {
+    return recordBytes(@max(ndim, pooled_rank));
+}
+
 /// Builds an export. Returns the managed struct's address; when out of memory, the owner
 /// reference the caller offered to adopt is still the caller's.
 pub fn create(spec: Spec) error{OutOfMemory}!usize {
@@ -120,8 +130,10 @@ pub const Draft = struct {
 /// Allocates the record of an export of rank `ndim`.
 pub fn draft(ndim: usize) error{OutOfMemory}!Draft {
     assert(ndim <= dlpack.rank_max);
-    const bytes = try memory.createBytes(Record, recordBytes(ndim));
-    const record: *Record = @ptrCast(bytes.ptr);
+    const record = pool.reuse(ndim) orelse fresh: {
+        const bytes = try memory.createBytes(Record, allocationBytes(ndim));
+        break :fresh @as(*Record, @ptrCast(bytes.ptr));
+    };
     record.ndim = @intCast(ndim);
     return .{ .record = record };
 }
@@ -199,10 +211,11 @@ fn retire(record: *Record) ?*owner_mod.Owner {
 /// Releases a live export the JS side made and still holds (a capsule disposed from JS) as its
 /// deleter would, except that a pin it held the last reference to is freed at once
 /// (`owner.releaseHere`). Returns that pin's id, or 0. Does nothing unless `managed` is a live
-/// export of this library; the caller has checked that its first 64 bytes are readable.
+/// export of this library; the caller has checked that its first `record_bytes` bytes are
+/// readable.
 pub fn disposeHeld(managed: usize) u64 {
     assert(dlpack.isManagedAddress(managed));
-    const own = recognize(managed) orelse return 0;
+    const own = recognizeWith(managed, true) orelse return 0;
     if (own.state != .live or !claim(managed)) return 0;
     const record: *Record = @ptrFromInt(managed);
     assert(record.versioned == @intFromBool(own.versioned));
@@ -253,15 +266,18 @@ fn loadWord(address: usize) usize {
     return @atomicLoad(usize, @as(*const usize, @ptrFromInt(address)), .monotonic);
 }
 
-/// Released records wait here before they are freed, so that their memory (and its poisoned
-/// deleter slot) is not handed out again at once. A ring: each release pushes one record and
-/// frees the one it displaces. At most `quarantine_count` records, 120 + 16 * ndim bytes each.
+/// Released records wait in quarantine before their memory is used again, so that a stale
+/// address still finds the poisoned deleter slot (and is refused) for a while. Each thread has
+/// its own ring (`Pool`); a thread without one (its end hook could not be armed, or it is ending)
+/// uses the shared ring below. A ring holds `quarantine_count` records; each release pushes one
+/// and displaces the oldest.
 const quarantine_count = 128;
 var quarantine_ring = [_]usize{0} ** quarantine_count;
 var quarantine_next = std.atomic.Value(usize).init(0);
 
 fn quarantine(record: *Record) void {
     assert(@atomicLoad(u32, &record.state, .acquire) == @intFromEnum(State.released));
+    if (pool.admit(record)) return;
     // The cursor is advanced without a locked instruction: two threads that race may pick the same
     // slot, which only shortens one record's stay. The exchange below is what frees each record
     // exactly once.
@@ -275,6 +291,82 @@ fn quarantine(record: *Record) void {
     memory.destroyBytes(Record, old.allocation());
 }
 
+/// A thread's quarantine ring and its spare record. Only its thread touches it, so a release
+/// costs no locked instruction; the record a release displaces (quarantined for the thread's
+/// last `quarantine_count` releases) becomes the spare that the thread's next export of a pooled
+/// rank reuses instead of a malloc. Records stay records while pooled: a stale address reads a
+/// poisoned or a live export of this library, never foreign data. The thread's end frees them.
+const Pool = struct {
+    ring: [quarantine_count]?*Record = @splat(null),
+    next: u32 = 0,
+    spare: ?*Record = null,
+    state: enum(u8) { unset, on, closed } = .unset,
+
+    /// The spare, for a record of rank `ndim`; null when there is none or the rank is too large.
+    fn reuse(self: *Pool, ndim: usize) ?*Record {
+        if (ndim > pooled_rank) return null;
+        const record = self.spare orelse return null;
+        self.spare = null;
+        assert(record.ndim <= pooled_rank);
+        return record;
+    }
+
+    /// Quarantines a released record in this thread's ring; false when the thread has none.
+    fn admit(self: *Pool, record: *Record) bool {
+        if (self.state != .on and !(self.state == .unset and self.arm())) return false;
+        const slot = &self.ring[self.next % quarantine_count];
+        self.next +%= 1;
+        const evicted = slot.* orelse {
+            slot.* = record;
+            return true;
+        };
+        slot.* = record;
+        assert(evicted != record);
+        if (self.spare == null and evicted.ndim <= pooled_rank) {
+            self.spare = evicted;
+        } else memory.destroyBytes(Record, evicted.allocation());
+        return true;
+    }
+
+    /// Arms the thread-end hook that frees this thread's records (once per thread).
+    fn arm(self: *Pool) bool {
+        assert(self.state == .unset);
+        self.state = .closed;
+        if (!pool_hooks) return false;
+        pool_key_once.call();
+        // The key's value only needs to be non-null for its destructor to run.
+        if (!pool_key_ready or std.c.pthread_setspecific(pool_key, &pool_key) != 0) return false;
+        self.state = .on;
+        return true;
+    }
+
+    /// Frees every record (the thread is ending); later releases use the shared ring.
+    fn close(self: *Pool) void {
+        self.state = .closed;
+        for (&self.ring) |*slot| {
+            if (slot.*) |record| memory.destroyBytes(Record, record.allocation());
+            slot.* = null;
+        }
+        if (self.spare) |record| memory.destroyBytes(Record, record.allocation());
+        self.spare = null;
+    }
+};
+
+const pool_hooks = builtin.os.tag != .windows and builtin.link_libc;
+threadlocal var pool: Pool = .{};
+var pool_key: if (pool_hooks) std.c.pthread_key_t else void = undefined;
+var pool_key_once = std.once(makePoolKey);
+var pool_key_ready: bool = false;
+
+fn makePoolKey() void {
+    if (!pool_hooks) return;
+    pool_key_ready = std.c.pthread_key_create(&pool_key, poolThreadEnded) == .SUCCESS;
+}
+
+fn poolThreadEnded(_: *anyopaque) callconv(.c) void {
+    pool.close();
+}
+
 /// One of this library's exports, found at an address whatever generation the caller claimed.
 pub const Own = struct {
     versioned: bool,
@@ -286,14 +378,27 @@ pub const Own = struct {
 /// slot its own address). The caller has checked that the first 64 bytes are readable. Inline:
 /// every import asks, and nearly every answer is a quick no.
 pub inline fn recognize(managed: usize) ?Own {
+    return recognizeWith(managed, false);
+}
+
+/// `recognize` where the caller has checked that `record_bytes` bytes at `managed` are readable.
+fn recognizeWith(managed: usize, comptime record_readable: bool) ?Own {
     assert(dlpack.isManagedAddress(managed));
     const versioned_deleter = loadWord(managed + versioned_deleter_offset);
     const legacy_deleter = loadWord(managed + legacy_deleter_offset);
     if (!isExportDeleter(versioned_deleter) and !isExportDeleter(legacy_deleter)) return null;
-    return recognizeFound(managed, versioned_deleter, legacy_deleter);
+    return recognizeFound(managed, versioned_deleter, legacy_deleter, record_readable);
 }
 
-fn recognizeFound(managed: usize, versioned_deleter: usize, legacy_deleter: usize) ?Own {
+/// The bytes of a record of rank 0: what `disposeHeld`'s caller checks are readable.
+pub const record_bytes = @sizeOf(Record);
+
+fn recognizeFound(
+    managed: usize,
+    versioned_deleter: usize,
+    legacy_deleter: usize,
+    comptime record_readable: bool,
+) ?Own {
     if (versioned_deleter == @intFromPtr(&releasedVersionedDeleter)) {
         return .{ .versioned = true, .state = .released };
     }
@@ -311,7 +416,7 @@ fn recognizeFound(managed: usize, versioned_deleter: usize, legacy_deleter: usiz
         own.versioned = false;
     } else return null;
     // The state word lies past the struct: a forged struct at the end of a mapping has none.
-    if (!mappings.readable(managed, @sizeOf(Record))) return null;
+    if (!record_readable and !mappings.readable(managed, @sizeOf(Record))) return null;
     const record: *Record = @ptrFromInt(managed);
     own.state = switch (@atomicLoad(u32, &record.state, .acquire)) {
         0 => .live,
@@ -591,4 +696,38 @@ test "one claim wins among racing imports; a kept refusal gives it back" {
     dlpack.deleteManaged(managed, true);
     try testing.expectEqual(State.released, recognize(managed).?.state);
     try testing.expect(!claim(managed));
+}
+
+fn exportRank1(versioned: bool) !usize {
+    return create(.{
+        .data = 0,
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .dtype = .{ .code = 1, .bits = 8, .lanes = 1 },
+        .shape = &.{0},
+        .strides = &.{1},
+        .flags = 0,
+        .versioned = versioned,
+        .adopt_owner = false,
+        .owner = null,
+    });
+}
+
+test "released records stay poisoned through a thread's quarantine, then are reused" {
+    const first = try exportRank1(true);
+    dlpack.deleteManaged(first, true);
+    // Every release up to a full ring later still finds the first record released.
+    for (0..quarantine_count - 1) |_| {
+        dlpack.deleteManaged(try exportRank1(false), false);
+        try testing.expectEqual(State.released, recognize(first).?.state);
+        try testing.expect(!claim(first));
+    }
+    // The next release displaces it; a later export of a pooled rank may take its memory, as
+    // a live export of this library (never foreign data at a stale address).
+    const next = try exportRank1(true);
+    dlpack.deleteManaged(next, true);
+    const reused = try exportRank1(true);
+    if (pool.state == .on) try testing.expectEqual(first, reused);
+    try testing.expectEqual(State.live, recognize(reused).?.state);
+    dlpack.deleteManaged(reused, true);
+    try testing.expectEqual(State.released, recognize(reused).?.state);
 }

@@ -283,7 +283,8 @@ fn deleteChecked(managed: usize, versioned: bool) bool {
 export fn dlpk_export_dispose(managed_address: f64) f64 {
     const managed = abi.addressFromF64(managed_address) orelse return 0;
     if (!isStruct(managed)) return 0;
-    if (!mappings.readable(managed, @sizeOf(dlpack.ManagedTensorVersioned))) return 0;
+    // A live export is a whole record: anything shorter is refused by this one check.
+    if (!mappings.readable(managed, exports.record_bytes)) return 0;
     return @floatFromInt(exports.disposeHeld(managed));
 }
 
