@@ -4,7 +4,7 @@
  * their owner (and so the first producer of a chain) alive the same way.
  * @module
  */
-import { core } from "../../ffi/mod.ts";
+import { core, runtime } from "../../ffi/mod.ts";
 import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
 import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, infoOfTag } from "../facts/dtypes.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
@@ -53,6 +53,8 @@ import {
   typedArrayTag,
 } from "../facts/intrinsics.ts";
 import { ExportOption, Flag } from "../facts/abi.ts";
+
+const onMainThread = runtime().mainThread;
 
 /** Options of the export functions. */
 export interface ExportOptions {
@@ -315,8 +317,51 @@ function exportTypedArray(
   return exportBuffer(x, byteLength, versioned);
 }
 
-/** The common export: a whole TypedArray, 1-D, no options. Writes the spec straight away. */
+/** The common export: a whole TypedArray, 1-D, no options. One native call takes every fact as an
+ * argument (nothing goes through the scratch) and returns the struct's address; as in
+ * {@link buildCapsule}, once the struct exists it is owned here until the capsule holds it. */
 function exportWholeArray(
+  x: AnyTypedArray,
+  info: DTypeInfo,
+  byteLength: number,
+  versioned: boolean,
+  flags: number,
+): Capsule {
+  // A Worker's pin may be offered to the main thread (shared memory), which needs the pin's native
+  // address: recordPin reads it from the scratch, which the described export writes.
+  if (!onMainThread) return exportDescribedArray(x, info, byteLength, versioned, flags);
+  const id = newPinId();
+  const realm = realmAddress();
+  const dtype = info.dl.code | (info.dl.bits << 8);
+  const extent = byteLength / info.slotBytes;
+  let address = 0;
+  try {
+    const made = core().dlpk_export_array(
+      x,
+      realm,
+      id,
+      byteLength,
+      extent,
+      dtype,
+      flags,
+      versioned ? EXPORT_VERSIONED : 0,
+    );
+    if (made <= 0) throw exportError(-made, scratch, `${byteLength} bytes`);
+    address = made;
+    // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
+    recordPin(id, x);
+    return new Capsule(address, versioned);
+  } catch (error) {
+    if (address !== 0) {
+      deferredNumbers[deferredCount[0]++] = -(address * 2 + (versioned ? 1 : 0));
+      retryQuietly();
+    }
+    throw error;
+  }
+}
+
+/** {@link exportWholeArray} through the scratch (the pin's address is left there). */
+function exportDescribedArray(
   x: AnyTypedArray,
   info: DTypeInfo,
   byteLength: number,

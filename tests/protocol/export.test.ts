@@ -274,7 +274,7 @@ test("the JS protocol: objects with __dlpack__, and BufferView's own __dlpack__ 
   refused(() => importDLPack({ __dlpack__: () => 42 } as never), "argument", /must return a Capsule/);
 });
 
-test("a whole TypedArray of each type, exported again and again: the struct a C consumer reads, the pin released", () => {
+test("a whole TypedArray of each type, exported in one native call: the struct a C consumer reads, the pin released", () => {
   const before = stats();
   const arrays: Array<[AnyTypedArray, number, number]> = [
     [new Int8Array(3), 0, 8],

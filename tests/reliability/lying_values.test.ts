@@ -463,17 +463,34 @@ const imports = [
   () => dl.importDLPack(src),
   () => dl.fromDLPack(src).view,
 ];
+// The capsules a round trip makes, kept (a store into a slot made beforehand, nothing that can
+// throw) so that the test knows which ones the caller dropped: made, and then the import could not
+// even start (the stack ran out at its call), so neither the import nor this code holds it.
+const made = [];
+const madePin = new Uint8Array(20000);
+let madeCount = 0;
+for (let i = 0; i < 20000; i++) made[i] = null;
 // Everything else that takes native ownership and then runs JavaScript.
 const others = [
   () => dl.exportDLPack(ta),
   () => dl.exportDLPackLegacy(ta),
-  () => dl.importDLPack(dl.exportDLPack(ta)),
+  () => {
+    const c = dl.exportDLPack(ta);
+    madePin[madeCount] = 1;
+    made[madeCount++] = c;
+    return dl.importDLPack(c);
+  },
   () => dl.empty([4], "float32"),
   () => dl.zeros([2, 2], "float64"),
   () => base.copy(),
   () => base.toHost(),
   () => dl.exportDLPack(base),
-  () => dl.importDLPack(dl.exportDLPack(base, { shape: [2, 2] })),
+  () => {
+    const c = dl.exportDLPack(base, { shape: [2, 2] });
+    madePin[madeCount] = 0;
+    made[madeCount++] = c;
+    return dl.importDLPack(c);
+  },
   () => dl.importDLPack(base),
   () => dl.fromArrayInterface({ data: [base.address, false], shape: [4], typestr: "<f4" }),
   () => dl.fromArrayInterface({ data: [base.address, false], shape: [4], typestr: "<f4" }, { dispose() {} }),
@@ -532,6 +549,31 @@ out.deleted = deleted() - producerBefore;
 out.deletersCalled = afterImports.deletersCalled - before.deletersCalled;
 out.otherScan = scan(others);
 await new Promise((resolve) => setTimeout(resolve, 20));
+// What the library took and failed to hand over is released at once; what is left is exactly the
+// capsules the caller dropped (each an export of its own, and the TypedArray ones a pin each).
+let dropped = 0;
+let droppedPins = 0;
+for (let i = 0; i < madeCount; i++) {
+  if (made[i].owned) {
+    dropped++;
+    droppedPins += madePin[i];
+  }
+}
+const beforeCollection = dl.stats();
+out.dropped = dropped;
+out.beforeCollection = [
+  beforeCollection.imports,
+  beforeCollection.exports - dropped,
+  beforeCollection.allocations - 1,
+  beforeCollection.pinned - droppedPins,
+];
+// A capsule the caller dropped is released by the garbage-collection backstop.
+for (let i = 0; i < madeCount; i++) made[i] = null;
+for (let round = 0; round < 6; round++) {
+  if (typeof globalThis.gc === "function") globalThis.gc();
+  else Bun.gc(true);
+  await new Promise((resolve) => setTimeout(resolve, 10));
+}
 const after = dl.stats();
 out.after = [after.imports, after.exports, after.allocations - 1, after.pinned];
 base.dispose();
@@ -546,6 +588,7 @@ out.deepest = deepest;
   assert.equal(out.imports, 0, "no imported tensor is left behind");
   assert.equal(out.deleted, out.deletersCalled, "every producer deleter the library called ran exactly once");
   assert.ok((out.deleted as number) >= importResults, "one release per view at least");
-  assert.deepEqual(out.after, [0, 0, 0, 0], "nothing the library took is left behind");
+  assert.deepEqual(out.beforeCollection, [0, 0, 0, 0], "nothing the library took is left behind but dropped capsules");
+  assert.deepEqual(out.after, [0, 0, 0, 0], "the collector released every dropped capsule");
   assert.deepEqual(out.end, [0, 0, 0, 0]);
 });

@@ -245,6 +245,72 @@ export fn dlpk_export_buffer(
     return status;
 }
 
+/// The common export of a whole TypedArray in one call, every fact an argument (no description
+/// to write or decode): 1-D, contiguous, `extent` elements of `dtype` (code | bits << 8) from
+/// `buffer`'s first byte, on the CPU, pinned as `pin_id` of `realm` (`pin_bytes` bytes, the
+/// buffer's extent) for as long as the export lives. Returns the managed struct's address, or
+/// minus a status code.
+export fn dlpk_export_array(
+    buffer: ?[*]u8,
+    realm_address: f64,
+    pin_id: f64,
+    pin_bytes: f64,
+    extent: f64,
+    dtype: u32,
+    flags: u32,
+    options: u32,
+) f64 {
+    const refused: f64 = -@as(f64, @floatFromInt(invalid));
+    const base = buffer orelse return refused;
+    const realm = realmAt(realm_address) orelse return refused;
+    const id = countFromF64(pin_id) orelse return refused;
+    const bytes = countFromF64(pin_bytes) orelse return refused;
+    const count = countFromF64(extent) orelse return refused;
+    const bits: usize = dtype >> 8 & 0xff;
+    // The elements must lie within the pinned bytes (the TS side read both from the array).
+    if (dtype >> 16 != 0 or bits == 0 or bits % 8 != 0 or count > bytes / (bits / 8)) {
+        return refused;
+    }
+    const managed = exportArray(base, realm, id, bytes, @intCast(count), .{
+        .code = @intCast(dtype & 0xff),
+        .bits = @intCast(bits),
+        .lanes = 1,
+    }, flags, options) catch return -@as(f64, @floatFromInt(code(.out_of_memory)));
+    return @floatFromInt(managed);
+}
+
+fn exportArray(
+    base: [*]u8,
+    realm: *owner.Realm,
+    id: usize,
+    bytes: usize,
+    extent: i64,
+    dtype: dlpack.DataType,
+    flags: u32,
+    options: u32,
+) error{OutOfMemory}!usize {
+    assert(extent >= 0);
+    const pin = try owner.createIn(realm, .pin, id, bytes);
+    // Not exported: releasing the pin's only reference queues the id, which JS never recorded.
+    errdefer owner.release(pin);
+    const started = try exports.draft(1);
+    started.shape()[0] = extent;
+    started.strides()[0] = 1;
+    const managed = exports.finish(started, .{
+        .data = @intFromPtr(base),
+        .device = .{ .device_type = @intFromEnum(dlpack.DeviceType.cpu), .device_id = 0 },
+        .dtype = dtype,
+        .shape = started.shape(),
+        .strides = started.strides(),
+        .flags = flags,
+        .versioned = options & export_option.versioned != 0,
+        .adopt_owner = true,
+        .owner = pin,
+    });
+    assert(managed != 0);
+    return managed;
+}
+
 /// A count (an id, a number of bytes) the TS side passed: an integer in [0, 2^53), truncated.
 fn countFromF64(value: f64) ?usize {
     if (!(value >= 0 and value < abi.exact_max_float)) return null;
@@ -929,6 +995,48 @@ test "keyed facts: the generation moves only when a fact changes" {
     keyed.description.ndim = 1;
     keyFacts(&keyed);
     try testing.expectEqual(@as(f64, 6), keyed.generation);
+}
+
+test "a whole array exported in one call: its struct, its pin, and the refusals" {
+    const testing = std.testing;
+    var realm: owner.Realm = .{};
+    var values = [_]f32{ 1, 2, 3, 4 };
+    const base: [*]u8 = @ptrCast(&values);
+    const realm_f: f64 = @floatFromInt(@intFromPtr(&realm));
+    const float32: u32 = 2 | 32 << 8;
+    const pins_before = stats.get(.pins);
+    const bad = -@as(f64, @floatFromInt(invalid));
+    // More elements than the pinned bytes hold, sub-byte or unknown packing, a NULL buffer.
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, 5, float32, 0, 1));
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, 4, 2 | 4 << 8, 0, 1));
+    const lanes: u32 = float32 | 1 << 16;
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, 4, lanes, 0, 1));
+    try testing.expectEqual(bad, dlpk_export_array(null, realm_f, 5, 16, 4, float32, 0, 1));
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, -1, 16, 4, float32, 0, 1));
+    try testing.expectEqual(pins_before, stats.get(.pins));
+    const made = dlpk_export_array(base, realm_f, 5, 16, 4, float32, dlpack.flag.read_only, 1);
+    try testing.expect(made > 0);
+    const managed: usize = @intFromFloat(made);
+    const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
+    try testing.expectEqual(@as(?*anyopaque, @ptrCast(&values)), m.dl_tensor.data);
+    try testing.expectEqual(@as(i32, 1), m.dl_tensor.ndim);
+    try testing.expectEqual(@as(i64, 4), m.dl_tensor.shape.?[0]);
+    try testing.expectEqual(@as(i64, 1), m.dl_tensor.strides.?[0]);
+    try testing.expectEqual(@as(u8, 2), m.dl_tensor.dtype.code);
+    try testing.expectEqual(@as(u8, 32), m.dl_tensor.dtype.bits);
+    try testing.expectEqual(dlpack.flag.read_only, m.flags);
+    try testing.expectEqual(pins_before + 1, stats.get(.pins));
+    // Released by a consumer: the pin's id is queued for the realm, once.
+    dlpack.deleteManaged(managed, true);
+    var out: [4]f64 = undefined;
+    try testing.expectEqual(@as(usize, 1), owner.drainRealm(&realm, &out));
+    try testing.expectEqual(@as(f64, 5), out[0]);
+    try testing.expectEqual(pins_before, stats.get(.pins));
+    // A legacy one, disposed by its JS holder: the pin is freed at once.
+    const legacy: usize = @intFromFloat(dlpk_export_array(base, realm_f, 6, 16, 2, float32, 0, 0));
+    try testing.expect(exports.isOwnExport(legacy, false));
+    try testing.expectEqual(@as(f64, 6), dlpk_export_dispose(@floatFromInt(legacy)));
+    try testing.expectEqual(@as(usize, 0), owner.drainRealm(&realm, &out));
 }
 
 test {
