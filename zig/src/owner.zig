@@ -113,12 +113,17 @@ pub fn createImport(versioned: bool, managed: usize) error{OutOfMemory}!*Owner {
     return owner;
 }
 
-// A spare record per thread: an import disposed right away (the common case) then neither
-// allocates nor frees one. A thread's spare is freed when the thread ends (a pthread key's
-// destructor); releases after that on the same thread (other keys' destructors) free at once.
+// Spare records per thread, a bounded stack linked through `next`: an import disposed right away
+// (the common case) then neither allocates nor frees one, and neither do the exports after a
+// drain of released pins (which frees a batch of records on the JS thread at once). A thread's
+// spares are freed when the thread ends (a pthread key's destructor); releases after that on the
+// same thread (other keys' destructors) free at once.
 const spare_records = builtin.os.tag != .windows and builtin.link_libc;
+/// At most this many spares per thread (a drain's batch of pins; about 5 KiB).
+pub const spare_max: u8 = 64;
 const Spare = enum(u8) { unset, on, closed };
 threadlocal var spare: ?*Owner = null;
+threadlocal var spare_count: u8 = 0;
 threadlocal var spare_state: Spare = .unset;
 var spare_key: if (spare_records) std.c.pthread_key_t else void = undefined;
 var spare_key_once = std.once(makeSpareKey);
@@ -129,25 +134,48 @@ fn makeSpareKey() void {
     spare_key_ready = std.c.pthread_key_create(&spare_key, spareThreadEnded) == .SUCCESS;
 }
 
+/// Spare records freed by ending threads (a cold path, counted for the tests).
+var spares_freed_at_end = std.atomic.Value(usize).init(0);
+
 fn spareThreadEnded(_: *anyopaque) callconv(.c) void {
     spare_state = .closed;
-    if (spare) |record| memory.destroy(record);
-    spare = null;
+    _ = spares_freed_at_end.fetchAdd(spare_count, .monotonic);
+    freeSpares();
 }
 
-/// A record for `createIn`: the thread's spare, else a new one.
+/// Frees every spare record of this thread.
+fn freeSpares() void {
+    while (spare) |record| {
+        spare = record.next;
+        spare_count -= 1;
+        memory.destroy(record);
+    }
+    assert(spare_count == 0);
+}
+
+/// How many spare records this thread holds.
+pub fn spareCount() u8 {
+    return spare_count;
+}
+
+/// A record for `createIn`: the thread's newest spare, else a new one. The caller writes every
+/// field (`next` included).
 fn newRecord() error{OutOfMemory}!*Owner {
     if (spare) |record| {
-        spare = null;
+        assert(spare_count > 0);
+        spare = record.next;
+        spare_count -= 1;
         return record;
     }
     return memory.create(Owner);
 }
 
-/// Gives a record back: kept as the thread's spare when it has none, else freed.
+/// Gives a record back: kept as one of the thread's spares while there is room, else freed.
 fn freeRecord(record: *Owner) void {
-    if (spare == null and (spare_state == .on or (spare_state == .unset and spareOn()))) {
+    if (spare_count < spare_max and (spare_state == .on or (spare_state == .unset and spareOn()))) {
+        record.next = spare;
         spare = record;
+        spare_count += 1;
         return;
     }
     memory.destroy(record);
@@ -504,6 +532,40 @@ test "a released record is the thread's spare: reused by its next owner, fresh i
     for (&threads, &reuses) |*t, *r| t.* = try std.Thread.spawn(.{}, spareRoundTrip, .{r});
     for (threads) |t| t.join();
     for (reuses) |r| try std.testing.expect(!spare_records or r);
+}
+
+fn sparesBounded(ok: *bool) void {
+    var records: [spare_max + 8]*Owner = undefined;
+    var made: usize = 0;
+    defer for (records[0..made]) |record| release(record);
+    for (&records) |*slot| {
+        slot.* = createNative(8, 16, false) catch return;
+        made += 1;
+    }
+    const before = spareCount();
+    for (records[0..made]) |record| release(record);
+    made = 0;
+    // At most spare_max kept, the rest freed; the next owners take the kept ones, newest first.
+    ok.* = !spare_records or (spareCount() == spare_max and before <= spare_max);
+    const again = createNative(8, 16, false) catch return;
+    const newest = again == records[spare_max - 1];
+    ok.* = ok.* and (!spare_records or (newest and spareCount() == spare_max - 1));
+    release(again);
+}
+
+test "a thread's spares are bounded, reused newest first, and freed when the thread ends" {
+    var ok = false;
+    sparesBounded(&ok);
+    try std.testing.expect(ok);
+    // Threads of their own, each ending with a full stack, which its end frees.
+    var threads: [3]std.Thread = undefined;
+    var oks = [_]bool{false} ** 3;
+    const freed = spares_freed_at_end.load(.monotonic);
+    for (&threads, &oks) |*t, *r| t.* = try std.Thread.spawn(.{}, sparesBounded, .{r});
+    for (threads) |t| t.join();
+    for (oks) |r| try std.testing.expect(r);
+    const expected: usize = if (spare_records) 3 * @as(usize, spare_max) else 0;
+    try std.testing.expectEqual(freed + expected, spares_freed_at_end.load(.monotonic));
 }
 
 test "released pins are drained in batches, per domain, and nothing is lost" {
