@@ -60,7 +60,7 @@ export function callWith(fn: (...args: never[]) => unknown, thisArg: unknown, ar
   return ReflectApply(fn, thisArg, [arg]);
 }
 /** `Math` functions. */
-export const { floor, ceil, abs, min, max, trunc } = Math;
+export const { floor, ceil, abs, min, max, trunc, imul } = Math;
 /** Constructors the library builds its own buffers with. */
 export const ArrayBufferCtor: ArrayBufferConstructor = ArrayBuffer;
 export const Float64ArrayCtor: Float64ArrayConstructor = Float64Array;

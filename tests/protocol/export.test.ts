@@ -314,3 +314,25 @@ test("a whole TypedArray of each type, exported in one native call: the struct a
   assert.equal(after.pinned, before.pinned);
   assert.equal(after.pinnedBytes, before.pinnedBytes);
 });
+
+test("a capsule's address as a bigint is its own struct's, however many capsules share a remembered slot", () => {
+  const before = stats();
+  const source = new Float32Array(8);
+  // More live capsules than remembered conversions: every slot is taken over many times.
+  const capsules = Array.from({ length: 3000 }, (_, i) => i % 2 ? exportDLPack(source) : exportDLPackLegacy(source));
+  const first = capsules.map((c) => c.address);
+  // Read again in the opposite order, so each read meets a slot another address wrote last.
+  for (let i = capsules.length - 1; i >= 0; i--) assert.equal(capsules[i].address, first[i]);
+  assert.equal(new Set(first).size, capsules.length, "live capsules have distinct structs");
+  for (let i = 0; i < capsules.length; i++) {
+    const c = capsules[i];
+    const big = i % 3 ? c.address : c.take();
+    const address = i % 3 ? c.takeAddress() : Number(big);
+    assert.equal(big, BigInt(address));
+    assert.equal(inspect(big, i % 2 === 1).shape[0], 8);
+    tp.tp_consume(address, i % 2);
+  }
+  const after = stats();
+  assert.equal(after.exports, before.exports);
+  assert.equal(after.pinned, before.pinned);
+});
