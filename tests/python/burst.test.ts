@@ -44,16 +44,27 @@ test("a Python thread waits during a synchronous run of JS and runs when JS yiel
   }
 }, skip);
 
-test("inside a burst whose GIL another library's call let go, bridge calls take it back (child process)", () => {
-  // The natives skip PyGILState inside this thread's burst only while the thread state says the
-  // GIL is held: a library that let it go (PyEval_SaveThread) must not leave them running without it.
-  const source = `
+/** Makes and destroys one subinterpreter (the module's name changed in CPython 3.13). */
+const SUBINTERPRETER =
+  `py.exec("try:\\n import _interpreters as _si\\nexcept ImportError:\\n import _xxsubinterpreters as _si\\n_si.destroy(_si.create())\\ndel _si");`;
+
+for (const subinterpreter of [false, true]) {
+  const made = subinterpreter ? ", after a subinterpreter was made" : "";
+  test(
+    `inside a burst whose GIL another library's call let go, bridge calls take it back${made} (child process)`,
+    () => {
+      // The natives skip PyGILState inside this thread's burst only while the thread state says the
+      // GIL is held: a library that let it go (PyEval_SaveThread) must not leave them running without
+      // it. Once a subinterpreter exists, PyGILState_Check answers yes on every thread, so it cannot
+      // be what says so.
+      const source = `
 import { fromPython, openPython, toPython } from "${repoRoot}/python.ts";
 import { openLibrary } from "${repoRoot}/ffi/mod.ts";
 const py = openPython();
 const np = py.import("numpy");
 const fromDlpack = np.get("from_dlpack");
 const x = new Float32Array([1, 2, 3]);
+${subinterpreter ? SUBINTERPRETER : ""}
 toPython(x, py).dispose(); // opens this synchronous run's burst
 const capi = openLibrary(py.library, {
   PyEval_SaveThread: { args: [], returns: "usize" },
@@ -74,10 +85,13 @@ capi.PyEval_RestoreThread(saved);
 using n = py.eval("1 + 2");
 console.log("round trips " + total + " then " + n.toJS());
 `;
-  const out = runIsolated(source);
-  assert.equal(out.code, 0, `exit ${out.code}: ${out.stderr.slice(-3000)}`);
-  assert.match(out.stdout, /round trips 300 then 3/, out.stdout + out.stderr.slice(-2000));
-}, skip);
+      const out = runIsolated(source);
+      assert.equal(out.code, 0, `exit ${out.code}: ${out.stderr.slice(-3000)}`);
+      assert.match(out.stdout, /round trips 300 then 3/, out.stdout + out.stderr.slice(-2000));
+    },
+    skip,
+  );
+}
 
 /** Runs `main` in a fresh process of this runtime, with `worker` as the module at `WORKER_URL`
  * (a placeholder in `main`), killed after 60 s; fails with the child's output unless it printed

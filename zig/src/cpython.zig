@@ -104,7 +104,6 @@ pub const Api = struct {
     PyGILState_Ensure: *const fn () callconv(.c) c_int,
     PyEval_SaveThread: *const fn () callconv(.c) ?*anyopaque,
     PyGILState_Release: *const fn (c_int) callconv(.c) void,
-    PyGILState_Check: *const fn () callconv(.c) c_int,
     PyObject_Call: *const fn (*PyObject, *PyObject, ?*PyObject) callconv(.c) ?*PyObject,
     PyObject_SetAttrString: *const fn (*PyObject, [*:0]const u8, *PyObject) callconv(.c) c_int,
     PyTuple_New: *const fn (isize) callconv(.c) ?*PyObject,
@@ -179,8 +178,16 @@ pub fn load(path: [*:0]const u8) LoadError!void {
             return fail("libpython lacks " ++ field.name);
         @field(resolved, field.name) = @ptrCast(@alignCast(symbol));
     }
+    // Named PyThreadState_GetUnchecked from 3.13, _PyThreadState_UncheckedGet before; without
+    // either every bridge call takes the GIL through PyGILState.
+    const unchecked = std.c.dlsym(handle, "PyThreadState_GetUnchecked") orelse
+        std.c.dlsym(handle, "_PyThreadState_UncheckedGet");
+    if (unchecked) |symbol| current_thread_state = @ptrCast(@alignCast(symbol));
     api = resolved;
 }
+
+/// The thread state current on this thread (null when it holds no GIL), read without a check.
+var current_thread_state: ?*const fn () callconv(.c) ?*anyopaque = null;
 
 fn fail(message: []const u8) LoadError {
     const n = @min(message.len, load_error.len - 1);
@@ -276,10 +283,14 @@ pub const Gil = struct {
 
     pub fn take(a: Api) Gil {
         // In this thread's burst the GIL is held (Python code that lets it go takes it back before
-        // it returns), so the PyGILState pair would only count up and down: one thread-state
-        // check instead, which also covers a GIL let go by someone else's call meanwhile.
-        if (burst_state != null and a.PyGILState_Check() == 1) {
-            return .{ .state = 0, .release_state = null };
+        // it returns), so the PyGILState pair would only count up and down. The burst's own thread
+        // state being the current one says the GIL is still held: a call that let it go
+        // (PyEval_SaveThread) left no current thread state. PyGILState_Check cannot say this: it
+        // answers yes for every thread once any subinterpreter has been made.
+        if (burst_thread_state) |mine| {
+            if (current_thread_state) |current| {
+                if (current() == mine) return .{ .state = 0, .release_state = null };
+            }
         }
         return .{ .state = a.PyGILState_Ensure(), .release_state = a.PyGILState_Release };
     }
@@ -389,6 +400,8 @@ var burst_key_once = std.once(makeBurstKey);
 var burst_key_ready: bool = false;
 /// The PyGILState of this thread's burst, or null outside one.
 threadlocal var burst_state: ?c_int = null;
+/// The thread state that holds the GIL in this thread's burst, or null outside one.
+threadlocal var burst_thread_state: ?*anyopaque = null;
 
 fn makeBurstKey() void {
     if (!burst_exit_hook) return;
@@ -410,13 +423,12 @@ pub fn beginBurst() error{NotLoaded}!bool {
     if (burst_state != null) return false;
     const state = a.PyGILState_Ensure();
     burst_state = state;
+    // Never null while the GIL is held through PyGILState.
+    const thread_state = a.PyGILState_GetThisThreadState().?;
+    burst_thread_state = thread_state;
     if (burst_exit_hook) {
         burst_key_once.call();
-        if (burst_key_ready) {
-            // Never null while the GIL is held through PyGILState.
-            const thread_state = a.PyGILState_GetThisThreadState().?;
-            _ = std.c.pthread_setspecific(burst_key, thread_state);
-        }
+        if (burst_key_ready) _ = std.c.pthread_setspecific(burst_key, thread_state);
     }
     return true;
 }
@@ -426,6 +438,7 @@ pub fn endBurst() void {
     const a = api orelse return;
     const state = burst_state orelse return;
     burst_state = null;
+    burst_thread_state = null;
     if (burst_exit_hook and burst_key_ready) _ = std.c.pthread_setspecific(burst_key, null);
     a.PyGILState_Release(state);
 }
