@@ -220,7 +220,8 @@ test("iteration, entries(), toNested() of every kind of dtype", () => {
   assert.deepEqual(c.toNested(), [[0, 0], [1, -1]]);
   using b = zeros([2, 2], "bool");
   b.set(true, 0, 1);
-  assert.deepEqual(b.transpose().toNested(), [[false, false], [true, false]]);
+  using bt = b.transpose();
+  assert.deepEqual(bt.toNested(), [[false, false], [true, false]]);
   using big = zeros([2], "int64");
   big.fill(-5n);
   assert.deepEqual([...big], [-5n, -5n]);

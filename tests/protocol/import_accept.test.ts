@@ -4,6 +4,7 @@ import assert from "node:assert/strict";
 import { DLPackError, DTYPES, fromDLPack, importDLPack, stats, toDLDataType } from "../../mod.ts";
 import { deleted, make, tp } from "../support/producer.ts";
 import { collectGarbage, gcUnavailable, test } from "../support/harness.ts";
+import { settledLive } from "../support/assertions.ts";
 
 function f32s(made: { bytes(n: number): Uint8Array<ArrayBuffer> }, values: number[]): void {
   new Float32Array(made.bytes(values.length * 4).buffer).set(values);
@@ -139,6 +140,8 @@ test("deleter exactly once: fromDLPack owner release", () => {
 });
 
 test("deleter exactly once: success + GC of an undisposed view", async () => {
+  // Views an earlier test left to the collector are collected first: they would move both counts.
+  await settledLive();
   const before = deleted();
   const imports = stats().imports;
   (() => {
