@@ -95,7 +95,8 @@ export class LazyBackstop<T extends number> {
   }
 
   /** Moves the full short list into the long one (flushed first if it has no room); returns the
-   * short list's count, 0. No call between the stores: each handle is in exactly one list. */
+   * short list's count, 0. No call between the stores, and a handle counts in the long list only
+   * once its short slot is empty: it is never in both (registered twice). */
   #makeRoom(): number {
     if (this.#count > BACKSTOP_BATCH - RECENT_SLOTS) this.flush();
     const recent = this.#recent;
@@ -142,8 +143,11 @@ export class LazyBackstop<T extends number> {
     this.#epoch++;
     releaseDeferred();
     for (let k = this.#recentCount; k > 0; k = this.#recentCount) {
-      const holder = this.#recent[k - 1]!;
-      if (this.#isLive(holder)) this.#registry.register(holder, this.#recentHelds[k - 1] as T, holder);
+      // A slot the move to the long list already emptied is skipped (never registered twice).
+      const holder = this.#recent[k - 1];
+      if (holder !== undefined && this.#isLive(holder)) {
+        this.#registry.register(holder, this.#recentHelds[k - 1] as T, holder);
+      }
       this.#recent[k - 1] = undefined;
       this.#recentCount = k - 1;
     }
