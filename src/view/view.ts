@@ -641,9 +641,8 @@ export class BufferView {
   #address: number;
   #facts: ViewFacts;
   #access: Access;
-  #array: AnyTypedArray | undefined = undefined;
-  /** What few views have (undefined until then): seven fields in all, as a view of more is
-   * measurably slower to make in JavaScriptCore (Bun). */
+  /** What few views have (undefined until then; `array()` included): six fields in all, as each
+   * field more is measurably slower to make and dispose in both runtimes. */
   #extras: Extras | undefined;
   #epoch: number;
 
@@ -836,7 +835,8 @@ export class BufferView {
 
   #makeArray(): AnyTypedArray {
     this.#live();
-    if (this.#array !== undefined) return this.#array;
+    const made = this.#extras?.array;
+    if (made !== undefined) return made;
     if (this.#facts.device.type !== "cpu" && !isHostAccessible(this.#facts.device.type)) {
       throw new DLPackError(
         "device",
@@ -846,7 +846,9 @@ export class BufferView {
       );
     }
     const Ctor = this.#facts.info.array;
-    if (this.#facts.size === 0) return this.#array = new Ctor(new ArrayBufferCtor(0));
+    if (this.#facts.size === 0) {
+      return (this.#extras ??= new Extras(undefined)).array = new Ctor(new ArrayBufferCtor(0));
+    }
     let start: number;
     let byteLength: number;
     const bits = this.#facts.info.bits;
@@ -866,7 +868,7 @@ export class BufferView {
     new BufferLink(buffer, this);
     const array = new Ctor(buffer, 0, floor(byteLength / this.#facts.info.slotBytes));
     extras.buffer = buffer;
-    return this.#array = array;
+    return extras.array = array;
   }
 
   /** Bits each element occupies in memory (padded sub-byte types take a whole byte). */
@@ -878,7 +880,7 @@ export class BufferView {
   /** Reads one element. Indices must be integers within the shape. */
   get(...index: number[]): Scalar {
     const at = this.#position(index, "get");
-    const a = this.#array ?? this.#makeArray();
+    const a = this.#extras?.array ?? this.#makeArray();
     // An array detached under the view (its buffer transferred by other code) has length 0 and
     // reads undefined without touching memory: that is checked after the read, not before.
     const first = a[at];
@@ -914,7 +916,7 @@ export class BufferView {
       );
     }
     const at = this.#position(index, "set");
-    const a = this.#array ?? this.#makeArray();
+    const a = this.#extras?.array ?? this.#makeArray();
     // Writes into an array detached under the view are dropped without touching memory; refuse
     // them as get() does (a read of a live array never gives undefined).
     if (a[at] === undefined) this.#live();
@@ -1286,7 +1288,7 @@ export class BufferView {
     // Detaching leaves every TypedArray over it with length 0: no access after free.
     detach(buffer);
     this.#extras!.buffer = undefined;
-    this.#array = undefined;
+    this.#extras!.array = undefined;
     views.remove(this, this.#epoch);
     this.#forget();
     releaseOwner(owner);
@@ -1294,9 +1296,9 @@ export class BufferView {
 
   #forget(): void {
     this.#owner = 0;
-    this.#array = undefined;
     const extras = this.#extras;
     if (extras !== undefined) {
+      extras.array = undefined;
       // The share stays: `keepAlive` is the same object before and after.
       extras.buffer = undefined;
       extras.keepAlive = undefined;
@@ -1397,6 +1399,8 @@ export class BufferView {
 class Extras {
   /** The ArrayBuffer `array()` made over native memory, detached at dispose. */
   buffer: ArrayBuffer | undefined = undefined;
+  /** The array `array()` made (the same one each call). */
+  array: AnyTypedArray | undefined = undefined;
   /** The view's own share (`keepAlive`), made on first use. */
   share: Owner | undefined = undefined;
   /** The JS value kept reachable while the view lives (`keepAliveValue`). */

@@ -1,7 +1,15 @@
 // The lifetime invariants: every deleter exactly once, JS memory pinned until the consumer's
 // deleter ran (on any thread), chains keeping the first producer alive, GC as a backstop only.
 import assert from "node:assert/strict";
-import { exportDLPack, exportDLPackLegacy, fromArrayInterface, importDLPack, stats, zeros } from "../../mod.ts";
+import {
+  type BufferView,
+  exportDLPack,
+  exportDLPackLegacy,
+  fromArrayInterface,
+  importDLPack,
+  stats,
+  zeros,
+} from "../../mod.ts";
 import { consumerValues, deleted, make, tp } from "../support/producer.ts";
 import { collectGarbage, gcUnavailable, test } from "../support/harness.ts";
 import { live, settledLive } from "../support/assertions.ts";
@@ -82,6 +90,39 @@ test("a capsule nobody took or disposed is released by the GC backstop", async (
   for (let i = 0; i < 20 && stats().exports !== before.exports; i++) await collectGarbage();
   assert.deepEqual(live(), before);
 }, { skip: gcUnavailable() });
+
+test(
+  "views of one tick, beyond the backstop's short list: the disposed released once, the dropped by the GC",
+  async () => {
+    const before = live();
+    const producerBefore = deleted();
+    const kept: BufferView[] = [];
+    (() => {
+      // 100 views wait before any microtask: the short list (16) fills and moves into the long one
+      // several times. Disposed in mixed orders: some on top of the short list, some moved already.
+      const views: BufferView[] = [];
+      for (let i = 0; i < 100; i++) {
+        views.push(importDLPack(make({ shape: [4] }).source));
+        if (i % 3 === 0) views.pop()!.dispose();
+      }
+      for (let i = 0; i < views.length; i++) {
+        if (i % 2 === 0) views[i].dispose();
+        else if (i % 5 === 0) kept.push(views[i]);
+      }
+    })();
+    const disposed = 34 + 33;
+    assert.equal(deleted() - producerBefore, disposed, "each disposed view released at once, exactly once");
+    const dropped = 100 - disposed - kept.length;
+    for (let i = 0; i < 30 && deleted() - producerBefore < disposed + dropped; i++) await collectGarbage();
+    assert.equal(deleted() - producerBefore, disposed + dropped, "every dropped view released by the backstop");
+    for (const view of kept) assert.equal(view.array().length, 4, "a kept view was not released");
+    for (const view of kept) view.dispose();
+    for (let i = 0; i < 3; i++) await collectGarbage();
+    assert.equal(deleted() - producerBefore, 100, "nothing released twice");
+    assert.deepEqual(live(), before);
+  },
+  { skip: gcUnavailable() },
+);
 
 test("array-interface keepAlive is released once the view and its exports are gone", () => {
   const before = live();

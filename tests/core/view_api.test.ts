@@ -62,6 +62,23 @@ test("as(dtype, ndim) gives a typed view, and refuses a mismatch", () => {
   assert.equal(arr.length, 2);
 });
 
+test("array() is one array per view until dispose detaches it, an empty view's included", () => {
+  const view = matrix();
+  const array = view.array();
+  assert.equal(view.array(), array, "the same array each call");
+  assert.equal(view.get(1, 2), 5);
+  array[5] = 7;
+  assert.equal(view.get(1, 2), 7, "get reads through the same memory");
+  view.dispose();
+  assert.equal(array.length, 0, "detached at dispose");
+  const empty = importDLPack(make({ shape: [0] }).source);
+  const none = empty.array();
+  assert.equal(none.length, 0);
+  assert.equal(empty.array(), none, "the same empty array each call");
+  empty.dispose();
+  assert.throws(() => empty.array(), (e: unknown) => e instanceof DLPackError && e.code === "disposed");
+});
+
 test("set honours access: readwrite, readonly, unknown until assumeWritable", () => {
   using rw = matrix();
   rw.set(9, 0, 1);
