@@ -318,9 +318,12 @@ test("a whole TypedArray of each type, exported in one native call: the struct a
 test("a capsule's address as a bigint is its own struct's, however many capsules share a remembered slot", () => {
   const before = stats();
   const source = new Float32Array(8);
-  // More live capsules than remembered conversions: every slot is taken over many times.
-  const capsules = Array.from({ length: 3000 }, (_, i) => i % 2 ? exportDLPack(source) : exportDLPackLegacy(source));
+  // More live capsules than remembered conversions (4096): slots are taken over many times.
+  const capsules = Array.from({ length: 6000 }, (_, i) => i % 2 ? exportDLPack(source) : exportDLPackLegacy(source));
   const first = capsules.map((c) => c.address);
+  // The cache is direct-mapped by 16-byte units: some live addresses must share a slot for this to test eviction.
+  const slots = new Set(first.map((a) => Number((a >> 4n) & 4095n)));
+  assert.ok(slots.size < capsules.length, "some live capsules share a cache slot");
   // Read again in the opposite order, so each read meets a slot another address wrote last.
   for (let i = capsules.length - 1; i >= 0; i--) assert.equal(capsules[i].address, first[i]);
   assert.equal(new Set(first).size, capsules.length, "live capsules have distinct structs");
