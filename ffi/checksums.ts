@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "e69e020ddb8cf295c2a44bd9bc72654ab035ff72d0e5f56686a94beed3226c28",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "4a7deb9c7d64308de36de931783cae4129e903dd1433485397b7675eb1261511",
-  "libdlpack-0.1.0-linux-aarch64.so": "7d96c32deb03c61ad258a419262facf8a6d09d40064cbf6ee141962e67db22ea",
-  "libdlpack-0.1.0-linux-x86_64.so": "6ad57f3bf3bd7a10326b5b12743f451989c7410113639a57b84ff9368b03f667",
-  "libdlpack-0.1.0-windows-x86_64.dll": "fa25f6000d164e7b740dcc933560e691aa9e31614389fe679d17cd8c419a69a4",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "5973c2592b1310e3576342ab8bca9ad44bd7a2d6fed6e2d36040c726df673e76",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "0c522497827b86c21edfeb677f2e76e877336503079a2ea1589e42bd9b4afea1",
+  "libdlpack-0.1.0-linux-aarch64.so": "bb8c114bc48dc54b2ace14eccf867f3601eec4d95c1cc4e8dc79148abc74c393",
+  "libdlpack-0.1.0-linux-x86_64.so": "540c7054510df2d0f2acba90c3401bfea3c80e98bf0beed332ce6de220491629",
+  "libdlpack-0.1.0-windows-x86_64.dll": "c062f6d4c134a4d60ea990e380d15f4824e62ce52cf98ad5417722a55f448f86",
 });
