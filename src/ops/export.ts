@@ -346,7 +346,12 @@ function exportWholeArray(
       flags,
       versioned ? EXPORT_VERSIONED : 0,
     );
-    if (made <= 0) throw exportError(-made, scratch, `${byteLength} bytes`);
+    // This entry writes no refusal details into the scratch: only out-of-memory is a caller's
+    // situation; anything else means the facts read here disagreed with each other.
+    if (made <= 0) {
+      if (-made === Status.outOfMemory) throw exportError(-made, scratch, `${byteLength} bytes`);
+      throw new DLPackError("library", `the native export refused the facts of ${byteLength} bytes (status ${-made})`);
+    }
     address = made;
     // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
     recordPin(id, x);
