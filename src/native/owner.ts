@@ -19,28 +19,12 @@ import {
 
 /** Waiting handles a backstop holds before it flushes them all at once. */
 const BACKSTOP_BATCH = 1024;
-/** Slots of the short list new handles wait in first (the rest wait in the long one). */
-const RECENT_SLOTS = 16;
-/** Whether the short list is replaced now and then, so that it stays in V8's young generation: a
- * young view stored into an old array costs V8 a write barrier (about 2.5 ns per import); a fresh
- * array costs less, counted over the adds it serves. JavaScriptCore (Bun) measured slower with it. */
-const REFRESH_RECENT = runtime().name === "deno";
-/** Adds between two replacements of the short list (made only while it is empty). */
-const REFRESH_EVERY = 64;
-
-/** A short list (own slots, all of one array shape: index writes reach no setter). */
-function recentSlots(): (object | undefined)[] {
-  const u = undefined;
-  return [u, u, u, u, u, u, u, u, u, u, u, u, u, u, u, u];
-}
 
 /**
  * A FinalizationRegistry that registers lazily. Most handles are made and disposed within one tick
  * (import, read, dispose): registering each would cost more than the import itself, so new handles
  * wait in a list and are registered at the next microtask checkpoint (or once 1024 are waiting),
  * and only if they are still live then. A handle disposed before that never touches the registry.
- * They wait in a short list first (the one an import disposed right away enters and leaves), moved
- * to a long one when it is full.
  *
  * `add` never throws once it has stored a handle, and a flush interrupted by an exception (an
  * exhausted stack) resumes where it stopped: a handle is registered at most once, and `remove`
@@ -49,10 +33,6 @@ function recentSlots(): (object | undefined)[] {
 export class LazyBackstop<T extends number> {
   #registry: FinalizationRegistry<T>;
   #isLive: (holder: object) => boolean;
-  #recent: (object | undefined)[] = recentSlots();
-  #recentHelds: Float64Array = new Float64ArrayCtor(RECENT_SLOTS);
-  #recentCount = 0;
-  #adds = 0;
   // Own slots written by index: a setter a caller put on Array.prototype never sees them.
   #holders: (object | undefined)[] = objectSlots(BACKSTOP_BATCH);
   // Held values are numbers (addresses): unboxed here, so waiting handles allocate nothing.
@@ -75,41 +55,16 @@ export class LazyBackstop<T extends number> {
 
   /** Starts guarding `holder`; returns the epoch to hand back to {@link LazyBackstop.remove}. */
   add(holder: object, held: T): number {
-    // Making room may flush; if that throws, nothing was stored and the caller still owns what
-    // `held` stands for.
-    let k = this.#recentCount;
-    if (k >= RECENT_SLOTS) k = this.#makeRoom();
-    else if (REFRESH_RECENT && k === 0 && ++this.#adds >= REFRESH_EVERY) this.#refresh();
+    // A full batch is flushed first; if that throws, nothing was stored and the caller still owns
+    // what `held` stands for.
+    if (this.#count >= BACKSTOP_BATCH) this.flush();
+    const n = this.#count;
     const epoch = this.#epoch;
-    this.#recent[k] = holder;
-    this.#recentHelds[k] = held;
-    this.#recentCount = k + 1;
+    this.#holders[n] = holder;
+    this.#helds[n] = held;
+    this.#count = n + 1;
     if (!this.#scheduled) this.#schedule();
     return epoch;
-  }
-
-  /** Replaces the empty short list with a young one (kept apart: `add` stays small). */
-  #refresh(): void {
-    this.#adds = 0;
-    this.#recent = recentSlots();
-  }
-
-  /** Moves the full short list into the long one (flushed first if it has no room); returns the
-   * short list's count, 0. No call between the stores, and a handle counts in the long list only
-   * once its short slot is empty: it is never in both (registered twice). */
-  #makeRoom(): number {
-    if (this.#count > BACKSTOP_BATCH - RECENT_SLOTS) this.flush();
-    const recent = this.#recent;
-    let n = this.#count;
-    for (let k = this.#recentCount; k > 0; k--) {
-      this.#holders[n] = recent[k - 1];
-      this.#helds[n] = this.#recentHelds[k - 1];
-      recent[k - 1] = undefined;
-      n++;
-    }
-    this.#count = n;
-    this.#recentCount = 0;
-    return 0;
   }
 
   /** Never throws (kept apart so that `add` has no try/catch and stays inlinable). */
@@ -128,10 +83,10 @@ export class LazyBackstop<T extends number> {
     else {
       // Still waiting. The last one added (an import disposed right away) leaves the list now, so
       // the list does not keep it reachable until the next flush; others are skipped by the flush.
-      const k = this.#recentCount - 1;
-      if (k >= 0 && this.#recent[k] === holder) {
-        this.#recent[k] = undefined;
-        this.#recentCount = k;
+      const n = this.#count - 1;
+      if (n >= 0 && this.#holders[n] === holder) {
+        this.#holders[n] = undefined;
+        this.#count = n;
       }
     }
   }
@@ -142,15 +97,6 @@ export class LazyBackstop<T extends number> {
     // remove() must unregister it even if the flush is interrupted before reaching it.
     this.#epoch++;
     releaseDeferred();
-    for (let k = this.#recentCount; k > 0; k = this.#recentCount) {
-      // A slot the move to the long list already emptied is skipped (never registered twice).
-      const holder = this.#recent[k - 1];
-      if (holder !== undefined && this.#isLive(holder)) {
-        this.#registry.register(holder, this.#recentHelds[k - 1] as T, holder);
-      }
-      this.#recent[k - 1] = undefined;
-      this.#recentCount = k - 1;
-    }
     for (let n = this.#count; n > 0; n = this.#count) {
       const holder = this.#holders[n - 1]!;
       if (this.#isLive(holder)) this.#registry.register(holder, this.#helds[n - 1] as T, holder);

@@ -92,14 +92,14 @@ test("a capsule nobody took or disposed is released by the GC backstop", async (
 }, { skip: gcUnavailable() });
 
 test(
-  "views of one tick, beyond the backstop's short list: the disposed released once, the dropped by the GC",
+  "views of one tick, beyond a batch: the disposed released once, the dropped by the GC",
   async () => {
     const before = live();
     const producerBefore = deleted();
     const kept: BufferView[] = [];
     (() => {
-      // 100 views wait before any microtask: the short list (16) fills and moves into the long one
-      // several times. Disposed in mixed orders: some on top of the short list, some moved already.
+      // 100 views wait before any microtask, disposed in mixed orders: some the last one added,
+      // some waiting deeper in the backstop's list.
       const views: BufferView[] = [];
       for (let i = 0; i < 100; i++) {
         views.push(importDLPack(make({ shape: [4] }).source));
