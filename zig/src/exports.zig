@@ -668,18 +668,23 @@ test "exports released from many threads" {
     for (threads) |t| t.join();
 }
 
-test "one claim wins among racing imports; a kept refusal gives it back" {
-    const managed = try create(.{
+/// An empty rank-1 uint8 export with no owner.
+fn exportRank1(versioned: bool) !usize {
+    return create(.{
         .data = 0,
         .device = .{ .device_type = 1, .device_id = 0 },
         .dtype = .{ .code = 1, .bits = 8, .lanes = 1 },
         .shape = &.{0},
         .strides = &.{1},
         .flags = 0,
-        .versioned = true,
+        .versioned = versioned,
         .adopt_owner = false,
         .owner = null,
     });
+}
+
+test "one claim wins among racing imports; a kept refusal gives it back" {
+    const managed = try exportRank1(true);
     const Racer = struct {
         fn run(address: usize, wins: *std.atomic.Value(u32)) void {
             if (claim(address)) _ = wins.fetchAdd(1, .monotonic);
@@ -696,20 +701,6 @@ test "one claim wins among racing imports; a kept refusal gives it back" {
     dlpack.deleteManaged(managed, true);
     try testing.expectEqual(State.released, recognize(managed).?.state);
     try testing.expect(!claim(managed));
-}
-
-fn exportRank1(versioned: bool) !usize {
-    return create(.{
-        .data = 0,
-        .device = .{ .device_type = 1, .device_id = 0 },
-        .dtype = .{ .code = 1, .bits = 8, .lanes = 1 },
-        .shape = &.{0},
-        .strides = &.{1},
-        .flags = 0,
-        .versioned = versioned,
-        .adopt_owner = false,
-        .owner = null,
-    });
 }
 
 test "released records stay poisoned through a thread's quarantine, then are reused" {
