@@ -24,14 +24,15 @@ export function bridgeCases(out: Figures): void {
   const np = py.import("numpy");
   const fromDlpack = np.get("from_dlpack");
   const x = new Float32Array(256);
-  out.roundtrip_js_numpy_js_ns = measure(20_000, () => {
+  const roundTrip = () => {
     const t = toPython(x, py);
     const b = fromDlpack.call(t);
     const v = fromPython(b);
     v.dispose();
     b.dispose();
     t.dispose();
-  });
+  };
+  out.roundtrip_js_numpy_js_ns = measure(20_000, roundTrip);
   // Its steps, each alone (for the profile; not rows of the table): toPython and the
   // DLPackTensor's release, numpy's import of a ready DLPackTensor called from JS (the call and
   // the array's release included), and fromPython of a ready ndarray with the view disposed.
@@ -42,7 +43,7 @@ export function bridgeCases(out: Figures): void {
     using b = fromDlpack.call(t);
     out.step_from_python_ns = measure(20_000, () => fromPython(b).dispose());
   }
-  cpuCases(py, fromDlpack, x, out);
+  cpuCases(py, fromDlpack, x, roundTrip, out);
   torchCases(py, out);
 }
 
@@ -57,7 +58,13 @@ const CPU_BATCH = 20_000;
  * wall-clock figures above also count the time this thread waited for a core, and numpy's
  * reference is then measured in another process at another moment.
  */
-function cpuCases(py: ReturnType<typeof openPython>, fromDlpack: PyObject, x: Float32Array, out: Figures): void {
+function cpuCases(
+  py: ReturnType<typeof openPython>,
+  fromDlpack: PyObject,
+  x: Float32Array,
+  roundTrip: () => void,
+  out: Figures,
+): void {
   py.exec(
     "import time as _bench_time\n" +
       "_bench_a = numpy.zeros(256, numpy.float32)\n" +
@@ -72,15 +79,7 @@ function cpuCases(py: ReturnType<typeof openPython>, fromDlpack: PyObject, x: Fl
   using t = toPython(x, py);
   using b = fromDlpack.call(t);
   const cases: Record<string, () => number> = {
-    roundtrip_js_numpy_js_cpu_ns: () =>
-      jsBatch(() => {
-        const t = toPython(x, py);
-        const b = fromDlpack.call(t);
-        const v = fromPython(b);
-        v.dispose();
-        b.dispose();
-        t.dispose();
-      }),
+    roundtrip_js_numpy_js_cpu_ns: () => jsBatch(roundTrip),
     numpy_roundtrip_cpu_ns: () => numpyRoundTrip.call(n).toJS<number>() / CPU_BATCH,
     step_to_python_cpu_ns: () => jsBatch(() => toPython(x, py).dispose()),
     step_numpy_from_dlpack_cpu_ns: () => jsBatch(() => fromDlpack.call(t).dispose()),
