@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "5973c2592b1310e3576342ab8bca9ad44bd7a2d6fed6e2d36040c726df673e76",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "0c522497827b86c21edfeb677f2e76e877336503079a2ea1589e42bd9b4afea1",
-  "libdlpack-0.1.0-linux-aarch64.so": "bb8c114bc48dc54b2ace14eccf867f3601eec4d95c1cc4e8dc79148abc74c393",
-  "libdlpack-0.1.0-linux-x86_64.so": "540c7054510df2d0f2acba90c3401bfea3c80e98bf0beed332ce6de220491629",
-  "libdlpack-0.1.0-windows-x86_64.dll": "c062f6d4c134a4d60ea990e380d15f4824e62ce52cf98ad5417722a55f448f86",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "99e74bfeb4ce51ac0b1c48a502f4bc76461c0aa49a45d22408b26134bb8579bf",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "60765969db9a12c4bad4ade9a4257d328e78b434a75ab501fc7e116bf92debc3",
+  "libdlpack-0.1.0-linux-aarch64.so": "79d7e6a2d06deee921c6d7bcbb9006b876771ae1292c8a245608061908e9c98c",
+  "libdlpack-0.1.0-linux-x86_64.so": "4a9bdf8a1724dd9a4b997e3d34d124e8234f21978746324a214baefa8a733c7f",
+  "libdlpack-0.1.0-windows-x86_64.dll": "e0c767c9e5997fce79b4a40dfc1759945d0d5dda8ffe99eacad91826112f14ac",
 });

@@ -18,9 +18,6 @@ export const symbols = {
   dlpk_description_size: { args: [], returns: "u32" },
   dlpk_retain_library: { args: [], returns: "i32" },
   dlpk_import: { args: ["f64", "u32", "f64"], returns: "i32" },
-  // The same import, for an address the runtime hands out as a pointer object (Deno's
-  // PointerObject): the runtime passes the pointer, so JS never converts it to a number.
-  dlpk_import_pointer: { args: ["pointer", "u32", "f64"], returns: "i32" },
   dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
   dlpk_owner_release: { args: ["f64"], returns: "void" },
@@ -88,9 +85,11 @@ export const symbols = {
   dlpk_cuda_export_fence: { args: ["usize", "u32", "usize"], returns: "i32" },
   dlpk_cuda_stats: { args: ["buffer"], returns: "u32" },
 
-  // The imports above into a KeyedDescription (src/native/description.ts's scratch): its
-  // generation tells the view layer in one word whether the facts it built last still apply.
+  // dlpk_import into a KeyedDescription (src/native/description.ts's scratch): its generation
+  // tells the view layer in one word whether the facts it built last still apply.
   dlpk_import_keyed: { args: ["f64", "u32", "f64"], returns: "i32" },
+  // For an address the runtime hands out as a pointer object (Deno's PointerObject): the runtime
+  // passes the pointer, so JS never converts it to a number.
   dlpk_import_pointer_keyed: { args: ["pointer", "u32", "f64"], returns: "i32" },
   // For a bigint address, passed as it is (converting it to a number costs more than the call).
   dlpk_import_word_keyed: { args: ["usize", "u32", "f64"], returns: "i32" },

@@ -98,14 +98,6 @@ export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 
     return importAt(managed, options, out);
 }
 
-/// `dlpk_import` for an address the runtime's FFI hands out as a pointer object (Deno's
-/// `PointerObject`): the runtime passes the pointer itself, so JS never converts it to a number.
-/// Every check of `dlpk_import` applies: the pointer is only an address.
-export fn dlpk_import_pointer(managed: ?*anyopaque, options: u32, out_address: f64) i32 {
-    const out = descriptionAt(out_address) orelse return invalid;
-    return importAt(@intFromPtr(managed), options, out);
-}
-
 fn importAt(managed: usize, options: u32, out: *Description) i32 {
     const versioned = options & import_option.versioned != 0;
     const keep = options & import_option.keep_on_refusal != 0;
@@ -880,9 +872,12 @@ export fn dlpk_import_keyed(managed_address: f64, options: u32, out_address: f64
     return status;
 }
 
-/// `dlpk_import_pointer` into a `KeyedDescription` (see `dlpk_import_keyed`).
+/// `dlpk_import_keyed` for an address the runtime's FFI hands out as a pointer object (Deno's
+/// `PointerObject`): the runtime passes the pointer itself, so JS never converts it to a number.
+/// Every check of `dlpk_import` applies: the pointer is only an address.
 export fn dlpk_import_pointer_keyed(managed: ?*anyopaque, options: u32, out_address: f64) i32 {
-    const status = dlpk_import_pointer(managed, options, out_address);
+    const out = descriptionAt(out_address) orelse return invalid;
+    const status = importAt(@intFromPtr(managed), options, out);
     if (status == 0) keyFacts(keyedAt(out_address));
     return status;
 }
