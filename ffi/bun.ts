@@ -3,9 +3,9 @@
  * type declarations.
  * @module
  */
-import type { Bound, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
+import type { OpenLibrary, Runtime, SymbolTable } from "./types.ts";
 import { typedArrayBuffer } from "../src/facts/intrinsics.ts";
-import { asNumber } from "./results.ts";
+import { bindSymbols } from "./results.ts";
 
 interface BunFFI {
   dlopen(
@@ -39,16 +39,6 @@ interface NodeFsPromises {
 
 function bunRequire<T>(id: string): T {
   return (import.meta as unknown as { require(id: string): T }).require(id);
-}
-
-function bindSymbols<T extends SymbolTable>(raw: Record<string, (...args: unknown[]) => unknown>, table: T): Bound<T> {
-  const bound: Record<string, unknown> = {};
-  for (const [name, spec] of Object.entries(table)) {
-    const fn = raw[name];
-    if (fn == null) continue;
-    bound[name] = spec.returns === "usize" ? asNumber(fn, spec.args.length) : fn;
-  }
-  return bound as Bound<T>;
 }
 
 /** The Bun implementation of {@link Runtime}. */

@@ -3,21 +3,10 @@
  * @module
  */
 import { DLPackError } from "../src/facts/errors.ts";
-import type { Bound, OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
-import { asNumber } from "./results.ts";
+import type { OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
+import { bindSymbols } from "./results.ts";
 
 const NumberCtor = Number;
-
-function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table: T): Bound<T> {
-  const bound: Record<string, unknown> = {};
-  for (const [name, spec] of Object.entries(table)) {
-    const fn = raw[name] as ((...args: unknown[]) => unknown) | null | undefined;
-    if (fn == null) continue;
-    // Deno returns 64-bit results as bigint; the table promises numbers (addresses < 2^53).
-    bound[name] = spec.returns === "usize" ? asNumber(fn, spec.args.length) : fn;
-  }
-  return bound as Bound<T>;
-}
 
 /** The pointer functions' errors: FFI permission revoked after the library was loaded (ready()
  * checks it up front) becomes a DLPackError saying so; anything else passes unchanged. Out of line,

@@ -142,6 +142,8 @@ export function openLibrary<T extends SymbolTable>(path: string, table: T, shown
 }
 
 let loaded: OpenLibrary<Symbols> | undefined;
+/** `loaded.symbols`, read by {@link core} without going through `loaded`. */
+let bound: Bound<Symbols> | undefined;
 /** Set by {@link useLibrary}. */
 let chosen: string | undefined;
 let preparing: Promise<string> | undefined;
@@ -281,7 +283,11 @@ export function useLibrary(path: string | URL): void {
 
 /** libdlpack's bound functions, loaded on first use and checked against {@link ABI_VERSION}. */
 export function core(): Bound<Symbols> {
-  if (loaded !== undefined) return loaded.symbols;
+  // Kept under V8's size for functions it always inlines: every import and dispose calls this.
+  return bound !== undefined ? bound : loadCore();
+}
+
+function loadCore(): Bound<Symbols> {
   const path = corePathOrThrow();
   return load(path, path).symbols;
 }
@@ -334,6 +340,7 @@ function load(file: string, shownPath: string): OpenLibrary<Symbols> {
   // mapped even if this runtime closes its handle (Deno does when an isolate ends).
   lib.symbols.dlpk_retain_library();
   loaded = { path: shownPath, symbols: lib.symbols, close: lib.close };
+  bound = lib.symbols;
   return loaded;
 }
 

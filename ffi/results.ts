@@ -1,10 +1,33 @@
 /**
- * Result conversion both runtime bindings share.
+ * Result conversion and symbol binding both runtime bindings share.
  * @module
  */
+import type { Bound, SymbolTable } from "./types.ts";
 
 const NumberCtor = Number;
 const ReflectApply = Reflect.apply;
+const ObjectDefineProperties = Object.defineProperties;
+const ObjectFreeze = Object.freeze;
+const ObjectKeys = Object.keys;
+
+/**
+ * The table's functions as the runtime opened them (64-bit results as numbers), on one frozen
+ * object. Defined in one step: V8 keeps an object that got its 61 functions by keyed stores in
+ * dictionary mode, where every `core().fn` is a hash lookup the JIT cannot fold and the hot paths
+ * paid several nanoseconds per call for it.
+ */
+export function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>, table: T): Bound<T> {
+  const descriptors = { __proto__: null } as unknown as Record<string, PropertyDescriptor>;
+  const names = ObjectKeys(table);
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i];
+    const fn = raw[name] as ((...args: unknown[]) => unknown) | null | undefined;
+    if (fn == null) continue;
+    const value = table[name].returns === "usize" ? asNumber(fn, table[name].args.length) : fn;
+    descriptors[name] = { __proto__: null, value, enumerable: true } as PropertyDescriptor;
+  }
+  return ObjectFreeze(ObjectDefineProperties({}, descriptors)) as Bound<T>;
+}
 
 /** `fn` with its 64-bit result as a number (addresses are below 2^53). Fixed arities: a rest
  * spread would go through `Array.prototype[Symbol.iterator]`, which a caller can replace. */
