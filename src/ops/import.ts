@@ -4,17 +4,17 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { KEY_OWNER, refusalError, scratch, U32 } from "../native/description.ts";
+import { KEY_OWNER, refusalError, scratch } from "../native/description.ts";
 import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
-import { type Access, BufferView, buildKeyed, isBufferView, keepAliveOf } from "../view/view.ts";
+import { BufferView, buildKeyed, isBufferView, keepAliveOf } from "../view/view.ts";
 import type { Owner } from "../native/owner.ts";
 import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "../native/owner.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";
 import { callWith, floor } from "../facts/intrinsics.ts";
-import { Flag, ImportOption } from "../facts/abi.ts";
+import { ImportOption } from "../facts/abi.ts";
 import { type Checked, checkImported, readRequirements, type RequiredView, type Requirements } from "./requirements.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
@@ -46,7 +46,7 @@ const MAX_VERSION: readonly [number, number] = [1, 3];
 
 const IMPORT_VERSIONED = ImportOption.versioned;
 const IMPORT_STRICT_OFFSET = ImportOption.strictOffset;
-const READ_ONLY = Flag.readOnly;
+const VERSIONED_STRICT = IMPORT_VERSIONED | IMPORT_STRICT_OFFSET;
 /** Whether the runtime's FFI hands out pointer objects (Deno), which go to native code as they are. */
 const POINTER_OBJECTS = runtime().pointerObjects;
 /** The largest integer a number holds exactly (2^53 - 1). */
@@ -81,18 +81,11 @@ function importTensor(
       address = takeCapsule(source);
       ownStruct = true;
     }
-    const lib = core();
-    const at = scratch.at;
-    const status = lib.dlpk_import_keyed(
-      address,
-      (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
-      at,
-    );
+    const status = core().dlpk_import_keyed(address, optionsOf(versioned, strict), scratch.at);
     seen = true;
     if (status !== 0) throw refusalError(status, scratch, address !== 0);
     owner = scratch.f64[KEY_OWNER];
-    const access = versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
-    return buildKeyed(scratch, owner, access, producer, keepAlive);
+    return buildKeyed(scratch, owner, versioned, producer, keepAlive);
   } catch (error) {
     // No call before the deferred buffers hold what is owed: the stack may be exhausted here.
     let owed = 0;
@@ -106,29 +99,35 @@ function importTensor(
   }
 }
 
+/** The native import options. */
+function optionsOf(versioned: boolean, strict: boolean): number {
+  return (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0);
+}
+
+// The three raw-address imports below (number, pointer object, bigint word) each keep the FFI call
+// of their address type, so each call site sees one type; each reads the owner the import made
+// with no call in between and builds the view inside a `try` whose catch parks the owner before
+// any call, as an exhausted stack may throw anywhere from here on. They are kept small: V8 inlines
+// the whole import into the caller's loop only while the chain fits its inlining budget, and a
+// view built out of line cost 25 bytes more per import in allocations.
+
 /**
  * @internal Imports one managed tensor at a raw address the caller hands over (the hot path: no
  * capsule to take, so nothing is owed until libdlpack has taken the tensor).
  */
 export function importManaged(
   address: number,
-  versioned: boolean,
-  strict: boolean,
+  options: number,
   producer: string | null,
   keepAlive?: unknown,
 ): BufferView {
-  const status = core().dlpk_import_keyed(
-    address,
-    (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
-    scratch.at,
-  );
+  const status = core().dlpk_import_keyed(address, options, scratch.at);
   if (status !== 0) throw refusalError(status, scratch, address !== 0);
-  // Read without a call: from here on the tensor is owed to its producer on any exception.
   const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildKeyed(scratch, owner, accessOf(versioned), producer, keepAlive);
+    return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, keepAlive);
   } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
+    deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();
     throw error;
   }
@@ -136,74 +135,83 @@ export function importManaged(
 
 /** `importManaged` for a pointer object of the runtime's FFI (Deno's `PointerObject`), passed to
  * native code as it is. Anything the runtime does not take as a pointer goes the general way. */
-function importPointer(pointer: object, versioned: boolean, strict: boolean, producer: string | null): BufferView {
-  let status: number;
-  try {
-    status = core().dlpk_import_pointer_keyed(
-      pointer,
-      (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
-      scratch.at,
-    );
-  } catch {
-    // Not a pointer object (the runtime refused it before any native code ran): nothing was taken.
-    return importManaged(toAddress(pointer, versioned ? "versioned" : "legacy"), versioned, strict, producer);
-  }
+function importPointer(pointer: object, options: number, producer: string | null): BufferView {
+  const status = pointerImport(pointer, options);
   // A pointer object is never NULL (Deno hands out null for that), so a refusal released the tensor.
-  if (status !== 0) throw refusalError(status, scratch, true);
+  if (status !== 0) return status === NOT_A_POINTER ? importObject(pointer, options, producer) : refused(status);
   const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildKeyed(scratch, owner, accessOf(versioned), producer, undefined);
+    return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, undefined);
   } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
+    deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();
     throw error;
   }
 }
 
-/** The access of an import libdlpack just described into the scratch. */
-function accessOf(versioned: boolean): Access {
-  return versioned ? ((scratch.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
+/** What {@link pointerImport} returns when the runtime refused the object before any native code
+ * ran (no import status is negative). */
+const NOT_A_POINTER = -1;
+
+/** `dlpk_import_pointer_keyed`, or {@link NOT_A_POINTER} when the runtime did not take `pointer`
+ * as a pointer (it throws before calling: nothing was taken). */
+function pointerImport(pointer: object, options: number): number {
+  try {
+    return core().dlpk_import_pointer_keyed(pointer, options, scratch.at);
+  } catch {
+    return NOT_A_POINTER;
+  }
+}
+
+/** An object the runtime did not take as a pointer: toAddress says what is wrong with it. */
+function importObject(address: object, options: number, producer: string | null): BufferView {
+  return importManaged(
+    toAddress(address, (options & IMPORT_VERSIONED) !== 0 ? "versioned" : "legacy"),
+    options,
+    producer,
+  );
+}
+
+/** The refusal of a raw-address import libdlpack made (and released the tensor for). */
+function refused(status: number): never {
+  throw refusalError(status, scratch, true);
 }
 
 /** Imports `{ versioned: address }` / `{ legacy: address }` (the address read once, as given). */
-function importAddress(address: unknown, versioned: boolean, strict: boolean, producer: string | null): BufferView {
+function importAddress(address: unknown, options: number, producer: string | null): BufferView {
   // A plain number goes straight to native code, which refuses what cannot be a struct; the checks
   // here only give the clearer message for what is not an address at all.
   if (typeof address === "number" && address >= 0 && address <= MAX_EXACT && floor(address) === address) {
-    return importManaged(address, versioned, strict, producer);
+    return importManaged(address, options, producer);
   }
   if (POINTER_OBJECTS && typeof address === "object" && address !== null) {
-    return importPointer(address, versioned, strict, producer);
+    return importPointer(address, options, producer);
   }
-  return importConverted(address, versioned, strict, producer);
+  return importConverted(address, options, producer);
 }
 
 /** `importAddress` for the other forms, kept out of line so the hot path stays small enough for
  * the JIT to inline into its caller. */
-function importConverted(address: unknown, versioned: boolean, strict: boolean, producer: string | null): BufferView {
+function importConverted(address: unknown, options: number, producer: string | null): BufferView {
   // A bigint below 2^53 goes to native code as it is; anything else gets toAddress's checks and
   // messages (a runtime would wrap a bigint beyond 64 bits around, so the range is checked here).
   if (typeof address === "bigint" && address >= 0n && address < BIGINT_EXACT) {
-    return importWord(address, versioned, strict, producer);
+    return importWord(address, options, producer);
   }
-  return importManaged(toAddress(address, versioned ? "versioned" : "legacy"), versioned, strict, producer);
+  const what = (options & IMPORT_VERSIONED) !== 0 ? "versioned" : "legacy";
+  return importManaged(toAddress(address, what), options, producer);
 }
 
 /** `importManaged` for a bigint in [0, 2^53), passed to native code as a 64-bit word: converting it
  * to a number costs more than the import's FFI call in Deno. */
-function importWord(address: bigint, versioned: boolean, strict: boolean, producer: string | null): BufferView {
-  const status = core().dlpk_import_word_keyed(
-    address,
-    (versioned ? IMPORT_VERSIONED : 0) | (strict ? IMPORT_STRICT_OFFSET : 0),
-    scratch.at,
-  );
+function importWord(address: bigint, options: number, producer: string | null): BufferView {
+  const status = core().dlpk_import_word_keyed(address, options, scratch.at);
   if (status !== 0) throw refusalError(status, scratch, address !== 0n);
-  // Read without a call: from here on the tensor is owed to its producer on any exception.
   const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildKeyed(scratch, owner, accessOf(versioned), producer, undefined);
+    return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, undefined);
   } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owner; // parked before any call: the stack may be exhausted
+    deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();
     throw error;
   }
@@ -268,28 +276,32 @@ function importProvided(
   }
 }
 
-function importSource(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
+function importSource(src: DLPackSource, strict: boolean, producer: string | null): BufferView {
   releaseDeferred();
-  // Options are checked before anything is taken: on a mistake here the caller still owns src.
-  const producer = opts === undefined ? null : producerOf(opts);
   // `instanceof` first, which the JIT inlines (unlike Object.getPrototypeOf in Deno, and the
   // brand checks, which look for a private name): an object literal is neither, and goes the
   // common way. Both classes pin their Symbol.hasInstance, so no caller can make this lie.
   // Everything else is out of line, so that this stays small enough for the JIT to inline.
   if (src !== null && typeof src === "object" && !(src instanceof Capsule) && !(src instanceof BufferView)) {
     // Each key read once: `{ versioned: address }`, `{ legacy: address }`, or a provider.
-    const source = src as { versioned?: unknown; legacy?: unknown; __dlpack__?: unknown };
+    const source = src as { versioned?: unknown; __dlpack__?: unknown };
     const dlpack = source.__dlpack__;
-    if (typeof dlpack === "function") return importProviderObject(src, dlpack, strict, producer);
-    if ("versioned" in source) return importAddress(source.versioned, true, strict, producer);
-    if ("legacy" in source) return importAddress(source.legacy, false, strict, producer);
+    if (typeof dlpack !== "function" && "versioned" in source) {
+      return importAddress(source.versioned, strict ? VERSIONED_STRICT : IMPORT_VERSIONED, producer);
+    }
+    return importObjectSource(src, dlpack, strict, producer);
   }
   return importOther(src, strict, producer);
 }
 
-/** An object with a `__dlpack__` method (read once, by the caller). */
-function importProviderObject(src: object, dlpack: unknown, strict: boolean, producer: string | null): BufferView {
-  return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
+/** A provider (its `__dlpack__` read once, by the caller), `{ legacy: address }`, or neither. */
+function importObjectSource(src: object, dlpack: unknown, strict: boolean, producer: string | null): BufferView {
+  if (typeof dlpack === "function") {
+    return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
+  }
+  const source = src as { legacy?: unknown };
+  if ("legacy" in source) return importAddress(source.legacy, strict ? IMPORT_STRICT_OFFSET : 0, producer);
+  return importOther(src, strict, producer);
 }
 
 /** What is not an address literal or a provider: the library's own objects (their prototypes
@@ -318,7 +330,7 @@ export function requirementsOf(
 /** Imports, then checks `require`: a view that fails it is disposed (its producer released). */
 function importChecked(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
   const required = requirementsOf(opts, strict ? "fromDLPack" : "importDLPack");
-  const view = importSource(src, strict, opts);
+  const view = importSource(src, strict, producerOf(opts));
   return required === undefined ? view : checkImported(view, required, "the imported tensor");
 }
 
@@ -335,7 +347,7 @@ export function importDLPack<const R extends Requirements>(
 export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView;
 export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView {
   // Without options there is nothing to check: one call less on the hot path.
-  return opts === undefined ? importSource(src, false, undefined) : importChecked(src, false, opts);
+  return opts === undefined ? importSource(src, false, null) : importChecked(src, false, opts);
 }
 
 /**

@@ -418,33 +418,32 @@ export function buildFromScratch(
 /**
  * @internal {@link buildFromScratch} for an import `dlpk_import_keyed` (or its pointer form) just
  * described: the native side moved the scratch's generation on unless every fact equals the last
- * keyed import's, so the facts built for a generation are reused after one word compare.
+ * keyed import's, so the facts (and the access, which the flags and the generation of the struct
+ * decide) built for a generation are reused after one word compare.
  */
 export function buildKeyed(
   s: Scratch,
   owner: number,
-  access: Access,
+  versioned: boolean,
   producer: string | null,
   keepAlive: unknown,
 ): BufferView {
   const f64 = s.f64;
   const address = f64[KEY_ADDRESS];
   if (address < 0) throw s.beyondExact();
-  const generation = f64[KEY_GENERATION];
-  const facts = generation === keyedGeneration && producer === keyedProducer
-    ? keyedFacts
-    : keyedFactsOf(s, producer, generation);
-  return construct(owner, address, facts, access, keepAlive);
+  if (f64[KEY_GENERATION] !== keyedGeneration || producer !== keyedProducer) keyedFactsOf(s, producer, versioned);
+  return construct(owner, address, keyedFacts, keyedAccess, keepAlive);
 }
 
-/** The facts of a keyed import, remembered for its generation (nothing is remembered if building
- * them throws). */
-function keyedFactsOf(s: Scratch, producer: string | null, generation: number): ViewFacts {
+/** The facts and access of a keyed import, remembered for its generation (nothing is remembered
+ * if building them throws). */
+function keyedFactsOf(s: Scratch, producer: string | null, versioned: boolean): void {
+  const generation = s.f64[KEY_GENERATION];
   const facts = factsOfScratch(s, producer, "external", undefined);
+  keyedAccess = versioned ? ((s.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
   keyedFacts = facts;
   keyedProducer = producer;
   keyedGeneration = generation;
-  return facts;
 }
 
 /** The facts of the description in `s`, remembered (with its words) for the next import. */
@@ -535,6 +534,7 @@ let lastFacts: ViewFacts = {
 let keyedGeneration = -1;
 let keyedProducer: string | null = null;
 let keyedFacts: ViewFacts = lastFacts;
+let keyedAccess: Access = "unknown";
 
 function factsFromScratch(
   f64: Float64Array,
