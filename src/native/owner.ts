@@ -19,12 +19,33 @@ import {
 
 /** Waiting handles a backstop holds before it flushes them all at once. */
 const BACKSTOP_BATCH = 1024;
+/** The newest waiting handles a backstop keeps in its small, young list. */
+const RECENT = 32;
+/** Adds between two renewals of the young list: a small share of what V8 allocates between two
+ * scavenges (each import allocates about 100 bytes), so the list rarely ever survives one. */
+const RENEW_AFTER = 1024;
+
+/** A new young list: an array literal, whose slots are its own (index writes reach no setter a
+ * caller put on Array.prototype) and which V8 allocates in its young generation. */
+function youngSlots(): (object | undefined)[] {
+  // deno-fmt-ignore
+  return [
+    undefined, undefined, undefined, undefined, undefined, undefined, undefined, undefined,
+    undefined, undefined, undefined, undefined, undefined, undefined, undefined, undefined,
+    undefined, undefined, undefined, undefined, undefined, undefined, undefined, undefined,
+    undefined, undefined, undefined, undefined, undefined, undefined, undefined, undefined,
+  ];
+}
 
 /**
  * A FinalizationRegistry that registers lazily. Most handles are made and disposed within one tick
  * (import, read, dispose): registering each would cost more than the import itself, so new handles
  * wait in a list and are registered at the next microtask checkpoint (or once 1024 are waiting),
  * and only if they are still live then. A handle disposed before that never touches the registry.
+ *
+ * New handles go to a list of 32 that is replaced by a fresh one every 1024 adds, so it stays in
+ * V8's young generation: a new handle stored into an old array runs the write barrier's slow path,
+ * which cost Deno about 7 ns per import. A full young list moves to the older list of 1024.
  *
  * `add` never throws once it has stored a handle, and a flush interrupted by an exception (an
  * exhausted stack) resumes where it stopped: a handle is registered at most once, and `remove`
@@ -33,9 +54,13 @@ const BACKSTOP_BATCH = 1024;
 export class LazyBackstop<T extends number> {
   #registry: FinalizationRegistry<T>;
   #isLive: (holder: object) => boolean;
+  #recent: (object | undefined)[] = youngSlots();
+  // Held values are numbers (addresses): unboxed here, so waiting handles allocate nothing.
+  #recentHelds: Float64Array = new Float64ArrayCtor(RECENT);
+  #recentCount = 0;
+  #renewIn = RENEW_AFTER;
   // Own slots written by index: a setter a caller put on Array.prototype never sees them.
   #holders: (object | undefined)[] = objectSlots(BACKSTOP_BATCH);
-  // Held values are numbers (addresses): unboxed here, so waiting handles allocate nothing.
   #helds: Float64Array = new Float64ArrayCtor(BACKSTOP_BATCH);
   #count = 0;
   /** Handles added in an epoch below this one may have been registered. */
@@ -55,16 +80,50 @@ export class LazyBackstop<T extends number> {
 
   /** Starts guarding `holder`; returns the epoch to hand back to {@link LazyBackstop.remove}. */
   add(holder: object, held: T): number {
-    // A full batch is flushed first; if that throws, nothing was stored and the caller still owns
+    // The lists make room first; if that throws, nothing was stored and the caller still owns
     // what `held` stands for.
-    if (this.#count >= BACKSTOP_BATCH) this.flush();
-    const n = this.#count;
+    if (this.#recentCount >= RECENT) this.#spill();
+    if (--this.#renewIn < 0) this.#renew();
+    const n = this.#recentCount;
     const epoch = this.#epoch;
-    this.#holders[n] = holder;
-    this.#helds[n] = held;
-    this.#count = n + 1;
+    this.#recent[n] = holder;
+    this.#recentHelds[n] = held;
+    this.#recentCount = n + 1;
     if (!this.#scheduled) this.#schedule();
     return epoch;
+  }
+
+  /** Moves the full young list to the older one (flushing both when that has no room). */
+  #spill(): void {
+    const count = this.#count;
+    if (count > BACKSTOP_BATCH - RECENT) {
+      this.flush();
+      return;
+    }
+    // No call from here on: the move cannot be interrupted half way.
+    const recent = this.#recent;
+    const n = this.#recentCount;
+    for (let i = 0; i < n; i++) {
+      this.#holders[count + i] = recent[i];
+      this.#helds[count + i] = this.#recentHelds[i];
+      recent[i] = undefined;
+    }
+    this.#count = count + n;
+    this.#recentCount = 0;
+  }
+
+  /** Replaces the young list by a fresh one (before the old one is likely to leave V8's young
+   * generation), moving the waiting handles over. */
+  #renew(): void {
+    this.#renewIn = RENEW_AFTER;
+    const fresh = youngSlots();
+    // No call from here on.
+    const recent = this.#recent;
+    for (let i = 0; i < this.#recentCount; i++) {
+      fresh[i] = recent[i];
+      recent[i] = undefined;
+    }
+    this.#recent = fresh;
   }
 
   /** Never throws (kept apart so that `add` has no try/catch and stays inlinable). */
@@ -83,10 +142,10 @@ export class LazyBackstop<T extends number> {
     else {
       // Still waiting. The last one added (an import disposed right away) leaves the list now, so
       // the list does not keep it reachable until the next flush; others are skipped by the flush.
-      const n = this.#count - 1;
-      if (n >= 0 && this.#holders[n] === holder) {
-        this.#holders[n] = undefined;
-        this.#count = n;
+      const n = this.#recentCount - 1;
+      if (n >= 0 && this.#recent[n] === holder) {
+        this.#recent[n] = undefined;
+        this.#recentCount = n;
       }
     }
   }
@@ -97,12 +156,19 @@ export class LazyBackstop<T extends number> {
     // remove() must unregister it even if the flush is interrupted before reaching it.
     this.#epoch++;
     releaseDeferred();
-    for (let n = this.#count; n > 0; n = this.#count) {
-      const holder = this.#holders[n - 1]!;
-      if (this.#isLive(holder)) this.#registry.register(holder, this.#helds[n - 1] as T, holder);
-      this.#holders[n - 1] = undefined;
-      this.#count = n - 1;
+    while (this.#recentCount > 0) {
+      this.#recentCount = this.#registerLast(this.#recent, this.#recentHelds, this.#recentCount);
     }
+    while (this.#count > 0) this.#count = this.#registerLast(this.#holders, this.#helds, this.#count);
+  }
+
+  /** Registers the last of `n` waiting handles of a list if it is still live, and clears its slot;
+   * returns `n - 1` (the caller stores it: an interruption before that leaves the slot to retry). */
+  #registerLast(list: (object | undefined)[], helds: Float64Array, n: number): number {
+    const holder = list[n - 1]!;
+    if (this.#isLive(holder)) this.#registry.register(holder, helds[n - 1] as T, holder);
+    list[n - 1] = undefined;
+    return n - 1;
   }
 }
 

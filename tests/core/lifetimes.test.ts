@@ -124,6 +124,34 @@ test(
   { skip: gcUnavailable() },
 );
 
+test(
+  "views waiting while the backstop renews its young list: dropped ones released by the GC, none twice",
+  async () => {
+    const before = live();
+    const producerBefore = deleted();
+    let kept: BufferView | undefined;
+    (() => {
+      // Three views wait (no microtask runs) while 2,500 import/dispose pairs make the backstop
+      // renew its young list twice and move the waiting ones over each time.
+      const waiting = [0, 1, 2].map(() => importDLPack(make({ shape: [3] }).source));
+      for (let i = 0; i < 2500; i++) importDLPack(make({ shape: [1] }).source).dispose();
+      assert.equal(deleted() - producerBefore, 2500, "each disposed view released at once");
+      waiting[1].dispose();
+      kept = waiting[2];
+      // waiting[0] is dropped undisposed.
+    })();
+    assert.equal(deleted() - producerBefore, 2501);
+    for (let i = 0; i < 30 && deleted() - producerBefore < 2502; i++) await collectGarbage();
+    assert.equal(deleted() - producerBefore, 2502, "the dropped view released by the backstop");
+    assert.equal(kept!.array().length, 3, "the kept view was not released");
+    kept!.dispose();
+    for (let i = 0; i < 3; i++) await collectGarbage();
+    assert.equal(deleted() - producerBefore, 2503, "nothing released twice");
+    assert.deepEqual(live(), before);
+  },
+  { skip: gcUnavailable() },
+);
+
 test("array-interface keepAlive is released once the view and its exports are gone", () => {
   const before = live();
   const memory = zeros([4], "float32");
