@@ -289,7 +289,10 @@ export function disposeJournaled(address: number, n: number): void {
   pinned[id] = undefined;
   if (entry !== undefined) pinCount--;
   freeIds[freeCount++] = id;
-  if (entry instanceof PinnedWithRelease) notifyReleased(entry);
+  if (withRelease[id] !== 0) {
+    withRelease[id] = 0;
+    notifyReleased(entry as PinnedWithRelease);
+  }
 }
 
 /** Deletes a managed struct (calls its deleter), journaled like {@link releaseOwner}. */
@@ -390,6 +393,9 @@ export class Owner {
 // Pinned values by pin id, in own slots (index writes reach no setter, and no Map method a caller
 // can replace is involved). Ids of released pins are reused.
 let pinned: unknown[] = objectSlots(256);
+/** 1 where the pin's entry is a {@link PinnedWithRelease}: one byte read instead of an
+ * `instanceof`, which walks a pinned TypedArray's three prototypes on every release. */
+let withRelease = new Uint8Array(256);
 let freeIds = new Int32Array(256);
 let freeCount = 0;
 /** Ids below this have been handed out (0 is never used). */
@@ -447,7 +453,10 @@ function growPins(): void {
   for (let i = 0; i < n; i++) bigger[i] = pinned[i];
   const ids = new Int32Array(2 * n);
   for (let i = 0; i < freeCount; i++) ids[i] = freeIds[i];
+  const flags = new Uint8Array(2 * n);
+  for (let i = 0; i < n; i++) flags[i] = withRelease[i];
   pinned = bigger;
+  withRelease = flags;
   freeIds = ids;
 }
 
@@ -458,7 +467,11 @@ let strayQueued = false;
 /** Keeps `value` reachable under `id`, whose native pin owner now exists (its address is the
  * scratch's owner field: every caller records the pin right after the native call made it). */
 export function recordPin(id: number, value: unknown, onRelease?: () => void): void {
-  pinned[id] = onRelease === undefined ? value : new PinnedWithRelease(value, onRelease);
+  if (onRelease === undefined) pinned[id] = value;
+  else {
+    pinned[id] = new PinnedWithRelease(value, onRelease);
+    withRelease[id] = 1;
+  }
   pinCount++;
   // Nothing below may throw: the pin is recorded, and a caller's catch must not undo it.
   try {
@@ -504,7 +517,10 @@ export function sweepPins(): number {
       // A pin whose recording failed (the export then deleted its struct) was never counted.
       if (entry !== undefined) pinCount--;
       freeIds[freeCount++] = id;
-      if (entry instanceof PinnedWithRelease) (callbacks ??= objectSlots<() => void>(n))[count++] = entry.onRelease;
+      if (withRelease[id] !== 0) {
+        withRelease[id] = 0;
+        (callbacks ??= objectSlots<() => void>(n))[count++] = (entry as PinnedWithRelease).onRelease;
+      }
     }
     for (let i = 0; i < count; i++) {
       try {
