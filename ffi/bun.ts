@@ -71,6 +71,7 @@ export function bunRuntime(): Runtime {
       return ptr(view);
     },
     pointerObjects: false,
+    costlyOldToYoung: false,
     pointerValue(pointer: unknown): number | bigint | undefined {
       if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
       if (pointer === null) return 0;

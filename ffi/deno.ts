@@ -67,6 +67,7 @@ export function denoRuntime(): Runtime {
       }
     },
     pointerObjects: true,
+    costlyOldToYoung: true,
     pointerValue(pointer: unknown): number | bigint | undefined {
       if (typeof pointer === "number" || typeof pointer === "bigint") return pointer;
       if (pointer === null) return 0;

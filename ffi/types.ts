@@ -54,6 +54,10 @@ export interface Runtime {
   /** Whether the runtime's FFI hands out addresses as pointer objects (Deno's `PointerObject`), which
    * a `"pointer"` parameter takes as they are; false where addresses are numbers (Bun). */
   readonly pointerObjects: boolean;
+  /** Whether storing a newly made object into a long-lived one costs the engine a slow path (V8's
+   * generational write barrier, about 7 ns), so hot paths keep new objects in containers they
+   * renew often; false where renewing a container costs more than it saves (JavaScriptCore). */
+  readonly costlyOldToYoung: boolean;
   /** Normalises a pointer value of this runtime (or a number/bigint) to a number or bigint. */
   pointerValue(pointer: unknown): number | bigint | undefined;
   /** Reads an environment variable, or undefined when unset or not permitted. */

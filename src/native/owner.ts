@@ -22,8 +22,10 @@ const BACKSTOP_BATCH = 1024;
 /** The newest waiting handles a backstop keeps in its small, young list. */
 const RECENT = 32;
 /** Adds between two renewals of the young list: a small share of what V8 allocates between two
- * scavenges (each import allocates about 100 bytes), so the list rarely ever survives one. */
-const RENEW_AFTER = 1024;
+ * scavenges (each import allocates about 100 bytes), so the list rarely ever survives one. Where
+ * such stores cost nothing special (Bun) the list is kept: a replaced array costs JavaScriptCore
+ * more (5-10 ns per export and import in a mixed loop) than the store it would save. */
+const RENEW_AFTER = runtime().costlyOldToYoung ? 1024 : 0x4000_0000;
 
 /** A new young list: an array literal, whose slots are its own (index writes reach no setter a
  * caller put on Array.prototype) and which V8 allocates in its young generation. */
@@ -43,8 +45,8 @@ function youngSlots(): (object | undefined)[] {
  * wait in a list and are registered at the next microtask checkpoint (or once 1024 are waiting),
  * and only if they are still live then. A handle disposed before that never touches the registry.
  *
- * New handles go to a list of 32 that is replaced by a fresh one every 1024 adds, so it stays in
- * V8's young generation: a new handle stored into an old array runs the write barrier's slow path,
+ * New handles go to a list of 32 that V8 gets a fresh one of every 1024 adds, so it stays in its
+ * young generation: a new handle stored into an old array runs the write barrier's slow path,
  * which cost Deno about 7 ns per import. A full young list moves to the older list of 1024.
  *
  * `add` never throws once it has stored a handle, and a flush interrupted by an exception (an
@@ -80,10 +82,10 @@ export class LazyBackstop<T extends number> {
 
   /** Starts guarding `holder`; returns the epoch to hand back to {@link LazyBackstop.remove}. */
   add(holder: object, held: T): number {
-    // The lists make room first; if that throws, nothing was stored and the caller still owns
-    // what `held` stands for.
-    if (this.#recentCount >= RECENT) this.#spill();
-    if (--this.#renewIn < 0) this.#renew();
+    // One test for both rare cases (a full young list, a renewal due): either makes its sign bit
+    // set. They make room first; if that throws, nothing was stored and the caller still owns what
+    // `held` stands for.
+    if (((RECENT - 1 - this.#recentCount) | --this.#renewIn) < 0) this.#makeRoom();
     const n = this.#recentCount;
     const epoch = this.#epoch;
     this.#recent[n] = holder;
@@ -91,6 +93,11 @@ export class LazyBackstop<T extends number> {
     this.#recentCount = n + 1;
     if (!this.#scheduled) this.#schedule();
     return epoch;
+  }
+
+  #makeRoom(): void {
+    if (this.#recentCount >= RECENT) this.#spill();
+    if (this.#renewIn < 0) this.#renew();
   }
 
   /** Moves the full young list to the older one (flushing both when that has no room). */

@@ -132,7 +132,8 @@ test(
     let kept: BufferView | undefined;
     (() => {
       // Three views wait (no microtask runs) while 2,500 import/dispose pairs make the backstop
-      // renew its young list twice and move the waiting ones over each time.
+      // renew its young list twice (where the runtime renews it: Deno) and move the waiting ones
+      // over each time.
       const waiting = [0, 1, 2].map(() => importDLPack(make({ shape: [3] }).source));
       for (let i = 0; i < 2500; i++) importDLPack(make({ shape: [1] }).source).dispose();
       assert.equal(deleted() - producerBefore, 2500, "each disposed view released at once");
