@@ -3,7 +3,9 @@
 //! it) imports the test producer's static float32 tensor through `dlpk_import` and releases the
 //! owner through `dlpk_owner_release`, N times a round. Prints the median and the best round in
 //! thread CPU time (ns per import + release, the producer's counting deleter included, as numpy's
-//! import is timed with its own), then `dlpk_describe` alone the same way.
+//! import is timed with its own), then the same through `dlpk_import_keyed` (what the JS imports
+//! call: from the second import on, the validator has the last import's facts to compare with),
+//! then `dlpk_describe` alone.
 
 const std = @import("std");
 
@@ -30,21 +32,25 @@ fn symbol(comptime T: type, lib: *std.DynLib, name: [:0]const u8) !T {
 
 const Entries = struct {
     import: Import,
+    keyed: Import,
     describe: Import,
     release: Release,
 };
 
-/// One round: ns per call pair. `release` false: `dlpk_describe` alone.
-fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, release: bool) !f64 {
+const Mode = enum { import, keyed, describe };
+
+/// One round: ns per call (pair). `.describe`: `dlpk_describe` alone.
+fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, mode: Mode) !f64 {
     const words: [*]const u32 = @ptrCast(out.ptr);
     const out_address: f64 = @floatFromInt(@intFromPtr(out.ptr));
+    const import = if (mode == .keyed) e.keyed else e.import;
     const began = threadNs();
     for (0..count) |_| {
-        if (!release) {
+        if (mode == .describe) {
             if (e.describe(managed, versioned_option, out_address) != 0) return error.Refused;
             continue;
         }
-        if (e.import(managed, versioned_option, out_address) != 0) return error.Refused;
+        if (import(managed, versioned_option, out_address) != 0) return error.Refused;
         const owner = @as(u64, words[owner_lo_word + 1]) << 32 | words[owner_lo_word];
         e.release(@floatFromInt(owner));
     }
@@ -83,18 +89,23 @@ pub fn main() !void {
     defer producer.close();
     const e: Entries = .{
         .import = try symbol(Import, &lib, "dlpk_import"),
+        .keyed = try symbol(Import, &lib, "dlpk_import_keyed"),
         .describe = try symbol(Import, &lib, "dlpk_describe"),
         .release = try symbol(Release, &lib, "dlpk_owner_release"),
     };
     const size = (try symbol(Size, &lib, "dlpk_description_size"))();
-    const out = try allocator.alignedAlloc(u8, .@"8", size);
+    // Room for a keyed record: the description, its generation, owner and address words, then the
+    // last facts (src/abi.zig's KeyedDescription), zeroed as the JS scratch is.
+    const out = try allocator.alignedAlloc(u8, .@"8", 2 * size + 24);
     defer allocator.free(out);
+    @memset(out, 0);
     const managed = (try symbol(Static, &producer, "tp_static_tensor"))(4096, 1);
     if (managed == 0) return error.OutOfMemory;
     var times: [64]f64 = undefined;
-    for ([_]bool{ true, false }) |release| {
-        _ = try round(e, @floatFromInt(managed), out, count / 10 + 1, release);
-        for (times[0..rounds]) |*t| t.* = try round(e, @floatFromInt(managed), out, count, release);
-        report(if (release) "import + release" else "describe alone", times[0..rounds]);
+    const names = [_][]const u8{ "import + release", "keyed import + release", "describe alone" };
+    for ([_]Mode{ .import, .keyed, .describe }, names) |mode, name| {
+        _ = try round(e, @floatFromInt(managed), out, count / 10 + 1, mode);
+        for (times[0..rounds]) |*t| t.* = try round(e, @floatFromInt(managed), out, count, mode);
+        report(name, times[0..rounds]);
     }
 }
