@@ -138,7 +138,7 @@ export function importManaged(
 function importPointer(pointer: object, options: number, producer: string | null): BufferView {
   const status = pointerImport(pointer, options);
   // A pointer object is never NULL (Deno hands out null for that), so a refusal released the tensor.
-  if (status !== 0) return status === NOT_A_POINTER ? importObject(pointer, options, producer) : refused(status);
+  if (status !== 0) return status === NOT_A_POINTER ? importConverted(pointer, options, producer) : refused(status);
   const owner = scratch.f64[KEY_OWNER];
   try {
     return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, undefined);
@@ -161,15 +161,6 @@ function pointerImport(pointer: object, options: number): number {
   } catch {
     return NOT_A_POINTER;
   }
-}
-
-/** An object the runtime did not take as a pointer: toAddress says what is wrong with it. */
-function importObject(address: object, options: number, producer: string | null): BufferView {
-  return importManaged(
-    toAddress(address, (options & IMPORT_VERSIONED) !== 0 ? "versioned" : "legacy"),
-    options,
-    producer,
-  );
 }
 
 /** The refusal of a raw-address import libdlpack made (and released the tensor for). */
