@@ -86,12 +86,14 @@ export class LazyBackstop<T extends number> {
     // set. They make room first; if that throws, nothing was stored and the caller still owns what
     // `held` stands for.
     if (((RECENT - 1 - this.#recentCount) | --this.#renewIn) < 0) this.#makeRoom();
+    // Also before the handle is stored: the call itself may throw (an exhausted stack), and a
+    // throw after the store would leave the caller releasing a handle the flush then registers.
+    if (!this.#scheduled) this.#schedule();
     const n = this.#recentCount;
     const epoch = this.#epoch;
     this.#recent[n] = holder;
     this.#recentHelds[n] = held;
     this.#recentCount = n + 1;
-    if (!this.#scheduled) this.#schedule();
     return epoch;
   }
 
@@ -159,10 +161,12 @@ export class LazyBackstop<T extends number> {
 
   /** Registers every waiting handle that is still live. */
   flush(): void {
-    // The epoch moves first: every handle waiting now is one this flush may register, so its
-    // remove() must unregister it even if the flush is interrupted before reaching it.
-    this.#epoch++;
+    // Deferred releases first: they may run a release callback that adds a handle, which must
+    // belong to the epoch this flush registers. Then the epoch moves before anything is registered:
+    // every handle waiting now is one this flush may register, so its remove() must unregister it
+    // even if the flush is interrupted before reaching it.
     releaseDeferred();
+    this.#epoch++;
     while (this.#recentCount > 0) {
       this.#recentCount = this.#registerLast(this.#recent, this.#recentHelds, this.#recentCount);
     }
