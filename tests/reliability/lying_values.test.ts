@@ -592,3 +592,118 @@ out.deepest = deepest;
   assert.deepEqual(out.after, [0, 0, 0, 0], "the collector released every dropped capsule");
   assert.deepEqual(out.end, [0, 0, 0, 0]);
 });
+
+test("imports at an exhausted stack while no backstop flush waits: every producer released once", () => {
+  // The backstop schedules its flush on the first view it holds after a flush. Here that first
+  // view's registration itself runs out of stack: the import must then release the producer and
+  // the backstop must hold nothing that a later flush could register and release again.
+  const out = child(`
+import { makeMany } from "${repoRoot}/tests/support/producer.ts";
+const total = 120000;
+const addresses = makeMany({ shape: [4] }, total);
+const views = [];
+const fate = new Uint8Array(total); // 0 kept, 1 disposed, 2 dropped undisposed
+for (let i = 0; i < total; i++) views[i] = null;
+let next = 0;
+let got = 0;
+let errors = 0;
+let roundStart = 0;
+function attempt(k) {
+  if (next >= total) return;
+  let v = null;
+  try {
+    v = dl.importDLPack({ versioned: addresses[next++] });
+  } catch {
+    errors++;
+    return;
+  }
+  const f = k % 3;
+  fate[got] = f;
+  views[got++] = f === 2 ? null : v;
+  if (f === 1) {
+    try {
+      v.dispose();
+    } catch {
+      fate[got - 1] = 0; // disposed again below, at a shallow depth
+    }
+  }
+}
+function pad(k) {
+  if (k > 0) return pad(k - 1);
+  attempt(k);
+}
+function deep(depth) {
+  try {
+    deep(depth + 1);
+  } catch {
+    // The stack ran out below; each frame on the way back imports with a little more stack.
+  }
+  if (next - roundStart < 4000) for (let k = 0; k < 16; k++) pad(k);
+}
+const producerBefore = dl.stats().deletersCalled;
+const deletedBefore = deleted();
+for (let round = 0; round < 20; round++) {
+  await new Promise((resolve) => setTimeout(resolve, 1)); // the backstop flushed: none scheduled
+  roundStart = next;
+  deep(0);
+}
+out.taken = next;
+out.got = got;
+out.errors = errors;
+for (let i = 0; i < got; i++) if (views[i] !== null && fate[i] === 0) views[i].dispose();
+for (let i = 0; i < got; i++) views[i] = null;
+for (let round = 0; round < 10; round++) {
+  if (typeof globalThis.gc === "function") globalThis.gc();
+  else Bun.gc(true);
+  await new Promise((resolve) => setTimeout(resolve, 10));
+}
+const after = dl.stats();
+out.imports = after.imports;
+out.deletersCalled = after.deletersCalled - producerBefore;
+out.producerDeleted = deleted() - deletedBefore;
+`);
+  assert.ok((out.errors as number) > 0, "imports reached the stack limit");
+  assert.ok((out.got as number) > 0, "and succeeded further up");
+  assert.equal(out.imports, 0, "no imported tensor is left behind");
+  // An import whose own call ran out of stack never took its tensor, so up to `taken` are released;
+  // a second release of one would free the producer's block twice and abort the child.
+  assert.equal(out.deletersCalled, out.producerDeleted, "each deleter the library called ran once");
+  assert.ok((out.deletersCalled as number) >= (out.got as number), "every view released");
+  assert.ok((out.deletersCalled as number) <= (out.taken as number), "nothing released twice");
+});
+
+test("a release callback that imports while the backstop flushes: that view is released once", () => {
+  // flush() first runs releases deferred earlier; one of them may run caller code that imports
+  // (and disposes) a view. The backstop must register that view as it does any other.
+  const out = child(`
+import { LazyBackstop, deferredCount, deferredObjects, registerDisposer } from "${repoRoot}/src/native/owner.ts";
+const cleaned = [0, 0, 0];
+class Handle {
+  live = true;
+  constructor(id) { this.id = id; }
+}
+const backstop = new LazyBackstop((id) => { cleaned[id]++; }, (h) => h.live);
+const marker = {};
+let inner = null;
+let innerEpoch = 0;
+registerDisposer((x) => {
+  if (x !== marker) return false;
+  inner = new Handle(2);
+  innerEpoch = backstop.add(inner, 2);
+  return true;
+});
+backstop.add(new Handle(1), 1); // dropped undisposed: the collector releases it
+deferredObjects[deferredCount[1]++] = marker;
+backstop.flush();
+backstop.remove(inner, innerEpoch); // its owner disposed it
+inner.live = false;
+inner = null;
+for (let round = 0; round < 10; round++) {
+  if (typeof globalThis.gc === "function") globalThis.gc();
+  else Bun.gc(true);
+  await new Promise((resolve) => setTimeout(resolve, 10));
+}
+out.cleaned = cleaned;
+`);
+  assert.deepEqual(out.cleaned, [0, 1, 0], "the dropped handle released once, the disposed one never");
+});
