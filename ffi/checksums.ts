@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "99e74bfeb4ce51ac0b1c48a502f4bc76461c0aa49a45d22408b26134bb8579bf",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "60765969db9a12c4bad4ade9a4257d328e78b434a75ab501fc7e116bf92debc3",
-  "libdlpack-0.1.0-linux-aarch64.so": "79d7e6a2d06deee921c6d7bcbb9006b876771ae1292c8a245608061908e9c98c",
-  "libdlpack-0.1.0-linux-x86_64.so": "4a9bdf8a1724dd9a4b997e3d34d124e8234f21978746324a214baefa8a733c7f",
-  "libdlpack-0.1.0-windows-x86_64.dll": "e0c767c9e5997fce79b4a40dfc1759945d0d5dda8ffe99eacad91826112f14ac",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "8071b1a4520273c0886abc8a0c7df229c4bf4409dba9aa3a4c1b6b035a3b6b80",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "5081321ebb3e7678d660aadc4f3316e6be7de9a3c1f98d0df31dd59a0b6396fe",
+  "libdlpack-0.1.0-linux-aarch64.so": "278254a5d1e875b79d33e5fed5332ad051bfef1544b73a45db5bb4ffca474dbb",
+  "libdlpack-0.1.0-linux-x86_64.so": "27d53bba9dde36c98a54683272f4cc03c4dc0c03a635fa9e28d570e52e7fd95f",
+  "libdlpack-0.1.0-windows-x86_64.dll": "7b8e91740985c25651a287731afaa8e1d322c19ea719dc458061e0342004d4da",
 });

@@ -203,7 +203,7 @@ fn retire(record: *Record) ?*owner_mod.Owner {
     if (record.cuda_event != 0) cuda.eventDestroy(record.cuda_device, record.cuda_event) catch {};
     const o = record.owner;
     poison(record);
-    quarantine(record);
+    @call(.always_inline, quarantine, .{record});
     stats.add(.exports, -1);
     return o;
 }
@@ -219,7 +219,8 @@ pub fn disposeHeld(managed: usize) u64 {
     if (own.state != .live or !claim(managed)) return 0;
     const record: *Record = @ptrFromInt(managed);
     assert(record.versioned == @intFromBool(own.versioned));
-    const held = retire(record) orelse return 0;
+    // Inlined: one lookup of this thread's state for the export pool, the counters and the pin.
+    const held = @call(.always_inline, retire, .{record}) orelse return 0;
     return owner_mod.releaseHere(held);
 }
 
@@ -312,7 +313,7 @@ const Pool = struct {
     }
 
     /// Quarantines a released record in this thread's ring; false when the thread has none.
-    fn admit(self: *Pool, record: *Record) bool {
+    inline fn admit(self: *Pool, record: *Record) bool {
         if (self.state != .on and !(self.state == .unset and self.arm())) return false;
         const slot = &self.ring[self.next % quarantine_count];
         self.next +%= 1;

@@ -282,13 +282,15 @@ fn exportArray(
     options: u32,
 ) error{OutOfMemory}!usize {
     assert(extent >= 0);
-    const pin = try owner.createIn(realm, .pin, id, bytes);
+    // Inlined, as `finish` below: in a shared library each function that touches thread-local
+    // state (spare records, counters, the export pool) looks its block up once, in a call.
+    const pin = try @call(.always_inline, owner.createIn, .{ realm, .pin, id, bytes });
     // Not exported: releasing the pin's only reference queues the id, which JS never recorded.
     errdefer owner.release(pin);
     const started = try exports.draft(1);
     started.shape()[0] = extent;
     started.strides()[0] = 1;
-    const managed = exports.finish(started, .{
+    const managed = @call(.always_inline, exports.finish, .{ started, exports.Spec{
         .data = @intFromPtr(base),
         .device = .{ .device_type = @intFromEnum(dlpack.DeviceType.cpu), .device_id = 0 },
         .dtype = dtype,
@@ -298,7 +300,7 @@ fn exportArray(
         .versioned = options & export_option.versioned != 0,
         .adopt_owner = true,
         .owner = pin,
-    });
+    } });
     assert(managed != 0);
     return managed;
 }
