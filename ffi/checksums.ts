@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "8071b1a4520273c0886abc8a0c7df229c4bf4409dba9aa3a4c1b6b035a3b6b80",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "5081321ebb3e7678d660aadc4f3316e6be7de9a3c1f98d0df31dd59a0b6396fe",
-  "libdlpack-0.1.0-linux-aarch64.so": "278254a5d1e875b79d33e5fed5332ad051bfef1544b73a45db5bb4ffca474dbb",
-  "libdlpack-0.1.0-linux-x86_64.so": "27d53bba9dde36c98a54683272f4cc03c4dc0c03a635fa9e28d570e52e7fd95f",
-  "libdlpack-0.1.0-windows-x86_64.dll": "7b8e91740985c25651a287731afaa8e1d322c19ea719dc458061e0342004d4da",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "5a7a73e0432dcea7ce7a47c76787668472cd703ae7573b654dd1febcffd967c3",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "98694cccd01c2e11cfb7dfa02f861500e3ffe1e0c9bec8a754737b16f64b28cb",
+  "libdlpack-0.1.0-linux-aarch64.so": "e826ac0a003c751ef20697592c05e405f63971a2ccb43126e988a5c9112ddea9",
+  "libdlpack-0.1.0-linux-x86_64.so": "3b6cfdf0a76dbb67421c51524b9af7e22a29115d63db849c1d6327bbc6369933",
+  "libdlpack-0.1.0-windows-x86_64.dll": "f49e0c2e8ebd3f51fa47b14f83569e4783bb78aaddce06b3dd4de586239b84e3",
 });
