@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "5a7a73e0432dcea7ce7a47c76787668472cd703ae7573b654dd1febcffd967c3",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "98694cccd01c2e11cfb7dfa02f861500e3ffe1e0c9bec8a754737b16f64b28cb",
-  "libdlpack-0.1.0-linux-aarch64.so": "e826ac0a003c751ef20697592c05e405f63971a2ccb43126e988a5c9112ddea9",
-  "libdlpack-0.1.0-linux-x86_64.so": "3b6cfdf0a76dbb67421c51524b9af7e22a29115d63db849c1d6327bbc6369933",
-  "libdlpack-0.1.0-windows-x86_64.dll": "f49e0c2e8ebd3f51fa47b14f83569e4783bb78aaddce06b3dd4de586239b84e3",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "9448137c5cb6c3b82f1903967fa9e5dd06d07ffba8656f9c796d0bc6d7aa3ff3",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "3b8cf176fab1e38df74efd48cdc1c1dedc4aef5ed38010ea3c508524dc1793e9",
+  "libdlpack-0.1.0-linux-aarch64.so": "6b62fc3bb50ac7929e6a62d700e3789f095c6c69f16c9fe6deb93bdfa8cd74c2",
+  "libdlpack-0.1.0-linux-x86_64.so": "9132078a8cb813258169a8d32d8a73592e042cad22e97b5f24fa7f4ebe7dc403",
+  "libdlpack-0.1.0-windows-x86_64.dll": "722149070573faeb38ab2eac5ee8bc57b2de5a9bfb2216ef69a5fd166d82ce62",
 });

@@ -18,6 +18,7 @@ function child(body: string, env: Record<string, string> = {}): Record<string, u
 import * as dl from "${repoRoot}/mod.ts";
 import * as cuda from "${repoRoot}/cuda.ts";
 import { tp, make, deleted, inspect } from "${repoRoot}/tests/support/producer.ts";
+import { collectGarbage } from "${repoRoot}/tests/support/harness.ts";
 const out = {};
 ${body}
 console.log("RESULT " + JSON.stringify(out, (_, v) => typeof v === "bigint" ? String(v) : v));
@@ -569,11 +570,7 @@ out.beforeCollection = [
 ];
 // A capsule the caller dropped is released by the garbage-collection backstop.
 for (let i = 0; i < madeCount; i++) made[i] = null;
-for (let round = 0; round < 6; round++) {
-  if (typeof globalThis.gc === "function") globalThis.gc();
-  else Bun.gc(true);
-  await new Promise((resolve) => setTimeout(resolve, 10));
-}
+await collectGarbage(6);
 const after = dl.stats();
 out.after = [after.imports, after.exports, after.allocations - 1, after.pinned];
 base.dispose();
@@ -652,11 +649,7 @@ out.got = got;
 out.errors = errors;
 for (let i = 0; i < got; i++) if (views[i] !== null && fate[i] === 0) views[i].dispose();
 for (let i = 0; i < got; i++) views[i] = null;
-for (let round = 0; round < 10; round++) {
-  if (typeof globalThis.gc === "function") globalThis.gc();
-  else Bun.gc(true);
-  await new Promise((resolve) => setTimeout(resolve, 10));
-}
+await collectGarbage(10);
 const after = dl.stats();
 out.imports = after.imports;
 out.deletersCalled = after.deletersCalled - producerBefore;
@@ -698,11 +691,7 @@ backstop.flush();
 backstop.remove(inner, innerEpoch); // its owner disposed it
 inner.live = false;
 inner = null;
-for (let round = 0; round < 10; round++) {
-  if (typeof globalThis.gc === "function") globalThis.gc();
-  else Bun.gc(true);
-  await new Promise((resolve) => setTimeout(resolve, 10));
-}
+await collectGarbage(10);
 out.cleaned = cleaned;
 `);
   assert.deepEqual(out.cleaned, [0, 1, 0], "the dropped handle released once, the disposed one never");

@@ -258,25 +258,22 @@ pub const address_limit: usize = 1 << 56;
 /// An address the TS side passed as an f64: null unless it is an exact integer in [0, 2^53).
 pub fn addressFromF64(value: f64) ?usize {
     if (!(value >= 0 and value < exact_max_float)) return null;
-    const whole = truncated(value);
-    if (@as(f64, @floatFromInt(whole)) != value) return null;
-    return @intCast(whole);
+    return @intCast(wholeNumber(value) orelse return null);
 }
 
 /// An integral f64 the TS side wrote: null unless it is an exact integer in [-2^53, 2^53].
 pub fn integerFromF64(value: f64) ?i64 {
     if (!(value >= -exact_max_float and value <= exact_max_float)) return null;
-    const whole = truncated(value);
-    if (@as(f64, @floatFromInt(whole)) != value) return null;
-    return whole;
+    return wholeNumber(value);
 }
 
-/// `value` (within +-2^53) rounded toward zero. An integer is one when converting it back gives
-/// `value`: two instructions on every x86-64, where `@floor` needs SSE4.1 and the release build,
-/// made for the baseline CPU, called a routine on every entry that takes an address.
-inline fn truncated(value: f64) i64 {
+/// `value` (within +-2^53) as an integer, or null when it has a fraction. Truncated and converted
+/// back, two instructions on every x86-64: `@floor` needs SSE4.1, and the release build, made for
+/// the baseline CPU, called a routine for it on every entry that takes an address.
+inline fn wholeNumber(value: f64) ?i64 {
     assert(value >= -exact_max_float and value <= exact_max_float);
-    return @intFromFloat(value);
+    const truncated: i64 = @intFromFloat(value);
+    return if (@as(f64, @floatFromInt(truncated)) == value) truncated else null;
 }
 
 /// Whether `address` could hold a `T`: aligned for it and inside user space. A producer that
