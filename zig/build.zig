@@ -111,6 +111,12 @@ fn addBenchImport(b: *std.Build, target: std.Build.ResolvedTarget) void {
         .optimize = .ReleaseFast,
         .link_libc = true,
     }) });
+    // The description's layout and the option bits, as the library declares them.
+    exe.root_module.addImport("abi", b.createModule(.{
+        .root_source_file = b.path("src/abi.zig"),
+        .target = target,
+        .optimize = .ReleaseFast,
+    }));
     const run = b.addRunArtifact(exe);
     run.step.dependOn(b.getInstallStep());
     const suffix = target.result.dynamicLibSuffix();

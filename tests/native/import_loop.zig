@@ -8,15 +8,20 @@
 //! then `dlpk_describe` alone.
 
 const std = @import("std");
+const abi = @import("abi");
 
 const Import = *const fn (f64, u32, f64) callconv(.c) i32;
 const Release = *const fn (f64) callconv(.c) void;
 const Size = *const fn () callconv(.c) u32;
 const Static = *const fn (f64, u32) callconv(.c) usize;
 
-const versioned_option: u32 = 1;
-/// The owner address's 32-bit halves in the description (src/facts/abi.ts reads the same words).
-const owner_lo_word = 14;
+const versioned_option = abi.import_option.versioned;
+/// The owner address's 32-bit halves in the description, as 32-bit word indices.
+const owner_lo_word = @offsetOf(abi.Description, "owner_lo") / 4;
+comptime {
+    const lo = @offsetOf(abi.Description, "owner_lo");
+    std.debug.assert(@offsetOf(abi.Description, "owner_hi") == lo + 4);
+}
 
 fn threadNs() u64 {
     const ts = std.posix.clock_gettime(.THREAD_CPUTIME_ID) catch return 0;
@@ -93,10 +98,12 @@ pub fn main() !void {
         .describe = try symbol(Import, &lib, "dlpk_describe"),
         .release = try symbol(Release, &lib, "dlpk_owner_release"),
     };
-    const size = (try symbol(Size, &lib, "dlpk_description_size"))();
-    // Room for a keyed record: the description, its generation, owner and address words, then the
-    // last facts (src/abi.zig's KeyedDescription), zeroed as the JS scratch is.
-    const out = try allocator.alignedAlloc(u8, .@"8", 2 * size + 24);
+    // A library built from other sources would read and write another layout.
+    if ((try symbol(Size, &lib, "dlpk_description_size"))() != @sizeOf(abi.Description)) {
+        return error.StaleLibrary;
+    }
+    // A keyed record (the keyed import writes past the description), zeroed as the JS scratch is.
+    const out = try allocator.alignedAlloc(u8, .@"8", @sizeOf(abi.KeyedDescription));
     defer allocator.free(out);
     @memset(out, 0);
     const managed = (try symbol(Static, &producer, "tp_static_tensor"))(4096, 1);
