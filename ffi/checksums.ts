@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "9448137c5cb6c3b82f1903967fa9e5dd06d07ffba8656f9c796d0bc6d7aa3ff3",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "3b8cf176fab1e38df74efd48cdc1c1dedc4aef5ed38010ea3c508524dc1793e9",
-  "libdlpack-0.1.0-linux-aarch64.so": "6b62fc3bb50ac7929e6a62d700e3789f095c6c69f16c9fe6deb93bdfa8cd74c2",
-  "libdlpack-0.1.0-linux-x86_64.so": "9132078a8cb813258169a8d32d8a73592e042cad22e97b5f24fa7f4ebe7dc403",
-  "libdlpack-0.1.0-windows-x86_64.dll": "722149070573faeb38ab2eac5ee8bc57b2de5a9bfb2216ef69a5fd166d82ce62",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "97c70b50e1a508e03dafe37d4b9b6288b71cc69fdcbf497b431180568b6933d6",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "1abca43f1af700e9b06079a719ba04193fe1550090ce53d9679ec3cdcb3c1dac",
+  "libdlpack-0.1.0-linux-aarch64.so": "f100d6f7691811f36c2450628299f803778725b43099d6db43a158f1731006ca",
+  "libdlpack-0.1.0-linux-x86_64.so": "070b27a86c83498bd5bfdb3d97f996767ed0cff09a90b075ac92e311cbec02ac",
+  "libdlpack-0.1.0-windows-x86_64.dll": "37ed9e898dc9b5ee72abb0f74a16906d1d18f0cee9d42981aff81af4be758ac0",
 });
