@@ -1262,9 +1262,21 @@ export class BufferView {
   #dispose(): void {
     const owner = this.#owner;
     if (owner === 0) return;
-    const extras = this.#extras;
-    if (extras !== undefined && extras.buffer !== undefined) {
-      this.#disposeWithBuffer(owner, extras.buffer);
+    if (this.#extras !== undefined) {
+      this.#disposeWithExtras(owner);
+      return;
+    }
+    views.remove(this, this.#epoch);
+    this.#owner = 0;
+    releaseOwner(owner);
+  }
+
+  /** {@link BufferView.#dispose} of a view with extras (an `array()`, a `keepAlive` share, a kept
+   * value): out of line, so that the common dispose stays small enough for the JIT to inline. */
+  #disposeWithExtras(owner: number): void {
+    const buffer = this.#extras!.buffer;
+    if (buffer !== undefined) {
+      this.#disposeWithBuffer(owner, buffer);
       return;
     }
     views.remove(this, this.#epoch);
@@ -1272,8 +1284,7 @@ export class BufferView {
     releaseOwner(owner);
   }
 
-  /** {@link BufferView.#dispose} of a view that handed out an `array()` over native memory: out of
-   * line, so that the common dispose stays small enough for the JIT to inline. */
+  /** {@link BufferView.#dispose} of a view that handed out an `array()` over native memory. */
   #disposeWithBuffer(owner: number, buffer: ArrayBuffer): void {
     if (isDetached(buffer)) {
       // Someone transferred it (ArrayBuffer.prototype.transfer, postMessage): the runtimes move
