@@ -6,8 +6,8 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "97c70b50e1a508e03dafe37d4b9b6288b71cc69fdcbf497b431180568b6933d6",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "1abca43f1af700e9b06079a719ba04193fe1550090ce53d9679ec3cdcb3c1dac",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "fdcd7dcec7cdb21fc186e78e03c90e0e5ea59b8aa1351e224491a042f9fb47da",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "0cb1da63a6ea700ad6c9649d05f2c8b23fa970d8189b1da1f0fb967011d5105f",
   "libdlpack-0.1.0-linux-aarch64.so": "f100d6f7691811f36c2450628299f803778725b43099d6db43a158f1731006ca",
   "libdlpack-0.1.0-linux-x86_64.so": "070b27a86c83498bd5bfdb3d97f996767ed0cff09a90b075ac92e311cbec02ac",
   "libdlpack-0.1.0-windows-x86_64.dll": "37ed9e898dc9b5ee72abb0f74a16906d1d18f0cee9d42981aff81af4be758ac0",

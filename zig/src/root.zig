@@ -91,11 +91,14 @@ fn isStruct(address: usize) bool {
 /// the caller asked to keep it, or its deleter cannot be called safely (`admit.releaseRefused`).
 export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
-    // An address no f64 carries exactly (negative, fractional, 2^53 and up) cannot be a struct.
-    const managed = abi.addressFromF64(managed_address) orelse {
-        return code(out.refuse(.bad_address, abi.detail_dim.none, 0, 0));
-    };
+    const managed = abi.addressFromF64(managed_address) orelse return refuseInexact(out);
     return importAt(managed, options, out);
+}
+
+/// The refusal of an address no f64 carries exactly (negative, fractional, 2^53 and up): it cannot
+/// be a struct, and nothing is read or released.
+fn refuseInexact(out: *Description) i32 {
+    return code(out.refuse(.bad_address, abi.detail_dim.none, 0, 0));
 }
 
 fn importAt(managed: usize, options: u32, out: *Description) i32 {
@@ -871,9 +874,7 @@ test "CUDA errors map to ABI statuses" {
 /// changes unless the facts equal the last keyed import's into the same record.
 export fn dlpk_import_keyed(managed_address: f64, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
-    const managed = abi.addressFromF64(managed_address) orelse {
-        return code(out.refuse(.bad_address, abi.detail_dim.none, 0, 0));
-    };
+    const managed = abi.addressFromF64(managed_address) orelse return refuseInexact(out);
     return importKeyed(managed, options, out);
 }
 
@@ -890,7 +891,7 @@ export fn dlpk_import_pointer_keyed(managed: ?*anyopaque, options: u32, out_addr
 /// before anything is read, as `dlpk_import` refuses what no f64 holds exactly.
 export fn dlpk_import_word_keyed(managed: usize, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
-    if (managed >= abi.exact_max) return code(out.refuse(.bad_address, abi.detail_dim.none, 0, 0));
+    if (managed >= abi.exact_max) return refuseInexact(out);
     return importKeyed(managed, options, out);
 }
 
