@@ -421,19 +421,13 @@ export function buildFromScratch(
  * keyed import's, so the facts (and the access, which the flags and the generation of the struct
  * decide) built for a generation are reused after one word compare.
  */
-export function buildKeyed(
+export let buildKeyed: (
   s: Scratch,
   owner: number,
   versioned: boolean,
   producer: string | null,
   keepAlive: unknown,
-): BufferView {
-  const f64 = s.f64;
-  const address = f64[KEY_ADDRESS];
-  if (address < 0) throw s.beyondExact();
-  if (f64[KEY_GENERATION] !== keyedGeneration || producer !== keyedProducer) keyedFactsOf(s, producer, versioned);
-  return construct(owner, address, keyedFacts, keyedAccess, keepAlive);
-}
+) => BufferView;
 
 /** The facts and access of a keyed import, remembered for its generation (nothing is remembered
  * if building them throws). */
@@ -579,7 +573,24 @@ export function isBufferView(x: unknown): x is BufferView {
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
   static {
-    construct = (owner, address, facts, access, keepAlive) => new BufferView(owner, address, facts, access, keepAlive);
+    // The backstop entry is made here, after the constructor, not inside it: JavaScriptCore inlines
+    // only 5 calls deep, and the import's chain down to the entry fits that only this way. Last:
+    // once the backstop holds the view, nothing here throws.
+    construct = (owner, address, facts, access, keepAlive) => {
+      const view = new BufferView(owner, address, facts, access, keepAlive);
+      view.#epoch = views.add(view, owner);
+      return view;
+    };
+    // `construct` inlined by hand, for the same depth.
+    buildKeyed = (s, owner, versioned, producer, keepAlive) => {
+      const f64 = s.f64;
+      const address = f64[KEY_ADDRESS];
+      if (address < 0) throw s.beyondExact();
+      if (f64[KEY_GENERATION] !== keyedGeneration || producer !== keyedProducer) keyedFactsOf(s, producer, versioned);
+      const view = new BufferView(owner, address, keyedFacts, keyedAccess, keepAlive);
+      view.#epoch = views.add(view, owner);
+      return view;
+    };
     pinInstanceof(this);
     derive = (v, d) => {
       const owner = internals.owner(v);
@@ -601,13 +612,7 @@ export class BufferView {
         });
         const access = d.readonly && v.#access === "readwrite" ? "readonly" : v.#access;
         const extras = v.#extras;
-        return new BufferView(
-          owner,
-          v.#address + d.byteOffset,
-          facts,
-          access,
-          extras === undefined ? undefined : extras.keepAlive,
-        );
+        return construct(owner, v.#address + d.byteOffset, facts, access, extras?.keepAlive);
       } catch (error) {
         deferredNumbers[deferredCount[0]++] = owner;
         retryQuietly();
@@ -653,8 +658,8 @@ export class BufferView {
     this.#facts = facts;
     this.#access = access;
     this.#extras = keepAlive === undefined ? undefined : new Extras(keepAlive);
-    // Last: once the backstop holds this view, nothing here throws.
-    this.#epoch = views.add(this, owner);
+    // Set by the maker, which enters the view into the backstop once it is built.
+    this.#epoch = 0;
   }
 
   /** Address of element 0 (the producer's `byte_offset` already folded in). */
