@@ -82,19 +82,22 @@ export class LazyBackstop<T extends number> {
 
   /** Starts guarding `holder`; returns the epoch to hand back to {@link LazyBackstop.remove}. */
   add(holder: object, held: T): number {
-    // One test for both rare cases (a full young list, a renewal due): either makes its sign bit
-    // set. They make room first; if that throws, nothing was stored and the caller still owns what
-    // `held` stands for.
-    if (((RECENT - 1 - this.#recentCount) | --this.#renewIn) < 0) this.#makeRoom();
-    // Also before the handle is stored: the call itself may throw (an exhausted stack), and a
-    // throw after the store would leave the caller releasing a handle the flush then registers.
-    if (!this.#scheduled) this.#schedule();
+    // The rare cases (a full young list or a renewal due, either of which sets the sign bit; no
+    // flush scheduled yet) are handled before the handle is stored: if that throws (an exhausted
+    // stack), nothing was stored and the caller still owns what `held` stands for, whereas a throw
+    // after the store would leave the caller releasing a handle the flush then registers.
+    if ((((RECENT - 1 - this.#recentCount) | --this.#renewIn) < 0) || !this.#scheduled) this.#prepare();
     const n = this.#recentCount;
-    const epoch = this.#epoch;
     this.#recent[n] = holder;
     this.#recentHelds[n] = held;
     this.#recentCount = n + 1;
-    return epoch;
+    return this.#epoch;
+  }
+
+  /** The rare cases of `add`, out of line so that it stays small enough to inline. */
+  #prepare(): void {
+    this.#makeRoom();
+    if (!this.#scheduled) this.#schedule();
   }
 
   #makeRoom(): void {

@@ -115,17 +115,12 @@ function optionsOf(versioned: boolean, strict: boolean): number {
  * @internal Imports one managed tensor at a raw address the caller hands over (the hot path: no
  * capsule to take, so nothing is owed until libdlpack has taken the tensor).
  */
-export function importManaged(
-  address: number,
-  options: number,
-  producer: string | null,
-  keepAlive?: unknown,
-): BufferView {
+export function importManaged(address: number, options: number, producer: string | null): BufferView {
   const status = core().dlpk_import_keyed(address, options, scratch.at);
   if (status !== 0) throw refusalError(status, scratch, address !== 0);
   const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, keepAlive);
+    return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, undefined);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();

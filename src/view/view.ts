@@ -577,7 +577,8 @@ export class BufferView {
     // only 5 calls deep, and the import's chain down to the entry fits that only this way. Last:
     // once the backstop holds the view, nothing here throws.
     construct = (owner, address, facts, access, keepAlive) => {
-      const view = new BufferView(owner, address, facts, access, keepAlive);
+      const view = new BufferView(owner, address, facts, access);
+      if (keepAlive !== undefined) view.#extras = new Extras(keepAlive);
       view.#epoch = views.add(view, owner);
       return view;
     };
@@ -587,7 +588,8 @@ export class BufferView {
       const address = f64[KEY_ADDRESS];
       if (address < 0) throw s.beyondExact();
       if (f64[KEY_GENERATION] !== keyedGeneration || producer !== keyedProducer) keyedFactsOf(s, producer, versioned);
-      const view = new BufferView(owner, address, keyedFacts, keyedAccess, keepAlive);
+      const view = new BufferView(owner, address, keyedFacts, keyedAccess);
+      if (keepAlive !== undefined) view.#extras = new Extras(keepAlive);
       view.#epoch = views.add(view, owner);
       return view;
     };
@@ -649,17 +651,15 @@ export class BufferView {
   /** What few views have (undefined until then; `array()` included): six fields in all, as each
    * field more is measurably slower to make and dispose in both runtimes. */
   #extras: Extras | undefined;
-  #epoch: number;
+  /** Set by the maker, which enters the view into the backstop once it is built. */
+  #epoch = 0;
 
   /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
-  private constructor(owner: number, address: number, facts: ViewFacts, access: Access, keepAlive: unknown) {
+  private constructor(owner: number, address: number, facts: ViewFacts, access: Access) {
     this.#owner = owner;
     this.#address = address;
     this.#facts = facts;
     this.#access = access;
-    this.#extras = keepAlive === undefined ? undefined : new Extras(keepAlive);
-    // Set by the maker, which enters the view into the backstop once it is built.
-    this.#epoch = 0;
   }
 
   /** Address of element 0 (the producer's `byte_offset` already folded in). */
