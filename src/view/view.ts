@@ -387,9 +387,8 @@ export function viewFromScratch(
 
 /**
  * @internal The view of the description a native call just wrote, holding `owner`. Throws only
- * before the view holds the owner (the caller then still owns it): the view's constructor
- * registers with the GC backstop as its very last step, and that step cannot throw once it has
- * stored the view.
+ * before the view holds the owner (the caller then still owns it): the view's maker enters it into
+ * the GC backstop as its very last step, and that step cannot throw once it has stored the view.
  */
 export function buildFromScratch(
   s: Scratch,
