@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "fdcd7dcec7cdb21fc186e78e03c90e0e5ea59b8aa1351e224491a042f9fb47da",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "0cb1da63a6ea700ad6c9649d05f2c8b23fa970d8189b1da1f0fb967011d5105f",
-  "libdlpack-0.1.0-linux-aarch64.so": "f100d6f7691811f36c2450628299f803778725b43099d6db43a158f1731006ca",
-  "libdlpack-0.1.0-linux-x86_64.so": "070b27a86c83498bd5bfdb3d97f996767ed0cff09a90b075ac92e311cbec02ac",
-  "libdlpack-0.1.0-windows-x86_64.dll": "37ed9e898dc9b5ee72abb0f74a16906d1d18f0cee9d42981aff81af4be758ac0",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "cfc6d946bccc37341ee393091ba1e2c69ff12fcf1e1229452ae7150646219476",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "97e32bfa07e76e194e0e363145f3562de4206f5cef7ad1737415e9be8dd174c8",
+  "libdlpack-0.1.0-linux-aarch64.so": "a4216ac18d5710ee843087a1ce9d7d831d0f4bac5eb9b37897de5f5c17a8b26c",
+  "libdlpack-0.1.0-linux-x86_64.so": "075fa0dae2c7f33a1f82650c217963bc824542338397910578749533622ba6f5",
+  "libdlpack-0.1.0-windows-x86_64.dll": "dff2e7c492dfd66b2ba3b93a78c58f4a297742906b3f6c2a65a89fa1e2701ec0",
 });

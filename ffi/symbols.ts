@@ -21,6 +21,7 @@ export const symbols = {
   dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
   dlpk_owner_release: { args: ["f64"], returns: "void" },
+  dlpk_inside_deleter: { args: [], returns: "u32" },
   dlpk_realm_new: { args: [], returns: "f64" },
   dlpk_pin_new: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },
   dlpk_pins_drain: { args: ["f64", "f64", "u32"], returns: "u32" },

@@ -360,10 +360,12 @@ const globals = globalThis as unknown as {
   queueMicrotask(callback: () => void): void;
   setInterval(callback: () => void, ms: number): unknown;
   clearInterval(timer: unknown): void;
+  setTimeout(callback: () => void, ms: number): unknown;
 };
 const queueMicrotaskFn = globals.queueMicrotask;
 const setIntervalFn = globals.setInterval;
 const clearIntervalFn = globals.clearInterval;
+const setTimeoutFn = globals.setTimeout;
 
 /** `queueMicrotask`, as found at load. */
 export function enqueueMicrotask(callback: () => void): void {
@@ -373,6 +375,11 @@ export function enqueueMicrotask(callback: () => void): void {
 /** `setInterval`, as found at load. */
 export function startInterval(callback: () => void, ms: number): unknown {
   return ReflectApply(setIntervalFn, globalThis, [callback, ms]);
+}
+
+/** `setTimeout`, as found at load. */
+export function startTimeout(callback: () => void, ms: number): unknown {
+  return ReflectApply(setTimeoutFn, globalThis, [callback, ms]);
 }
 
 /** `clearInterval`, as found at load. */

@@ -14,6 +14,7 @@ import {
   objectSlots,
   slots,
   startInterval,
+  startTimeout,
   stopInterval,
 } from "../facts/intrinsics.ts";
 
@@ -222,9 +223,16 @@ export function releaseDeferred(): void {
   if ((deferredCount[0] | deferredCount[1]) !== 0) releaseAllDeferred();
 }
 
-/** Each entry is removed only after its release ran. */
+/** Each entry is removed only after its release ran. Nothing is released while this thread is
+ * inside a producer's deleter: a deleter may be a JS function that calls back into the library
+ * while the release that called it is still journaled here, and replaying that entry would
+ * release it twice. A timer, which never runs inside a deleter, retries then. */
 function releaseAllDeferred(): void {
   const lib = core();
+  if (lib.dlpk_inside_deleter() !== 0) {
+    releaseAfterDeleter();
+    return;
+  }
   for (let n = deferredCount[0]; n > 0; n = deferredCount[0]) {
     // Entries past the capacity were never stored (a leak, after 4096 failures in a row).
     if (n > DEFERRED_CAPACITY) {
@@ -232,8 +240,9 @@ function releaseAllDeferred(): void {
       continue;
     }
     const v = deferredNumbers[n - 1];
+    // 0: a journaled release that completed under entries parked above it (see releaseOwner).
     if (v > 0) lib.dlpk_owner_release(v);
-    else lib.dlpk_managed_delete(floor(-v / 2), -v % 2);
+    else if (v < 0) lib.dlpk_managed_delete(floor(-v / 2), -v % 2);
     deferredCount[0] = n - 1;
   }
   for (let n = deferredCount[1]; n > 0; n = deferredCount[1]) {
@@ -251,6 +260,26 @@ function releaseAllDeferred(): void {
 function releaseDeferredLater(): void {
   releaseScheduled = false;
   releaseDeferred();
+}
+
+let retryTimer: unknown;
+
+/** {@link releaseDeferred} once the deleter this thread is inside has returned. */
+function releaseAfterDeleter(): void {
+  if (retryTimer !== undefined) return;
+  const timer = startTimeout(() => {
+    retryTimer = undefined;
+    releaseDeferred();
+  }, 0);
+  retryTimer = timer;
+  runtime().unrefTimer(timer);
+}
+
+/** Ends the journal entry `n` of a release that has returned. Entries parked above it meanwhile
+ * (by a deleter that called back into the library) stay, and `n` becomes a hole. */
+function endJournal(n: number): void {
+  if (deferredCount[0] === n + 1) deferredCount[0] = n;
+  else deferredNumbers[n] = 0;
 }
 
 /** Called by the catch blocks after they parked something (with no call before that, as the
@@ -279,7 +308,7 @@ export function releaseOwner(owner: number): void {
   deferredNumbers[n] = owner;
   deferredCount[0] = n + 1;
   core().dlpk_owner_release(owner);
-  deferredCount[0] = n;
+  endJournal(n);
 }
 
 /** Disposes an export of this library its JS side still holds (a capsule nobody took), journaled
@@ -297,7 +326,7 @@ export function disposeExport(address: number, versioned: boolean): void {
  * never queued) is dropped with no further call, so an exhausted stack cannot leave its slot. */
 export function disposeJournaled(address: number, n: number): void {
   const id = core().dlpk_export_dispose(address);
-  deferredCount[0] = n;
+  endJournal(n);
   if (!(id > 0 && id < nextPinId)) return;
   const entry = pinned[id];
   pinned[id] = undefined;
@@ -307,15 +336,6 @@ export function disposeJournaled(address: number, n: number): void {
     withRelease[id] = 0;
     notifyReleased(entry as PinnedWithRelease);
   }
-}
-
-/** Deletes a managed struct (calls its deleter), journaled like {@link releaseOwner}. */
-export function deleteManaged(address: number, versioned: boolean): void {
-  const n = deferredCount[0];
-  deferredNumbers[n] = -(address * 2 + (versioned ? 1 : 0));
-  deferredCount[0] = n + 1;
-  core().dlpk_managed_delete(address, versioned ? 1 : 0);
-  deferredCount[0] = n;
 }
 
 /** Releases native owner shares whose holders were collected without `dispose()`. */

@@ -262,10 +262,23 @@ pub fn isManagedAddress(managed: usize) bool {
     return managed != 0 and managed % @alignOf(ManagedTensorVersioned) == 0;
 }
 
+/// How many producer deleters this thread is inside right now. A deleter may be a JS function
+/// (a runtime's FFI callback) that calls back into the library while a release JS journaled is
+/// still under way; JS asks this before it replays its journal, so it never releases twice.
+threadlocal var deleters_running: u32 = 0;
+
+/// Whether this thread is inside a producer's deleter (see `deleters_running`).
+pub fn insideDeleter() bool {
+    return deleters_running != 0;
+}
+
 /// Calls a producer's deleter if it has one. The only place the library hands a managed tensor
 /// back; callers have checked the struct (readable, deleter is code or NULL).
 pub fn deleteManaged(managed: usize, versioned: bool) void {
     assert(isManagedAddress(managed));
+    // Nesting is bounded by the thread's stack, far below 2^32.
+    deleters_running += 1;
+    defer deleters_running -= 1;
     if (versioned) {
         const m: *ManagedTensorVersioned = @ptrFromInt(managed);
         if (m.deleter) |d| d(m);
@@ -273,6 +286,23 @@ pub fn deleteManaged(managed: usize, versioned: bool) void {
         const m: *ManagedTensor = @ptrFromInt(managed);
         if (m.deleter) |d| d(m);
     }
+}
+
+var nested_seen: bool = false;
+
+fn nestedDeleter(m: *ManagedTensorVersioned) callconv(.c) void {
+    _ = m;
+    nested_seen = insideDeleter();
+}
+
+test "a deleter runs inside deleteManaged's count, which is back to zero after it" {
+    var managed = std.mem.zeroes(ManagedTensorVersioned);
+    managed.deleter = nestedDeleter;
+    nested_seen = false;
+    try std.testing.expect(!insideDeleter());
+    deleteManaged(@intFromPtr(&managed), true);
+    try std.testing.expect(nested_seen);
+    try std.testing.expect(!insideDeleter());
 }
 
 test "supported dtypes follow the 1.3 table" {

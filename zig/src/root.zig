@@ -410,6 +410,12 @@ export fn dlpk_owner_release(address: f64) void {
     owner.release(ownerAt(address) orelse return);
 }
 
+/// 1 while this thread runs a producer's deleter (which may be a JS callback calling back into
+/// the library), else 0: JS then leaves its journal of releases under way alone.
+export fn dlpk_inside_deleter() u32 {
+    return @intFromBool(dlpack.insideDeleter());
+}
+
 fn realmAt(value: f64) ?*owner.Realm {
     const address = abi.addressFromF64(value) orelse return null;
     if (address == 0 or address % @alignOf(owner.Realm) != 0) return null;
