@@ -231,6 +231,9 @@ export function copyInto(dst: BufferView, src: BufferView, opts?: CopyOptions): 
   const from = placeOf(srcDevice, "source");
   if (sizeOf(dst) === 0) return;
   const stream = streamOption !== undefined ? handleOf(streamOption, "stream") : producerStreams.get(src) ?? null;
+  // Again, now that no caller code runs any more: the option's getters may have disposed either.
+  ownerOf(dst);
+  ownerOf(src);
   const bits = dstInfo.bits;
   const dstStrides = stridesOf(dst);
   const srcStrides = stridesOf(src);

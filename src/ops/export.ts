@@ -418,6 +418,8 @@ function exportView(view: BufferView, opts: Options | undefined, versioned: bool
     data = data + spanStart + layout.byteOffset;
   }
   const exportFlags = flags | (readonly ? READ_ONLY : 0) | (padded && layout.info.bits < 8 ? SUBBYTE_PADDED : 0);
+  // Read again: the options' getters (run by resolveLayout) may have disposed the view since.
+  ownerOf(view);
   const capsule = build(data, owner, false, device, layout, exportFlags, versioned);
   // CUDA data with a recorded producer stream: the export carries it and an event recorded on it.
   try {

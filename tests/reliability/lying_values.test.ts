@@ -285,6 +285,53 @@ test("export options, requirements, array interfaces and element values are each
 // ---------------------------------------------------------------------------------------------
 // 3. Built-ins replaced after the library loaded
 
+test("caller code an option runs may dispose the view: refused as disposed, never memory freed meanwhile", () => {
+  const out = child(`
+const deletedBefore = deleted();
+const attempt = (fn) => {
+  try {
+    fn();
+    return "done";
+  } catch (e) {
+    return e instanceof dl.DLPackError ? e.code : String(e);
+  }
+};
+// Large enough that the producer's free gives the pages back to the system.
+const made = () => make({ shape: [1 << 20] });
+// exportDLPack(view, { strides }): a getter on the strides disposes the view.
+{
+  const view = dl.importDLPack(made().source);
+  const strides = [];
+  Object.defineProperty(strides, 0, { get() { view.dispose(); return 1; }, enumerable: true });
+  out.exportStrides = attempt(() => dl.exportDLPack(view, { strides }).dispose());
+}
+// exportDLPack(view, { readonly }): the same from a plain option getter.
+{
+  const view = dl.importDLPack(made().source);
+  out.exportReadonly = attempt(() => dl.exportDLPack(view, { get readonly() { view.dispose(); return false; } }).dispose());
+}
+// copyFrom(src, { stream }): the getter disposes the destination, or the source.
+for (const which of ["dst", "src"]) {
+  const dst = dl.importDLPack(made().source);
+  const src = dl.importDLPack(made().source);
+  const victim = which === "dst" ? dst : src;
+  out["copy_" + which] = attempt(() => dst.copyFrom(src, { get stream() { victim.dispose(); return undefined; } }));
+  dst.dispose();
+  src.dispose();
+}
+out.deleted = deleted() - deletedBefore;
+out.imports = dl.stats().imports;
+`);
+  assert.deepEqual(out, {
+    exportStrides: "disposed",
+    exportReadonly: "disposed",
+    copy_dst: "disposed",
+    copy_src: "disposed",
+    deleted: 6,
+    imports: 0,
+  });
+});
+
 test("prototype pollution after load: dispose still detaches, exports report true sizes, nothing crashes", () => {
   const out = child(`
 // Loaded (libdlpack opened, this realm's pin queue made) before anything is replaced.
