@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "cfc6d946bccc37341ee393091ba1e2c69ff12fcf1e1229452ae7150646219476",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "97e32bfa07e76e194e0e363145f3562de4206f5cef7ad1737415e9be8dd174c8",
-  "libdlpack-0.1.0-linux-aarch64.so": "a4216ac18d5710ee843087a1ce9d7d831d0f4bac5eb9b37897de5f5c17a8b26c",
-  "libdlpack-0.1.0-linux-x86_64.so": "075fa0dae2c7f33a1f82650c217963bc824542338397910578749533622ba6f5",
-  "libdlpack-0.1.0-windows-x86_64.dll": "dff2e7c492dfd66b2ba3b93a78c58f4a297742906b3f6c2a65a89fa1e2701ec0",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "f5f967b6e2546158ec58f10250a0d57e3f463c4de0a3d404cc6226efb1a69f97",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "301ebe2531ed410446cfbb2540784aafb3702f89bce3db412d5fc717f91d8b73",
+  "libdlpack-0.1.0-linux-aarch64.so": "8c74634cfc993e04b9b02351368faced2afb3cec98d6fc87096c4b7bdc40dd61",
+  "libdlpack-0.1.0-linux-x86_64.so": "e18d455fd503465f8791a7a6b39c6745f19a96534148ee3aa4ace8a79ed1a23c",
+  "libdlpack-0.1.0-windows-x86_64.dll": "a280a642f676b1d3d623fe126634b12f997bd5ebd60e1f681f8dbfa6a8029b04",
 });

@@ -198,8 +198,17 @@ export class LazyBackstop<T extends number> {
 export const DEFERRED_CAPACITY = 4096;
 /** [0]: entries in {@link deferredNumbers}; [1]: entries in {@link deferredObjects}. */
 export const deferredCount: Int32Array = new Int32Array(2);
-/** Owner records (> 0) and managed structs (`-(address * 2 + versioned)`) still to release. */
-export const deferredNumbers: Float64Array = new Float64Array(DEFERRED_CAPACITY);
+/** Owner records (> 0) and managed structs (`-(address * 2 + versioned)`) still to release; 0 is
+ * a hole (a journaled release that completed). Over an ArrayBuffer of its own, so that its address
+ * is stable: native release entries zero a journal entry they are given (see releaseOwner). */
+export const deferredNumbers: Float64Array = new Float64Array(new ArrayBuffer(DEFERRED_CAPACITY * 8));
+let journalAt = 0;
+
+/** The address of {@link deferredNumbers}' entry `n`, for a native release entry to zero; 0 (no
+ * entry) past the capacity, where nothing was stored either. */
+function journalEntry(n: number): number {
+  return n < DEFERRED_CAPACITY ? (journalAt ||= runtime().addressOf(deferredNumbers)) + n * 8 : 0;
+}
 /** Views and capsules still to dispose (own slots: index writes reach no setter). */
 export const deferredObjects: (object | undefined)[] = objectSlots(DEFERRED_CAPACITY);
 
@@ -240,20 +249,22 @@ function releaseAllDeferred(): void {
       continue;
     }
     const v = deferredNumbers[n - 1];
-    // 0: a journaled release that completed under entries parked above it (see releaseOwner).
-    if (v > 0) lib.dlpk_owner_release(v);
-    else if (v < 0) lib.dlpk_managed_delete(floor(-v / 2), -v % 2);
-    deferredCount[0] = n - 1;
+    // The native side zeroes the entry as it starts; a deleter it calls may park more above it.
+    if (v > 0) lib.dlpk_owner_release(v, journalEntry(n - 1));
+    else if (v < 0) lib.dlpk_managed_delete(floor(-v / 2), -v % 2, journalEntry(n - 1));
+    if (deferredCount[0] === n) deferredCount[0] = n - 1;
   }
   for (let n = deferredCount[1]; n > 0; n = deferredCount[1]) {
     if (n > DEFERRED_CAPACITY) {
       deferredCount[1] = DEFERRED_CAPACITY;
       continue;
     }
-    // Disposal is idempotent: disposing again after an interruption is harmless.
-    disposeObject(deferredObjects[n - 1]!);
+    // Disposal is idempotent: disposing again after an interruption is harmless. A disposal may
+    // park more above this entry (a deleter calling back): the entry then becomes a hole.
+    const x = deferredObjects[n - 1];
+    if (x !== undefined) disposeObject(x);
     deferredObjects[n - 1] = undefined;
-    deferredCount[1] = n - 1;
+    if (deferredCount[1] === n) deferredCount[1] = n - 1;
   }
 }
 
@@ -275,11 +286,11 @@ function releaseAfterDeleter(): void {
   runtime().unrefTimer(timer);
 }
 
-/** Ends the journal entry `n` of a release that has returned. Entries parked above it meanwhile
- * (by a deleter that called back into the library) stay, and `n` becomes a hole. */
+/** Ends the journal entry `n` of a release that has returned (the native side zeroed it as it
+ * started). Entries parked above it meanwhile (by a deleter that called back into the library)
+ * stay, and `n` stays a hole under them. */
 function endJournal(n: number): void {
   if (deferredCount[0] === n + 1) deferredCount[0] = n;
-  else deferredNumbers[n] = 0;
 }
 
 /** Called by the catch blocks after they parked something (with no call before that, as the
@@ -301,13 +312,15 @@ export function retryQuietly(): void {
  * Releases a native owner share. The release is journaled in the deferred buffer around the
  * native call (no try/catch: this is the dispose hot path, and JavaScriptCore does not inline
  * functions that have one), so if the call cannot even start (an exhausted stack) the share is
- * released later instead of lost; the exception still reaches the caller.
+ * released later instead of lost; the exception still reaches the caller. The native side zeroes
+ * the entry as it starts, so a call that started is never replayed, even when it does not return
+ * here (a deleter that is a JS callback and throws: the runtime rethrows that from this call).
  */
 export function releaseOwner(owner: number): void {
   const n = deferredCount[0];
   deferredNumbers[n] = owner;
   deferredCount[0] = n + 1;
-  core().dlpk_owner_release(owner);
+  core().dlpk_owner_release(owner, journalEntry(n));
   endJournal(n);
 }
 
@@ -325,7 +338,7 @@ export function disposeExport(address: number, versioned: boolean): void {
  * (a capsule, before it marks itself disposed). The pin the native side freed (its id returned,
  * never queued) is dropped with no further call, so an exhausted stack cannot leave its slot. */
 export function disposeJournaled(address: number, n: number): void {
-  const id = core().dlpk_export_dispose(address);
+  const id = core().dlpk_export_dispose(address, journalEntry(n));
   endJournal(n);
   if (!(id > 0 && id < nextPinId)) return;
   const entry = pinned[id];
@@ -340,7 +353,7 @@ export function disposeJournaled(address: number, n: number): void {
 
 /** Releases native owner shares whose holders were collected without `dispose()`. */
 const shares = new LazyBackstop<number>(
-  (owner) => core().dlpk_owner_release(owner),
+  (owner) => core().dlpk_owner_release(owner, 0),
   (holder) => ownerLive(holder),
 );
 

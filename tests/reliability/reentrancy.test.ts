@@ -1,9 +1,9 @@
 // Deleters that call back into the library. A producer's deleter may be a JS function (a runtime's
 // FFI callback) that runs while the release that called it is still under way, and calls the
-// library from there: stats(), an import, an export, a refused import. Every release path that
-// ends in a producer's deleter is covered (a view's dispose, an owner share released last, a
-// capsule of a re-exported import, the GC backstop), each in a child process, so a crash (a release
-// replayed twice) fails the test instead of killing the runner.
+// library from there (stats(), an import, an export, a refused import), or throws. Every release
+// path that ends in a producer's deleter is covered (a view's dispose, an owner share released
+// last, a capsule of a re-exported import, the GC backstop, the deferred buffer), each in a child
+// process, so a crash (a release replayed twice) fails the test instead of killing the runner.
 import assert from "node:assert/strict";
 import { repoRoot, runIsolated, runtimeName, test } from "../support/harness.ts";
 
@@ -20,7 +20,9 @@ const native = new JSCallback((p) => onDelete(Number(p)), { args: ["ptr"], retur
 const deleterAddress = BigInt(native.ptr);
 `;
 
-const source = `
+/** What every child starts with: the library, the test producer, and `withJsDeleter()`, a producer
+ * tensor whose deleter is the JS function `onDelete` (set by each test; it must free the struct). */
+const prelude = `
 import assert from "node:assert/strict";
 import { DLPackError, exportDLPack, importDLPack, stats } from "${repoRoot}/mod.ts";
 import { deleted, make } from "${repoRoot}/tests/support/producer.ts";
@@ -31,15 +33,39 @@ function live() {
   const s = stats();
   return { imports: s.imports, exports: s.exports, pinned: s.pinned, allocations: s.allocations };
 }
+let onDelete = (address) => freeUncounted(address, true);
+${callback}
+function withJsDeleter(spec = { shape: [4] }) {
+  const made = make(spec);
+  setWord(made.address, OFFSETS.versioned.deleter, deleterAddress);
+  return made;
+}
+const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
+const before = live();
+const deletedBefore = deleted();
+`;
 
+const epilogue = `
+assert.deepEqual(live(), before, "stats() back where it was");
+native.close();
+console.log("DONE");
+`;
+
+/** Runs \`body\` after the prelude in a fresh process; fails on a crash or a failed assert. */
+function isolated(body: string): void {
+  const run = runIsolated(prelude + body + epilogue, { gc: true });
+  assert.equal(run.code, 0, `child exited with ${run.code}\n${run.stderr}\n${run.stdout}`);
+  assert.match(run.stdout, /DONE/);
+}
+
+test("a deleter that calls back into the library (stats, import, export, a refused import) runs once per release path", () => {
+  isolated(`
 const deleterCalls = [];
 const innerErrors = [];
-/** The JS deleter: calls the library while the release that called it is under way, then frees
- * the struct as a deleter does. */
-function onDelete(address) {
+onDelete = (address) => {
   deleterCalls.push(address);
-  const during = stats();
-  assert.equal(typeof during.imports, "number");
+  // Calls the library while the release that called this is under way.
+  assert.equal(typeof stats().imports, "number");
   const inner = importDLPack(make({ shape: [3] }).source);
   assert.deepEqual(inner.shape, [3]);
   inner.dispose();
@@ -52,17 +78,7 @@ function onDelete(address) {
     innerErrors.push(error);
   }
   freeUncounted(address, true);
-}
-${callback}
-/** A producer tensor whose deleter is the JS function above. */
-function withJsDeleter() {
-  const made = make({ shape: [4] });
-  setWord(made.address, OFFSETS.versioned.deleter, deleterAddress);
-  return made;
-}
-
-const before = live();
-const deletedBefore = deleted();
+};
 
 // A view's dispose.
 const a = withJsDeleter();
@@ -96,25 +112,109 @@ const d = withJsDeleter();
 })();
 for (let i = 0; i < 50 && deleterCalls.length < 4; i++) {
   await collectGarbage();
-  await new Promise((resolve) => setTimeout(resolve, 10));
+  await settle();
 }
 assert.deepEqual(deleterCalls, [a.address, b.address, c.address, d.address], "backstop: the deleter ran once");
 
 // What the deleters parked is released once they returned (a timer, then the next call).
-await new Promise((resolve) => setTimeout(resolve, 20));
+await settle();
 assert.equal(innerErrors.length, 4);
 for (const error of innerErrors) {
   assert.ok(error instanceof DLPackError, String(error));
   assert.equal(error.code, "overflow", error.message);
 }
 assert.equal(deleted() - deletedBefore, 8, "each inner tensor's deleter ran exactly once");
-assert.deepEqual(live(), before, "stats() back where it was");
-native.close();
-console.log("DONE");
-`;
+`);
+});
 
-test("a deleter that calls back into the library (stats, import, export, a refused import) runs once per release path", () => {
-  const run = runIsolated(source, { gc: true });
-  assert.equal(run.code, 0, `child exited with ${run.code}\n${run.stderr}\n${run.stdout}`);
-  assert.match(run.stdout, /DONE/);
+test("a deleter that throws: dispose() throws it, the tensor was released once, and nothing is released again", () => {
+  isolated(`
+let calls = 0;
+onDelete = (address) => {
+  calls++;
+  freeUncounted(address, true);
+  throw new Error("deleter failed " + calls);
+};
+for (let i = 1; i <= 3; i++) {
+  const view = importDLPack(withJsDeleter().source);
+  let error;
+  try {
+    view.dispose();
+  } catch (e) {
+    error = e;
+  }
+  // Whether the runtime passes the callback's exception on is its own affair; the release is not.
+  if (error !== undefined) assert.match(String(error), /deleter failed/);
+  assert.equal(calls, i);
+  assert.ok(view.disposed);
+  view.dispose();
+  // The next calls replay what is deferred: nothing of this release may run again.
+  stats();
+  importDLPack(make({ shape: [2] }).source).dispose();
+  assert.equal(calls, i);
+}
+await settle();
+stats();
+assert.equal(calls, 3);
+assert.equal(deleted() - deletedBefore, 3);
+`);
+});
+
+test("owners parked inside deleters, whose deleters park more, are all released once", () => {
+  isolated(`
+const calls = [];
+let chain = 3;
+onDelete = (address) => {
+  calls.push(address);
+  // Each refused import parks its owner here; that owner's own deleter (run later, from the
+  // deferred buffer) parks the next.
+  if (chain > 0) {
+    chain--;
+    const refused = withJsDeleter({ shape: [0], data: 2n ** 53n + 4096n });
+    assert.throws(() => importDLPack(refused.source), (e) => e instanceof DLPackError && e.code === "overflow");
+  }
+  freeUncounted(address, true);
+};
+importDLPack(withJsDeleter().source).dispose();
+for (let i = 0; i < 20 && calls.length < 4; i++) {
+  await settle();
+  stats();
+}
+assert.equal(calls.length, 4, "every parked owner released");
+await settle();
+stats();
+assert.equal(calls.length, 4, "none twice");
+`);
+});
+
+test("a refusal's message survives a deleter that imports another tensor before JS reads it", () => {
+  isolated(`
+let reenter = false;
+onDelete = (address) => {
+  if (reenter) importDLPack(make({ shape: [7, 9], dtype: "float64" }).source).dispose();
+  freeUncounted(address, true);
+};
+function refusal(spec) {
+  try {
+    importDLPack(withJsDeleter(spec).source);
+  } catch (error) {
+    assert.ok(error instanceof DLPackError, String(error));
+    return error.code + ": " + error.message;
+  }
+  assert.fail("not refused");
+}
+for (const spec of [
+  { shape: [4], version: [2, 0] },
+  { shape: [4], flags: 0x100 },
+  { shape: [4], dtype: { code: 2, bits: 32, lanes: 4 } },
+  { shape: [4], device: [99, 0] },
+]) {
+  reenter = false;
+  const plain = refusal(spec);
+  reenter = true;
+  assert.equal(refusal(spec), plain);
+}
+assert.match(refusal({ shape: [4], device: [99, 0] }), /device type 99/);
+assert.equal(deleted() - deletedBefore, 5);
+`);
 });

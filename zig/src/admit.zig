@@ -71,7 +71,7 @@ pub fn releaseRefused(
     assert(status != .ok);
     if (claimed) {
         // An export of this library this import took, of the generation claimed.
-        dlpack.deleteManaged(managed, versioned);
+        deleteKeeping(managed, versioned, out);
         stats.add(.deleters_called, 1);
         return status;
     }
@@ -89,12 +89,21 @@ pub fn releaseRefused(
     assert(abi.plausible(dlpack.ManagedTensorVersioned, managed));
     if (exports.recognize(managed)) |own| {
         if (own.state != .live or !exports.claim(managed)) return refuseTaken(managed, own, out);
-        dlpack.deleteManaged(managed, own.versioned);
+        deleteKeeping(managed, own.versioned, out);
     } else {
-        dlpack.deleteManaged(managed, versioned);
+        deleteKeeping(managed, versioned, out);
     }
     stats.add(.deleters_called, 1);
     return status;
+}
+
+/// Calls a refused tensor's deleter with the refusal's description kept as it was: the deleter may
+/// be a JS callback that imports again into the same description (its JS realm's scratch) before
+/// JS has read why this tensor was refused.
+fn deleteKeeping(managed: usize, versioned: bool, out: *Description) void {
+    const kept = out.*;
+    dlpack.deleteManaged(managed, versioned);
+    out.* = kept;
 }
 
 const testing = std.testing;
@@ -138,4 +147,29 @@ test "a refused tensor is released once, and only where that is safe" {
     try testing.expectEqual(Status.already_imported, status);
     try testing.expectEqual(exports.State.taken, exports.recognize(export_managed).?.state);
     dlpack.deleteManaged(export_managed, true);
+}
+
+var scribbled: ?*Description = null;
+
+/// A deleter that, like a JS callback importing again, writes the description being reported.
+fn scribblingDeleter(_: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    const out = scribbled.?;
+    out.* = std.mem.zeroes(Description);
+    out.status = @intFromEnum(Status.ok);
+    out.device_type = 1;
+}
+
+test "a refusal's description survives a deleter that writes it" {
+    var out = std.mem.zeroes(Description);
+    _ = out.refuse(.device, abi.detail_dim.none, 99, 18);
+    out.device_type = 99;
+    var foreign = std.mem.zeroes(dlpack.ManagedTensorVersioned);
+    foreign.deleter = scribblingDeleter;
+    scribbled = &out;
+    defer scribbled = null;
+    const status = releaseRefused(@intFromPtr(&foreign), true, .device, &out, false);
+    try testing.expectEqual(Status.device, status);
+    try testing.expectEqual(@as(i32, @intFromEnum(Status.device)), out.status);
+    try testing.expectEqual(@as(i32, 99), out.device_type);
+    try testing.expectEqual(@as(i64, 99), out.detail_found);
 }
