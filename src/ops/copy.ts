@@ -332,6 +332,7 @@ export function toHost(view: BufferView, opts?: CopyOptions): BufferView {
 /** A C-contiguous copy of a view in library memory (the native strided copy); CUDA device views
  * are copied on their device. */
 export function copyOf(view: BufferView): BufferView {
+  ownerOf(view); // throws "disposed": the copy reads the view's memory
   const device = deviceOfView(view);
   if (device.type === "cuda") return devicePaths.copyOnDevice(view);
   if (!isHostAccessible(device.type)) {

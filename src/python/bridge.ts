@@ -409,7 +409,7 @@ export class PyObject {
         values.push(kwargs[name]);
       }
     }
-    const h = this.#live();
+    this.#live(); // "disposed" before anything is converted
     const s = stateOf(this.#py);
     return withGil(s, () => {
       const tuple = toPythonTuple(s, args);
@@ -424,7 +424,9 @@ export class PyObject {
             if (status !== 0) throw pythonError(`keyword ${names[i]}`);
           }
         }
-        return new PyObject(check(s.capi.PyObject_Call(h, tuple, dict), "call"), this.#py, INTERNAL);
+        // Again: converting the arguments ran the caller's getters, which may have disposed this.
+        const callee = this.#live();
+        return new PyObject(check(s.capi.PyObject_Call(callee, tuple, dict), "call"), this.#py, INTERNAL);
       } finally {
         s.capi.Py_DecRef(tuple);
         if (dict !== 0) s.capi.Py_DecRef(dict);

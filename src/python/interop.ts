@@ -214,6 +214,8 @@ function importPython(
     handle = foreignHandle(obj, "fromPython()'s object");
   }
   const o = opts === undefined || opts === null ? DEFAULT_OPTIONS : fromOptions(opts);
+  // Again: the options' getters may have disposed the object.
+  if (isPyObject(obj)) handle = handleOf(obj);
   holdGil();
   // One native call: the negotiation in dlpack_ts._capsule_of, then the capsule checks and import.
   const status = core().dlpk_py_from(
@@ -377,15 +379,19 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
   // The native side also honours the export's READ_ONLY flag, whatever a getter says here.
   const readonly = (view && accessOf(x) !== "readwrite") ||
     (typeof opts === "object" && opts !== null && opts.readonly === true);
-  const target = typeof opts === "object" && opts !== null ? asOption(opts.as, readonly) : 0;
+  const asValue: unknown = typeof opts === "object" && opts !== null ? opts.as : undefined;
+  const target = asOption(asValue, readonly);
   const capsule = exportDLPack(x, opts);
   const template = takeCapsule(capsule);
   let made = 0;
   holdGil();
   try {
     // One native call makes the DLPackTensor, or the `as` type's tensor (it takes the GIL
-    // itself); from then on the Python object owns the template.
-    made = target === 0 ? core().dlpk_py_wrap(template, readonly ? 1 : 0) : core().dlpk_py_wrap_as(template, target);
+    // itself); from then on the Python object owns the template. The `as` type is looked up
+    // again: the export ran the options' getters, which may have disposed it.
+    made = target === 0
+      ? core().dlpk_py_wrap(template, readonly ? 1 : 0)
+      : core().dlpk_py_wrap_as(template, handleOf(asValue as PyObject));
   } finally {
     if (made === 0) core().dlpk_managed_delete(template, 1, 0);
   }

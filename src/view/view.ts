@@ -1079,12 +1079,18 @@ export class BufferView {
       this.#scatter(src);
       return;
     }
+    // The option is read before the array is staged: a getter run after that could move the
+    // array's memory (buffer.transfer()) out from under the staged view.
+    if (opts !== undefined && opts !== null && typeof opts !== "object") {
+      throw new DLPackError("argument", `copy options must be an options object, got ${shown(opts)}`);
+    }
+    const stream: unknown = opts === undefined || opts === null ? undefined : opts.stream;
     // A view over the TypedArray's own memory (pinned while it lives), then the view-to-view copy.
     const staged = info.bits < 8
       ? viewOps.packedCodes(src as Uint8Array, info, this.#facts.shape)
       : viewOps.typedArrayView(src, info, this.#facts.shape);
     try {
-      viewOps.copyInto(this, staged, opts);
+      viewOps.copyInto(this, staged, stream === undefined ? undefined : { stream } as CopyOptions);
     } finally {
       try {
         disposeView(staged);

@@ -317,6 +317,47 @@ test("use after close() or dispose() is refused with code disposed, everywhere",
   obj.dispose();
 }, skip);
 
+test(
+  "a getter the bridge runs while it reads arguments may dispose the objects: refused, nothing freed is used",
+  () => {
+    const out = isolated(`
+const attempt = (f: () => unknown) => {
+  try {
+    f();
+    return "done";
+  } catch (error) {
+    return (error as { code?: string }).code ?? String(error);
+  }
+};
+// Memory freed by the dispose is reused at once, so a stale handle would point at other objects.
+const churn = () => py.exec("import gc; gc.collect(); junk = [bytearray(64) for _ in range(2000)]");
+// callWith: a getter on an argument disposes the callee.
+{
+  const f = py.eval("(lambda: (lambda *a: len(a)))()");
+  const args: unknown[] = [1];
+  Object.defineProperty(args, 0, { get() { f.dispose(); churn(); return 1; }, enumerable: true });
+  out.callWith = attempt(() => f.callWith(args as number[]));
+}
+// fromPython: an option getter disposes the object.
+{
+  const obj = py.eval("__import__('numpy').arange(1024.0)");
+  const opts = { get maxVersion() { obj.dispose(); churn(); return undefined; } };
+  out.fromPython = attempt(() => fromPython(obj, opts as never));
+}
+// toPython with { as }: a getter the export reads disposes the type.
+{
+  const T = py.eval("type('T', (), {})");
+  const opts = { as: T, get shape() { T.dispose(); churn(); return undefined; } };
+  out.toPythonAs = attempt(() => toPython(new Float32Array(4), py, opts as never));
+}
+const s = stats();
+out.live = [s.imports, s.exports, s.pinned];
+`);
+    assert.deepEqual(out, { callWith: "disposed", fromPython: "disposed", toPythonAs: "disposed", live: [0, 0, 0] });
+  },
+  skip,
+);
+
 test("an export imported raw cannot be taken a second time through a Python capsule (and the reverse)", () => {
   const out = isolated(`
 const { exportDLPack, importDLPack } = await import("${repoRoot}/mod.ts");

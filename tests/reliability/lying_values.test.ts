@@ -319,16 +319,40 @@ for (const which of ["dst", "src"]) {
   dst.dispose();
   src.dispose();
 }
+// __dlpack__({ copy: true }) of a view disposed before, or by a getter of the options.
+{
+  const view = dl.importDLPack(made().source);
+  view.dispose();
+  out.dlpackCopy = attempt(() => view.__dlpack__({ maxVersion: [1, 0], copy: true }).dispose());
+  const other = dl.importDLPack(made().source);
+  const maxVersion = [0, 0];
+  Object.defineProperty(maxVersion, 0, { get() { other.dispose(); return 1; }, enumerable: true });
+  out.dlpackCopyGetter = attempt(() => other.__dlpack__({ maxVersion, copy: true }).dispose());
+}
+// copyFrom(typedArray, { stream }): the getter moves the array's memory (transfer) before the copy.
+{
+  const dst = dl.zeros([1 << 16], "float32");
+  const src = new Float32Array(1 << 16).fill(7);
+  out.copyTransferred = attempt(() => dst.copyFrom(src, { get stream() { src.buffer.transfer(8); return undefined; } }));
+  out.copyTransferredValues = dst.toArray()[0];
+  dst.dispose();
+}
 out.deleted = deleted() - deletedBefore;
 out.imports = dl.stats().imports;
+out.exports = dl.stats().exports;
 `);
   assert.deepEqual(out, {
     exportStrides: "disposed",
     exportReadonly: "disposed",
     copy_dst: "disposed",
     copy_src: "disposed",
-    deleted: 6,
+    dlpackCopy: "disposed",
+    dlpackCopyGetter: "disposed",
+    copyTransferred: "disposed",
+    copyTransferredValues: 0,
+    deleted: 8,
     imports: 0,
+    exports: 0,
   });
 });
 
