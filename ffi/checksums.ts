@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "f5f967b6e2546158ec58f10250a0d57e3f463c4de0a3d404cc6226efb1a69f97",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "301ebe2531ed410446cfbb2540784aafb3702f89bce3db412d5fc717f91d8b73",
-  "libdlpack-0.1.0-linux-aarch64.so": "8c74634cfc993e04b9b02351368faced2afb3cec98d6fc87096c4b7bdc40dd61",
-  "libdlpack-0.1.0-linux-x86_64.so": "e18d455fd503465f8791a7a6b39c6745f19a96534148ee3aa4ace8a79ed1a23c",
-  "libdlpack-0.1.0-windows-x86_64.dll": "a280a642f676b1d3d623fe126634b12f997bd5ebd60e1f681f8dbfa6a8029b04",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "be0137e61ee13e51e4857f6254a2d8c55b1e5189c367ea49bb96f8ee29a2aa5d",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "64365903586d4cfdcaa78a1fc6c4d2e5aef2a647c241d730fc8ee4ee65331e84",
+  "libdlpack-0.1.0-linux-aarch64.so": "81aa3a8185d1e1feebbe20548727a6a3afc3a3472fed70dc7d0d221f211ccebd",
+  "libdlpack-0.1.0-linux-x86_64.so": "31f924aeaae7ab3f019f62ee020322ed9c18081ba5edfe0b22e4905f659dba19",
+  "libdlpack-0.1.0-windows-x86_64.dll": "6530468898b1b52c3e889b902d9d1f957148f0f40cf2cc5094fbc471269a8830",
 });

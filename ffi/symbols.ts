@@ -20,7 +20,8 @@ export const symbols = {
   dlpk_import: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
-  dlpk_owner_release: { args: ["f64", "f64"], returns: "void" },
+  dlpk_owner_release: { args: ["f64"], returns: "void" },
+  dlpk_release_entry: { args: ["f64"], returns: "void" },
   dlpk_inside_deleter: { args: [], returns: "u32" },
   dlpk_realm_new: { args: [], returns: "f64" },
   dlpk_pin_new: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },
@@ -35,9 +36,9 @@ export const symbols = {
   dlpk_export_buffer: { args: ["buffer", "f64", "f64", "f64", "u32", "f64"], returns: "i32" },
   // A whole TypedArray: every fact an argument; returns the struct's address or minus a status.
   dlpk_export_array: { args: ["buffer", "f64", "f64", "f64", "f64", "u32", "u32", "u32"], returns: "f64" },
-  dlpk_managed_delete: { args: ["f64", "u32", "f64"], returns: "void" },
+  dlpk_managed_delete: { args: ["f64", "u32"], returns: "void" },
   // A capsule disposed from JS: returns the id of a pin freed at once (0: none).
-  dlpk_export_dispose: { args: ["f64", "f64"], returns: "f64" },
+  dlpk_export_dispose: { args: ["f64"], returns: "f64" },
   dlpk_is_own_export: { args: ["f64", "u32"], returns: "u32" },
   dlpk_alloc: { args: ["f64", "f64", "u32", "f64"], returns: "i32" },
   dlpk_copy: { args: ["f64", "f64", "u32"], returns: "i32" },

@@ -181,10 +181,11 @@ export class Capsule {
     // Journaled before the state changes, with no call in between: if the release below cannot even
     // start (an exhausted stack), the struct is released at the next call into the library.
     const n = deferredCount[0];
-    deferredNumbers[n] = -(this.#address * 2 + (this.#versioned ? 1 : 0));
+    const code = -(this.#address * 2 + (this.#versioned ? 1 : 0));
+    deferredNumbers[n] = code;
     deferredCount[0] = n + 1;
     this.#state = DISPOSED;
-    disposeJournaled(this.#address, n);
+    disposeJournaled(code, n);
   }
 
   /** Same as {@link Capsule.dispose}, for `using`. */

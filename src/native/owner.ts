@@ -200,14 +200,21 @@ export const DEFERRED_CAPACITY = 4096;
 export const deferredCount: Int32Array = new Int32Array(2);
 /** Owner records (> 0) and managed structs (`-(address * 2 + versioned)`) still to release; 0 is
  * a hole (a journaled release that completed). Over an ArrayBuffer of its own, so that its address
- * is stable: native release entries zero a journal entry they are given (see releaseOwner). */
+ * is stable: the native release entries read an entry they are given and zero it (see
+ * releaseOwner). */
 export const deferredNumbers: Float64Array = new Float64Array(new ArrayBuffer(DEFERRED_CAPACITY * 8));
 let journalAt = 0;
 
-/** The address of {@link deferredNumbers}' entry `n`, for a native release entry to zero; 0 (no
- * entry) past the capacity, where nothing was stored either. */
-function journalEntry(n: number): number {
-  return n < DEFERRED_CAPACITY ? (journalAt ||= runtime().addressOf(deferredNumbers)) + n * 8 : 0;
+/** Where a journaled release past the capacity (nothing stored there) keeps its entry instead. */
+const spareEntry: Float64Array = new Float64Array(new ArrayBuffer(8));
+let spareAt = 0;
+
+/** The address of the journal entry `n`, holding `value`, which the native release entries read
+ * and zero: {@link deferredNumbers}' entry, or past its capacity the spare one. */
+function journalEntry(n: number, value: number): number {
+  if (n < DEFERRED_CAPACITY) return (journalAt ||= runtime().addressOf(deferredNumbers)) + n * 8;
+  spareEntry[0] = value;
+  return spareAt ||= runtime().addressOf(spareEntry);
 }
 /** Views and capsules still to dispose (own slots: index writes reach no setter). */
 export const deferredObjects: (object | undefined)[] = objectSlots(DEFERRED_CAPACITY);
@@ -248,10 +255,9 @@ function releaseAllDeferred(): void {
       deferredCount[0] = DEFERRED_CAPACITY;
       continue;
     }
-    const v = deferredNumbers[n - 1];
-    // The native side zeroes the entry as it starts; a deleter it calls may park more above it.
-    if (v > 0) lib.dlpk_owner_release(v, journalEntry(n - 1));
-    else if (v < 0) lib.dlpk_managed_delete(floor(-v / 2), -v % 2, journalEntry(n - 1));
+    // The native side reads the entry and zeroes it as it starts (0: a hole, a release that
+    // completed); a deleter it calls may park more above it.
+    if (deferredNumbers[n - 1] !== 0) lib.dlpk_release_entry(journalEntry(n - 1, 0));
     if (deferredCount[0] === n) deferredCount[0] = n - 1;
   }
   for (let n = deferredCount[1]; n > 0; n = deferredCount[1]) {
@@ -312,15 +318,16 @@ export function retryQuietly(): void {
  * Releases a native owner share. The release is journaled in the deferred buffer around the
  * native call (no try/catch: this is the dispose hot path, and JavaScriptCore does not inline
  * functions that have one), so if the call cannot even start (an exhausted stack) the share is
- * released later instead of lost; the exception still reaches the caller. The native side zeroes
- * the entry as it starts, so a call that started is never replayed, even when it does not return
- * here (a deleter that is a JS callback and throws: the runtime rethrows that from this call).
+ * released later instead of lost; the exception still reaches the caller. The native side reads
+ * the share from the entry and zeroes it as it starts, so a call that started is never replayed,
+ * even when it does not return here (a deleter that is a JS callback and throws: the runtime
+ * rethrows that from this call).
  */
 export function releaseOwner(owner: number): void {
   const n = deferredCount[0];
   deferredNumbers[n] = owner;
   deferredCount[0] = n + 1;
-  core().dlpk_owner_release(owner, journalEntry(n));
+  core().dlpk_release_entry(journalEntry(n, owner));
   endJournal(n);
 }
 
@@ -329,16 +336,18 @@ export function releaseOwner(owner: number): void {
  * is dropped right here instead of at the next sweep. */
 export function disposeExport(address: number, versioned: boolean): void {
   const n = deferredCount[0];
-  deferredNumbers[n] = -(address * 2 + (versioned ? 1 : 0));
+  const code = -(address * 2 + (versioned ? 1 : 0));
+  deferredNumbers[n] = code;
   deferredCount[0] = n + 1;
-  disposeJournaled(address, n);
+  disposeJournaled(code, n);
 }
 
 /** {@link disposeExport} for a caller that journaled the release itself, as deferred entry `n`
- * (a capsule, before it marks itself disposed). The pin the native side freed (its id returned,
- * never queued) is dropped with no further call, so an exhausted stack cannot leave its slot. */
-export function disposeJournaled(address: number, n: number): void {
-  const id = core().dlpk_export_dispose(address, journalEntry(n));
+ * holding `code` (a capsule, before it marks itself disposed). The pin the native side freed (its
+ * id returned, never queued) is dropped with no further call, so an exhausted stack cannot leave
+ * its slot. */
+export function disposeJournaled(code: number, n: number): void {
+  const id = core().dlpk_export_dispose(journalEntry(n, code));
   endJournal(n);
   if (!(id > 0 && id < nextPinId)) return;
   const entry = pinned[id];
@@ -353,7 +362,7 @@ export function disposeJournaled(address: number, n: number): void {
 
 /** Releases native owner shares whose holders were collected without `dispose()`. */
 const shares = new LazyBackstop<number>(
-  (owner) => core().dlpk_owner_release(owner, 0),
+  (owner) => core().dlpk_owner_release(owner),
   (holder) => ownerLive(holder),
 );
 

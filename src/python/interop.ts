@@ -393,7 +393,7 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
       ? core().dlpk_py_wrap(template, readonly ? 1 : 0)
       : core().dlpk_py_wrap_as(template, handleOf(asValue as PyObject));
   } finally {
-    if (made === 0) core().dlpk_managed_delete(template, 1, 0);
+    if (made === 0) core().dlpk_managed_delete(template, 1);
   }
   if (made === 0) throw pythonError(target === 0 ? "DLPackTensor" : "toPython() option as");
   try {

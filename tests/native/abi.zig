@@ -134,9 +134,9 @@ const raw = struct {
     extern fn dlpk_description_size() u32;
     extern fn dlpk_import(managed: f64, options: u32, out_address: f64) i32;
     extern fn dlpk_export(options: u32, spec_address: f64) i32;
-    extern fn dlpk_managed_delete(managed: f64, versioned: u32, journal: f64) void;
+    extern fn dlpk_managed_delete(managed: f64, versioned: u32) void;
     extern fn dlpk_owner_retain(address: f64) void;
-    extern fn dlpk_owner_release(address: f64, journal: f64) void;
+    extern fn dlpk_owner_release(address: f64) void;
     extern fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: f64) i32;
     extern fn dlpk_stats(out_address: f64) u32;
     extern fn dlpk_realm_new() f64;
@@ -160,13 +160,13 @@ pub fn dlpk_export(options: u32, spec_address: usize) i32 {
     return raw.dlpk_export(options, f(spec_address));
 }
 pub fn dlpk_managed_delete(managed: usize, versioned: u32) void {
-    raw.dlpk_managed_delete(f(managed), versioned, 0);
+    raw.dlpk_managed_delete(f(managed), versioned);
 }
 pub fn dlpk_owner_retain(address: usize) void {
     raw.dlpk_owner_retain(f(address));
 }
 pub fn dlpk_owner_release(address: usize) void {
-    raw.dlpk_owner_release(f(address), 0);
+    raw.dlpk_owner_release(f(address));
 }
 pub fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: usize) i32 {
     return raw.dlpk_alloc(bytes, alignment, zero, f(out_address));

@@ -11,7 +11,7 @@ const std = @import("std");
 const abi = @import("abi");
 
 const Import = *const fn (f64, u32, f64) callconv(.c) i32;
-const Release = *const fn (f64, f64) callconv(.c) void;
+const Release = *const fn (f64) callconv(.c) void;
 const Size = *const fn () callconv(.c) u32;
 const Static = *const fn (f64, u32) callconv(.c) usize;
 
@@ -57,7 +57,7 @@ fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, mode: Mode)
         }
         if (import(managed, versioned_option, out_address) != 0) return error.Refused;
         const owner = @as(u64, words[owner_lo_word + 1]) << 32 | words[owner_lo_word];
-        e.release(@floatFromInt(owner), 0);
+        e.release(@floatFromInt(owner));
     }
     const elapsed: f64 = @floatFromInt(threadNs() - began);
     return elapsed / @as(f64, @floatFromInt(count));

@@ -318,9 +318,7 @@ fn countFromF64(value: f64) ?usize {
 /// Calls a managed tensor's deleter (a capsule disposed before anyone took it), with the checks of
 /// an import: nothing happens for a struct that is not readable, a deleter that is not code, or an
 /// export of this library that an import took or that was released already.
-/// Deletes a managed struct (calls its deleter once); `journal` as for `dlpk_owner_release`.
-export fn dlpk_managed_delete(managed_address: f64, versioned: u32, journal: f64) void {
-    endJournal(journal);
+export fn dlpk_managed_delete(managed_address: f64, versioned: u32) void {
     const managed = abi.addressFromF64(managed_address) orelse return;
     _ = deleteChecked(managed, versioned != 0);
 }
@@ -345,11 +343,12 @@ fn deleteChecked(managed: usize, versioned: bool) bool {
 /// Disposes an export of this library that its JS side made and never handed out (a capsule
 /// disposed from JS): the struct is released as its deleter would, and a pin it held the last
 /// reference to is freed at once. Returns that pin's id (JS then drops the pinned object itself)
-/// or 0; does nothing for anything but a live export of this library. `journal` as for
-/// `dlpk_owner_release`.
-export fn dlpk_export_dispose(managed_address: f64, journal: f64) f64 {
-    endJournal(journal);
-    const managed = abi.addressFromF64(managed_address) orelse return 0;
+/// or 0; does nothing for anything but a live export of this library. `entry` is the JS journal
+/// entry for it (see `dlpk_release_entry`), holding `-(address * 2 + versioned)`.
+export fn dlpk_export_dispose(entry: f64) f64 {
+    const value = takeEntry(entry) orelse return 0;
+    const encoded = abi.addressFromF64(-value) orelse return 0;
+    const managed = encoded / 2;
     if (!isStruct(managed)) return 0;
     // A live export is a whole record: anything shorter is refused by this one check.
     if (!mappings.readable(managed, exports.record_bytes)) return 0;
@@ -410,21 +409,34 @@ export fn dlpk_owner_retain(address: f64) void {
     owner.retain(ownerAt(address) orelse return);
 }
 
-/// Releases one reference. `journal` is the address of the JS caller's journal entry for this
-/// release (an f64 in its deferred buffer; 0 for none): it is zeroed before anything else, so a
-/// deleter that is a JS callback and throws (the runtime rethrows that from this very call, and JS
-/// never sees it return) leaves no entry behind to release a second time.
-export fn dlpk_owner_release(address: f64, journal: f64) void {
-    endJournal(journal);
+export fn dlpk_owner_release(address: f64) void {
     owner.release(ownerAt(address) orelse return);
 }
 
-/// Zeroes the JS journal entry at `journal` (see `dlpk_owner_release`); 0 is no entry.
-fn endJournal(journal: f64) void {
-    const address = abi.addressFromF64(journal) orelse return;
-    if (address == 0 or address % @alignOf(f64) != 0) return;
-    const entry: *f64 = @ptrFromInt(address);
-    entry.* = 0;
+/// Releases what the JS journal entry at `entry` stands for: an owner record (> 0), a managed
+/// struct (`-(address * 2 + versioned)`), or nothing (0). The entry is an f64 in the caller's
+/// deferred buffer, and it is zeroed before anything else, so a deleter that is a JS callback and
+/// throws (the runtime rethrows that from this very call, and JS never sees it return) leaves no
+/// entry behind to release a second time.
+export fn dlpk_release_entry(entry: f64) void {
+    const value = takeEntry(entry) orelse return;
+    if (value > 0) {
+        owner.release(ownerAt(value) orelse return);
+        return;
+    }
+    const encoded = abi.addressFromF64(-value) orelse return;
+    _ = deleteChecked(encoded / 2, encoded % 2 == 1);
+}
+
+/// The value of the JS journal entry at `entry`, which is zeroed; null for no entry (0) or an
+/// address no f64 entry can have.
+fn takeEntry(entry: f64) ?f64 {
+    const address = abi.addressFromF64(entry) orelse return null;
+    if (address == 0 or address % @alignOf(f64) != 0) return null;
+    const slot: *f64 = @ptrFromInt(address);
+    const value = slot.*;
+    slot.* = 0;
+    return value;
 }
 
 /// 1 while this thread runs a producer's deleter (which may be a JS callback calling back into
@@ -1058,29 +1070,30 @@ test "a whole array exported in one call: its struct, its pin, and the refusals"
     // A legacy one, disposed by its JS holder: the pin is freed at once.
     const legacy: usize = @intFromFloat(dlpk_export_array(base, realm_f, 6, 16, 2, float32, 0, 0));
     try testing.expect(exports.isOwnExport(legacy, false));
-    // Its JS journal entry is zeroed first.
+    // Through its JS journal entry, which is zeroed first.
     var journal: f64 = -@as(f64, @floatFromInt(legacy * 2));
-    const journal_f: f64 = @floatFromInt(@intFromPtr(&journal));
-    try testing.expectEqual(@as(f64, 6), dlpk_export_dispose(@floatFromInt(legacy), journal_f));
+    try testing.expectEqual(@as(f64, 6), dlpk_export_dispose(@floatFromInt(@intFromPtr(&journal))));
     try testing.expectEqual(@as(f64, 0), journal);
     try testing.expectEqual(@as(usize, 0), owner.drainRealm(&realm, &out));
 }
 
-test "the release entries zero their JS journal entry first, whatever they are given" {
+test "journal entries are zeroed first, whatever they hold" {
     const testing = std.testing;
     var journal: f64 = 12345;
     const journal_f: f64 = @floatFromInt(@intFromPtr(&journal));
-    dlpk_owner_release(0, journal_f);
+    dlpk_release_entry(journal_f); // not an owner record: nothing released
     try testing.expectEqual(@as(f64, 0), journal);
-    journal = -2;
-    dlpk_managed_delete(0, 1, journal_f);
+    journal = -2 * 4096 - 1; // a struct in the first page: not readable, nothing deleted
+    dlpk_release_entry(journal_f);
     try testing.expectEqual(@as(f64, 0), journal);
-    journal = 7;
-    try testing.expectEqual(@as(f64, 0), dlpk_export_dispose(8, journal_f));
+    journal = -16;
+    try testing.expectEqual(@as(f64, 0), dlpk_export_dispose(journal_f));
     try testing.expectEqual(@as(f64, 0), journal);
-    // No entry (0), or an address no f64 entry can have: nothing is written.
-    dlpk_owner_release(0, 0);
-    dlpk_owner_release(0, journal_f + 1);
+    // A zeroed entry, no entry, or an address no f64 entry can have: nothing happens.
+    dlpk_release_entry(journal_f);
+    dlpk_release_entry(0);
+    dlpk_release_entry(journal_f + 1);
+    try testing.expectEqual(@as(f64, 0), dlpk_export_dispose(0));
 }
 
 test {
