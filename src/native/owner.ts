@@ -9,7 +9,6 @@ import { scratch, U32 } from "./description.ts";
 import {
   enqueueMicrotask,
   Float64ArrayCtor,
-  floor,
   newRegistry,
   objectSlots,
   slots,
@@ -209,12 +208,23 @@ let journalAt = 0;
 const spareEntry: Float64Array = new Float64Array(new ArrayBuffer(8));
 let spareAt = 0;
 
+/** Takes the journal's addresses, which Deno's pointer functions give only while the FFI permission
+ * is granted: at load when it is (a revoked permission must not make a later release throw from a
+ * microtask), else at the first release. */
+function locateJournal(): number {
+  journalAt = runtime().addressOf(deferredNumbers);
+  spareAt = runtime().addressOf(spareEntry);
+  return journalAt;
+}
+if (runtime().granted("ffi")) locateJournal();
+
 /** The address of the journal entry `n`, holding `value`, which the native release entries read
  * and zero: {@link deferredNumbers}' entry, or past its capacity the spare one. */
 function journalEntry(n: number, value: number): number {
-  if (n < DEFERRED_CAPACITY) return (journalAt ||= runtime().addressOf(deferredNumbers)) + n * 8;
+  if (n < DEFERRED_CAPACITY) return (journalAt || locateJournal()) + n * 8;
+  if (spareAt === 0) locateJournal();
   spareEntry[0] = value;
-  return spareAt ||= runtime().addressOf(spareEntry);
+  return spareAt;
 }
 /** Views and capsules still to dispose (own slots: index writes reach no setter). */
 export const deferredObjects: (object | undefined)[] = objectSlots(DEFERRED_CAPACITY);
