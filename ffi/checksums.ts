@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "be0137e61ee13e51e4857f6254a2d8c55b1e5189c367ea49bb96f8ee29a2aa5d",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "64365903586d4cfdcaa78a1fc6c4d2e5aef2a647c241d730fc8ee4ee65331e84",
-  "libdlpack-0.1.0-linux-aarch64.so": "81aa3a8185d1e1feebbe20548727a6a3afc3a3472fed70dc7d0d221f211ccebd",
-  "libdlpack-0.1.0-linux-x86_64.so": "31f924aeaae7ab3f019f62ee020322ed9c18081ba5edfe0b22e4905f659dba19",
-  "libdlpack-0.1.0-windows-x86_64.dll": "6530468898b1b52c3e889b902d9d1f957148f0f40cf2cc5094fbc471269a8830",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "4d9ebaf306a94bbf3c881a514b1e573de0a617ce07ed869f464a91ad754b111f",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "df954943c0a57bce80c62c1420ecd5baf273311da08e75777b4fdbc68c05eb5f",
+  "libdlpack-0.1.0-linux-aarch64.so": "361f939c7594e51bc126fd69737c87cddbca46008f8b3b09012a4fa0c4e41d65",
+  "libdlpack-0.1.0-linux-x86_64.so": "f38e4425278b916db58b16aa37ddcc5c2bef286f64f7a29b9278d67c8714a6b9",
+  "libdlpack-0.1.0-windows-x86_64.dll": "4cd70205d4af45d19b25f88e797c7157bd500f1c2f7284517f7c9e22324a2d84",
 });

@@ -75,6 +75,16 @@ export function optionsObject<T extends object>(value: T | undefined | null, wha
   return value;
 }
 
+/** Checks a copy-options argument (`copyFrom`, `toHost`): undefined or null (none), or any object;
+ * returns its `stream`, read once. */
+export function copyStreamOption(opts: unknown): unknown {
+  if (opts === undefined || opts === null) return undefined;
+  if (typeof opts !== "object") {
+    throw new DLPackError("argument", `copy options must be an options object, got ${shown(opts)}`);
+  }
+  return (opts as { stream?: unknown }).stream;
+}
+
 /** Checks an optional boolean option. */
 export function optionalBoolean(value: unknown, what: string): boolean | undefined {
   if (value === undefined || typeof value === "boolean") return value;

@@ -268,7 +268,7 @@ function releaseAllDeferred(): void {
     // The native side reads the entry and zeroes it as it starts (0: a hole, a release that
     // completed); a deleter it calls may park more above it.
     if (deferredNumbers[n - 1] !== 0) lib.dlpk_release_entry(journalEntry(n - 1, 0));
-    if (deferredCount[0] === n) deferredCount[0] = n - 1;
+    endJournal(n - 1);
   }
   for (let n = deferredCount[1]; n > 0; n = deferredCount[1]) {
     if (n > DEFERRED_CAPACITY) {

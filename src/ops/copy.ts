@@ -4,7 +4,7 @@
  * @module
  */
 import { core } from "../../ffi/mod.ts";
-import { DLPackError, shown } from "../facts/errors.ts";
+import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
 import { type Device, formatDevice, isHostAccessible } from "../facts/devices.ts";
 import type { DTypeInfo } from "../facts/dtypes.ts";
 import { hasZero, listText, reach } from "../facts/layout.ts";
@@ -202,7 +202,7 @@ export function copyInto(dst: BufferView, src: BufferView, opts?: CopyOptions): 
   ownerOf(dst);
   ownerOf(src); // both throw "disposed"
   // The options read once, before anything moves.
-  const streamOption: unknown = opts === undefined || opts === null ? undefined : optionsOf(opts).stream;
+  const streamOption = copyStreamOption(opts);
   const dstInfo = infoOf(dst);
   const srcInfo = infoOf(src);
   if (dstInfo !== srcInfo) {
@@ -299,14 +299,6 @@ export function copyInto(dst: BufferView, src: BufferView, opts?: CopyOptions): 
       transfer(dstAddress, dstDevice, addressOf(ordered), deviceOfView(ordered), nbytes, null);
     });
   });
-}
-
-/** A copy-options argument as an object (or a DLPackError). */
-function optionsOf(opts: unknown): { stream?: unknown } {
-  if (typeof opts !== "object" || opts === null) {
-    throw new DLPackError("argument", `copy options must be an options object, got ${shown(opts)}`);
-  }
-  return opts as { stream?: unknown };
 }
 
 /**

@@ -5,7 +5,7 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { DLPackError, shown } from "../facts/errors.ts";
+import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
 import type {
   AnyTypedArray,
   ArrayOf,
@@ -1081,10 +1081,7 @@ export class BufferView {
     }
     // The option is read before the array is staged: a getter run after that could move the
     // array's memory (buffer.transfer()) out from under the staged view.
-    if (opts !== undefined && opts !== null && typeof opts !== "object") {
-      throw new DLPackError("argument", `copy options must be an options object, got ${shown(opts)}`);
-    }
-    const stream: unknown = opts === undefined || opts === null ? undefined : opts.stream;
+    const stream = copyStreamOption(opts);
     // A view over the TypedArray's own memory (pinned while it lives), then the view-to-view copy.
     const staged = info.bits < 8
       ? viewOps.packedCodes(src as Uint8Array, info, this.#facts.shape)

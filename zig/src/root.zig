@@ -346,9 +346,7 @@ fn deleteChecked(managed: usize, versioned: bool) bool {
 /// or 0; does nothing for anything but a live export of this library. `entry` is the JS journal
 /// entry for it (see `dlpk_release_entry`), holding `-(address * 2 + versioned)`.
 export fn dlpk_export_dispose(entry: f64) f64 {
-    const value = takeEntry(entry) orelse return 0;
-    const encoded = abi.addressFromF64(-value) orelse return 0;
-    const managed = encoded / 2;
+    const managed = (structOfEntry(takeEntry(entry) orelse return 0) orelse return 0).address;
     if (!isStruct(managed)) return 0;
     // A live export is a whole record: anything shorter is refused by this one check.
     if (!mappings.readable(managed, exports.record_bytes)) return 0;
@@ -424,8 +422,15 @@ export fn dlpk_release_entry(entry: f64) void {
         owner.release(ownerAt(value) orelse return);
         return;
     }
-    const encoded = abi.addressFromF64(-value) orelse return;
-    _ = deleteChecked(encoded / 2, encoded % 2 == 1);
+    const managed = structOfEntry(value) orelse return;
+    _ = deleteChecked(managed.address, managed.versioned);
+}
+
+/// The managed struct a journal entry `-(address * 2 + versioned)` stands for (address 0 for a
+/// hole, which no caller treats as a struct); null for an owner record or a fraction.
+fn structOfEntry(value: f64) ?struct { address: usize, versioned: bool } {
+    const encoded = abi.addressFromF64(-value) orelse return null;
+    return .{ .address = encoded / 2, .versioned = encoded % 2 == 1 };
 }
 
 /// The value of the JS journal entry at `entry`, which is zeroed; null for no entry (0) or an
