@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "4d9ebaf306a94bbf3c881a514b1e573de0a617ce07ed869f464a91ad754b111f",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "df954943c0a57bce80c62c1420ecd5baf273311da08e75777b4fdbc68c05eb5f",
-  "libdlpack-0.1.0-linux-aarch64.so": "361f939c7594e51bc126fd69737c87cddbca46008f8b3b09012a4fa0c4e41d65",
-  "libdlpack-0.1.0-linux-x86_64.so": "f38e4425278b916db58b16aa37ddcc5c2bef286f64f7a29b9278d67c8714a6b9",
-  "libdlpack-0.1.0-windows-x86_64.dll": "4cd70205d4af45d19b25f88e797c7157bd500f1c2f7284517f7c9e22324a2d84",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "d879a969cdacd4940b6477123240fc343ae8988571a12936364e9e4c0a3f5c30",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "e4c634f53959e8c521eebfe4a048e3e839a048d78d4777651b3dc353324716d5",
+  "libdlpack-0.1.0-linux-aarch64.so": "9838b663b2f3af6e2812fd33f7e03444b0146935cea7c715b2986e80d661917b",
+  "libdlpack-0.1.0-linux-x86_64.so": "96e9525513274e8381943281bd20d2fa3a1d316210c69e27b32f9be7e5336007",
+  "libdlpack-0.1.0-windows-x86_64.dll": "b0b0c791e0ace8cc84b45730b1ca6c1c68d2bdac9cf73a1c5d3000ec42394be0",
 });

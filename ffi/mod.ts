@@ -281,6 +281,16 @@ export function useLibrary(path: string | URL): void {
   chosen = resolved;
 }
 
+let loadHook: ((lib: Bound<Symbols>) => void) | undefined;
+
+/** Runs `hook` once libdlpack is loaded (at once if it is), before anything else uses it: for
+ * views of the state the library keeps per thread. One hook. */
+export function whenLoaded(hook: (lib: Bound<Symbols>) => void): void {
+  if (loadHook !== undefined) throw new DLPackError("library", "whenLoaded() takes one hook");
+  loadHook = hook;
+  if (bound !== undefined) hook(bound);
+}
+
 /** libdlpack's bound functions, loaded on first use and checked against {@link ABI_VERSION}. */
 export function core(): Bound<Symbols> {
   // Kept under V8's size for functions it always inlines: every import and dispose calls this.
@@ -339,6 +349,7 @@ function load(file: string, shownPath: string): OpenLibrary<Symbols> {
   // Deleters and capsule destructors handed to foreign code point into this library: it must stay
   // mapped even if this runtime closes its handle (Deno does when an isolate ends).
   lib.symbols.dlpk_retain_library();
+  loadHook?.(lib.symbols);
   loaded = { path: shownPath, symbols: lib.symbols, close: lib.close };
   bound = lib.symbols;
   return loaded;

@@ -21,7 +21,10 @@ export const symbols = {
   dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
   dlpk_owner_release: { args: ["f64"], returns: "void" },
-  dlpk_release_entry: { args: ["f64"], returns: "void" },
+  // The release journal (zig/src/journal.zig): this thread's, its top entry, and a replay of it.
+  dlpk_journal: { args: [], returns: "f64" },
+  dlpk_journal_release: { args: ["f64"], returns: "void" },
+  dlpk_journal_replay: { args: [], returns: "void" },
   dlpk_inside_deleter: { args: [], returns: "u32" },
   dlpk_realm_new: { args: [], returns: "f64" },
   dlpk_pin_new: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },

@@ -7,7 +7,7 @@
 import { core } from "../../ffi/mod.ts";
 import { type Device, formatDevice } from "../facts/devices.ts";
 import { cudaCheck, driverAvailable, ensureDriver, missingDriver } from "../native/cuda_driver.ts";
-import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
+import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import { type BufferView, deviceOfView, infoOf, shapeOf } from "../view/view.ts";
 import { empty } from "../ops/alloc.ts";
 import { copyInto, registerDevicePaths } from "../ops/copy.ts";
@@ -44,7 +44,7 @@ function copyOnDevice(view: BufferView): BufferView {
   try {
     copyInto(out, view);
   } catch (error) {
-    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    deferredObjects[deferredObjectCount[0]++] = out; // parked before any call: the stack may be exhausted
     retryQuietly();
     throw error;
   }

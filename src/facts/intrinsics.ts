@@ -64,6 +64,7 @@ export const { floor, ceil, abs, min, max, trunc, imul } = Math;
 /** Constructors the library builds its own buffers with. */
 export const ArrayBufferCtor: ArrayBufferConstructor = ArrayBuffer;
 export const Float64ArrayCtor: Float64ArrayConstructor = Float64Array;
+export const Int32ArrayCtor: Int32ArrayConstructor = Int32Array;
 export const Uint8ArrayCtor: Uint8ArrayConstructor = Uint8Array;
 
 /** Largest integer a JS number holds exactly. */

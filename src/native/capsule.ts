@@ -185,7 +185,7 @@ export class Capsule {
     deferredNumbers[n] = code;
     deferredCount[0] = n + 1;
     this.#state = DISPOSED;
-    disposeJournaled(code, n);
+    disposeJournaled(code);
   }
 
   /** Same as {@link Capsule.dispose}, for `using`. */

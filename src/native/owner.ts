@@ -3,12 +3,14 @@
  * forgotten ones, and pins that keep JS objects reachable while native code holds their memory.
  * @module
  */
-import { core, loadedCore, runtime } from "../../ffi/mod.ts";
+import { core, loadedCore, runtime, whenLoaded } from "../../ffi/mod.ts";
+import { JOURNAL_CAPACITY, JOURNAL_ENTRIES_BYTE } from "../facts/abi.ts";
 import { DLPackError } from "../facts/errors.ts";
 import { scratch, U32 } from "./description.ts";
 import {
   enqueueMicrotask,
   Float64ArrayCtor,
+  Int32ArrayCtor,
   newRegistry,
   objectSlots,
   slots,
@@ -193,39 +195,26 @@ export class LazyBackstop<T extends number> {
 // try to release; whatever is left is released at the next import, export, allocation, stats()
 // or microtask checkpoint.
 
-/** Capacity of each deferred buffer. */
+/** Capacity of the deferred object list. */
 export const DEFERRED_CAPACITY = 4096;
-/** [0]: entries in {@link deferredNumbers}; [1]: entries in {@link deferredObjects}. */
-export const deferredCount: Int32Array = new Int32Array(2);
-/** Owner records (> 0) and managed structs (`-(address * 2 + versioned)`) still to release; 0 is
- * a hole (a journaled release that completed). Over an ArrayBuffer of its own, so that its address
- * is stable: the native release entries read an entry they are given and zero it (see
- * releaseOwner). */
-export const deferredNumbers: Float64Array = new Float64Array(new ArrayBuffer(DEFERRED_CAPACITY * 8));
-let journalAt = 0;
+/** [0]: entries in {@link deferredNumbers}, the native journal's count. Until the library is
+ * loaded (nothing is owed before it is), a placeholder. */
+export let deferredCount: Int32Array = new Int32Array(1);
+/** Owner records (> 0) and managed structs (`-(address * 2 + versioned)`) still to release: this
+ * thread's journal, which the native side keeps (`dlpk_journal()`), so that every copy of this
+ * module in the thread shares it and a release finds its entry without being told where it is.
+ * A journaled release ends its entry natively before it calls anything (see releaseOwner). */
+export let deferredNumbers: Float64Array = new Float64Array(0);
 
-/** Where a journaled release past the capacity (nothing stored there) keeps its entry instead. */
-const spareEntry: Float64Array = new Float64Array(new ArrayBuffer(8));
-let spareAt = 0;
+// Views of the journal from the moment the library is loaded, before any native value exists.
+whenLoaded((lib) => {
+  const journal = runtime().arrayBuffer(lib.dlpk_journal(), JOURNAL_ENTRIES_BYTE + JOURNAL_CAPACITY * 8);
+  deferredCount = new Int32ArrayCtor(journal, 0, 1);
+  deferredNumbers = new Float64ArrayCtor(journal, JOURNAL_ENTRIES_BYTE, JOURNAL_CAPACITY);
+});
 
-/** Takes the journal's addresses, which Deno's pointer functions give only while the FFI permission
- * is granted: at load when it is (a revoked permission must not make a later release throw from a
- * microtask), else at the first release. */
-function locateJournal(): number {
-  journalAt = runtime().addressOf(deferredNumbers);
-  spareAt = runtime().addressOf(spareEntry);
-  return journalAt;
-}
-if (runtime().granted("ffi")) locateJournal();
-
-/** The address of the journal entry `n`, holding `value`, which the native release entries read
- * and zero: {@link deferredNumbers}' entry, or past its capacity the spare one. */
-function journalEntry(n: number, value: number): number {
-  if (n < DEFERRED_CAPACITY) return (journalAt || locateJournal()) + n * 8;
-  if (spareAt === 0) locateJournal();
-  spareEntry[0] = value;
-  return spareAt;
-}
+/** [0]: entries in {@link deferredObjects}. */
+export const deferredObjectCount: Int32Array = new Int32Array(1);
 /** Views and capsules still to dispose (own slots: index writes reach no setter). */
 export const deferredObjects: (object | undefined)[] = objectSlots(DEFERRED_CAPACITY);
 
@@ -246,7 +235,7 @@ let releaseScheduled = false;
 
 /** Releases everything deferred (small enough to inline where nothing is). */
 export function releaseDeferred(): void {
-  if ((deferredCount[0] | deferredCount[1]) !== 0) releaseAllDeferred();
+  if ((deferredCount[0] | deferredObjectCount[0]) !== 0) releaseAllDeferred();
 }
 
 /** Each entry is removed only after its release ran. Nothing is released while this thread is
@@ -261,18 +250,16 @@ function releaseAllDeferred(): void {
   }
   for (let n = deferredCount[0]; n > 0; n = deferredCount[0]) {
     // Entries past the capacity were never stored (a leak, after 4096 failures in a row).
-    if (n > DEFERRED_CAPACITY) {
-      deferredCount[0] = DEFERRED_CAPACITY;
+    if (n > JOURNAL_CAPACITY) {
+      deferredCount[0] = JOURNAL_CAPACITY;
       continue;
     }
-    // The native side reads the entry and zeroes it as it starts (0: a hole, a release that
-    // completed); a deleter it calls may park more above it.
-    if (deferredNumbers[n - 1] !== 0) lib.dlpk_release_entry(journalEntry(n - 1, 0));
-    endJournal(n - 1);
+    // The native side ends the top entry as it starts; a deleter it calls may journal more.
+    lib.dlpk_journal_replay();
   }
-  for (let n = deferredCount[1]; n > 0; n = deferredCount[1]) {
+  for (let n = deferredObjectCount[0]; n > 0; n = deferredObjectCount[0]) {
     if (n > DEFERRED_CAPACITY) {
-      deferredCount[1] = DEFERRED_CAPACITY;
+      deferredObjectCount[0] = DEFERRED_CAPACITY;
       continue;
     }
     // Disposal is idempotent: disposing again after an interruption is harmless. A disposal may
@@ -280,7 +267,7 @@ function releaseAllDeferred(): void {
     const x = deferredObjects[n - 1];
     if (x !== undefined) disposeObject(x);
     deferredObjects[n - 1] = undefined;
-    if (deferredCount[1] === n) deferredCount[1] = n - 1;
+    if (deferredObjectCount[0] === n) deferredObjectCount[0] = n - 1;
   }
 }
 
@@ -302,13 +289,6 @@ function releaseAfterDeleter(): void {
   runtime().unrefTimer(timer);
 }
 
-/** Ends the journal entry `n` of a release that has returned (the native side zeroed it as it
- * started). Entries parked above it meanwhile (by a deleter that called back into the library)
- * stay, and `n` stays a hole under them. */
-function endJournal(n: number): void {
-  if (deferredCount[0] === n + 1) deferredCount[0] = n;
-}
-
 /** Called by the catch blocks after they parked something (with no call before that, as the
  * stack may be exhausted there): releases it now if the stack allows, else at the next microtask
  * checkpoint or call into the library. Never throws once entered. */
@@ -325,20 +305,18 @@ export function retryQuietly(): void {
 }
 
 /**
- * Releases a native owner share. The release is journaled in the deferred buffer around the
- * native call (no try/catch: this is the dispose hot path, and JavaScriptCore does not inline
- * functions that have one), so if the call cannot even start (an exhausted stack) the share is
- * released later instead of lost; the exception still reaches the caller. The native side reads
- * the share from the entry and zeroes it as it starts, so a call that started is never replayed,
- * even when it does not return here (a deleter that is a JS callback and throws: the runtime
- * rethrows that from this call).
+ * Releases a native owner share. The release is journaled before the native call (no try/catch:
+ * this is the dispose hot path, and JavaScriptCore does not inline functions that have one), so
+ * if the call cannot even start (an exhausted stack) the share is released later instead of lost;
+ * the exception still reaches the caller. The native side ends the entry as it starts, so a call
+ * that started is never replayed, even when it does not return here (a deleter that is a JS
+ * callback and throws: the runtime rethrows that from this call).
  */
 export function releaseOwner(owner: number): void {
   const n = deferredCount[0];
   deferredNumbers[n] = owner;
   deferredCount[0] = n + 1;
-  core().dlpk_release_entry(journalEntry(n, owner));
-  endJournal(n);
+  core().dlpk_journal_release(owner);
 }
 
 /** Disposes an export of this library its JS side still holds (a capsule nobody took), journaled
@@ -349,16 +327,15 @@ export function disposeExport(address: number, versioned: boolean): void {
   const code = -(address * 2 + (versioned ? 1 : 0));
   deferredNumbers[n] = code;
   deferredCount[0] = n + 1;
-  disposeJournaled(code, n);
+  disposeJournaled(code);
 }
 
-/** {@link disposeExport} for a caller that journaled the release itself, as deferred entry `n`
+/** {@link disposeExport} for a caller that journaled the release itself, as the top entry
  * holding `code` (a capsule, before it marks itself disposed). The pin the native side freed (its
  * id returned, never queued) is dropped with no further call, so an exhausted stack cannot leave
  * its slot. */
-export function disposeJournaled(code: number, n: number): void {
-  const id = core().dlpk_export_dispose(journalEntry(n, code));
-  endJournal(n);
+export function disposeJournaled(code: number): void {
+  const id = core().dlpk_export_dispose(code);
   if (!(id > 0 && id < nextPinId)) return;
   const entry = pinned[id];
   pinned[id] = undefined;

@@ -14,6 +14,7 @@ import { type AddressLike, toAddress } from "../native/address.ts";
 import {
   deferredCount,
   deferredNumbers,
+  deferredObjectCount,
   deferredObjects,
   pin,
   releaseDeferred,
@@ -135,7 +136,7 @@ export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, 
   } catch (error) {
     // Parked without a call first: the stack may be exhausted here. A capsule the import took is
     // left alone by its disposer.
-    if (capsule !== undefined) deferredObjects[deferredCount[1]++] = capsule;
+    if (capsule !== undefined) deferredObjects[deferredObjectCount[0]++] = capsule;
     else if (adopted && address !== 0) deferredNumbers[deferredCount[0]++] = -(address * 2 + 1);
     else if (!adopted && owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();

@@ -10,7 +10,7 @@ import type { DTypeInfo } from "../facts/dtypes.ts";
 import { hasZero, listText, reach } from "../facts/layout.ts";
 import { abs, slots } from "../facts/intrinsics.ts";
 import { LAYOUT_C, refusalError, scratch } from "../native/description.ts";
-import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
+import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import {
   accessOf,
   addressOf,
@@ -182,7 +182,7 @@ function withStaged<T>(staged: BufferView, body: (staged: BufferView) => T): T {
     try {
       disposeView(staged);
     } catch {
-      deferredObjects[deferredCount[1]++] = staged;
+      deferredObjects[deferredObjectCount[0]++] = staged;
     }
   }
 }
@@ -314,7 +314,7 @@ export function toHost(view: BufferView, opts?: CopyOptions): BufferView {
   try {
     copyInto(out, view, opts);
   } catch (error) {
-    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    deferredObjects[deferredObjectCount[0]++] = out; // parked before any call: the stack may be exhausted
     retryQuietly();
     throw error;
   }
@@ -350,7 +350,7 @@ export function copyOf(view: BufferView): BufferView {
     if (status !== 0) throw refusalError(status, scratch, false);
     return out;
   } catch (error) {
-    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    deferredObjects[deferredObjectCount[0]++] = out; // parked before any call: the stack may be exhausted
     retryQuietly();
     throw error;
   }
@@ -362,7 +362,7 @@ export function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly 
   try {
     packCodes(codes, arrayOf(out) as Uint8Array, info.bits);
   } catch (error) {
-    deferredObjects[deferredCount[1]++] = out; // parked before any call: the stack may be exhausted
+    deferredObjects[deferredObjectCount[0]++] = out; // parked before any call: the stack may be exhausted
     retryQuietly();
     throw error;
   }

@@ -13,6 +13,7 @@ import { checkShape, checkStrides, cStrides, listText, reach } from "../facts/la
 import {
   deferredCount,
   deferredNumbers,
+  deferredObjectCount,
   deferredObjects,
   newPinId,
   realmAddress,
@@ -425,7 +426,7 @@ function exportView(view: BufferView, opts: Options | undefined, versioned: bool
   try {
     attachProducerStream(capsule, view);
   } catch (error) {
-    deferredObjects[deferredCount[1]++] = capsule; // parked before any call: the stack may be exhausted
+    deferredObjects[deferredObjectCount[0]++] = capsule; // parked before any call: the stack may be exhausted
     retryQuietly();
     throw error;
   }
@@ -495,7 +496,7 @@ export function adoptCapsule(capsule: Capsule): BufferView {
     return importCapsule(capsule, "dlpack-ts");
   } catch (error) {
     // Disposed unless the import took it (the disposer checks).
-    deferredObjects[deferredCount[1]++] = capsule;
+    deferredObjects[deferredObjectCount[0]++] = capsule;
     retryQuietly();
     throw error;
   }
@@ -561,7 +562,7 @@ export function viewDLPack(view: BufferView, options?: DLPackProtocolOptions): C
       try {
         disposeView(copied);
       } catch {
-        deferredObjects[deferredCount[1]++] = copied;
+        deferredObjects[deferredObjectCount[0]++] = copied;
       }
     }
   }

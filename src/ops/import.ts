@@ -9,7 +9,14 @@ import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import { BufferView, buildKeyed, isBufferView, keepAliveOf } from "../view/view.ts";
 import type { Owner } from "../native/owner.ts";
-import { deferredCount, deferredNumbers, deferredObjects, releaseDeferred, retryQuietly } from "../native/owner.ts";
+import {
+  deferredCount,
+  deferredNumbers,
+  deferredObjectCount,
+  deferredObjects,
+  releaseDeferred,
+  retryQuietly,
+} from "../native/owner.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";
@@ -255,7 +262,7 @@ function importProvided(
     // for disposal (the disposer leaves a taken capsule alone), before any call since the stack
     // may be exhausted here.
     if (ours) {
-      deferredObjects[deferredCount[1]++] = capsule as Capsule;
+      deferredObjects[deferredObjectCount[0]++] = capsule as Capsule;
       retryQuietly();
     }
     throw error;
@@ -361,7 +368,7 @@ export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: Buf
   try {
     return { view, owner: keepAliveOf(view) };
   } catch (error) {
-    deferredObjects[deferredCount[1]++] = view; // parked before any call: the stack may be exhausted
+    deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
     retryQuietly();
     throw error;
   }

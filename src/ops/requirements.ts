@@ -19,7 +19,7 @@ import {
   type TypedView,
 } from "../view/view.ts";
 import { registerViewOps } from "../view/hooks.ts";
-import { deferredCount, deferredObjects, retryQuietly } from "../native/owner.ts";
+import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import { LAYOUT_C, LAYOUT_F } from "../native/description.ts";
 import { listText, readExtents } from "../facts/layout.ts";
 import { isArray, isCount, isInteger, objectSlots } from "../facts/intrinsics.ts";
@@ -228,7 +228,7 @@ export function checkImported(view: BufferView, r: Checked, what: string): Buffe
   try {
     refusals = refusalsOf(view, r);
   } catch (error) {
-    deferredObjects[deferredCount[1]++] = view; // parked before any call: the stack may be exhausted
+    deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
     retryQuietly();
     throw error;
   }

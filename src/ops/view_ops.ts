@@ -39,7 +39,7 @@ import {
 } from "../view/view.ts";
 import { registerViewOps, type ShapeOp } from "../view/hooks.ts";
 import { decodeElement, encodeElement, writeBits } from "../view/codec.ts";
-import { deferredCount, deferredObjects } from "../native/owner.ts";
+import { deferredObjectCount, deferredObjects } from "../native/owner.ts";
 import { ArrayBufferCtor, callWith, ceil, isArray, objectSlots, slots, typedArrayTag } from "../facts/intrinsics.ts";
 import { Flag } from "../facts/abi.ts";
 import { producerStreams } from "./streams.ts";
@@ -147,7 +147,7 @@ function drop(view: BufferView): void {
   try {
     disposeView(view);
   } catch {
-    deferredObjects[deferredCount[1]++] = view;
+    deferredObjects[deferredObjectCount[0]++] = view;
   }
 }
 

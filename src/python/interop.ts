@@ -15,7 +15,7 @@ import { checkImported, type RequiredView, type Requirements } from "../ops/requ
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
 import { accessOf, type BufferView, buildFromScratch, deviceOfView, isBufferView } from "../view/view.ts";
-import { deferredCount, deferredNumbers, deferredObjects, retryQuietly } from "../native/owner.ts";
+import { deferredCount, deferredNumbers, deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import { takeCapsule } from "../native/capsule.ts";
 import { isArray, isInteger, isSafeInt } from "../facts/intrinsics.ts";
 import {
@@ -277,7 +277,7 @@ function importPython(
       // Parked before any call (the stack may be exhausted here): the view's own dispose, or the
       // deferred release, gives the tensor back exactly once.
       if (view === undefined) deferredNumbers[deferredCount[0]++] = owner;
-      else deferredObjects[deferredCount[1]++] = view;
+      else deferredObjects[deferredObjectCount[0]++] = view;
       retryQuietly();
     }
     throw error;

@@ -22,6 +22,7 @@ import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat } from "../facts/sca
 import {
   deferredCount,
   deferredNumbers,
+  deferredObjectCount,
   deferredObjects,
   LazyBackstop,
   Owner,
@@ -1092,7 +1093,7 @@ export class BufferView {
       try {
         disposeView(staged);
       } catch {
-        deferredObjects[deferredCount[1]++] = staged;
+        deferredObjects[deferredObjectCount[0]++] = staged;
       }
     }
   }

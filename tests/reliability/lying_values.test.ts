@@ -740,7 +740,7 @@ test("a release callback that imports while the backstop flushes: that view is r
   // flush() first runs releases deferred earlier; one of them may run caller code that imports
   // (and disposes) a view. The backstop must register that view as it does any other.
   const out = child(`
-import { LazyBackstop, deferredCount, deferredObjects, registerDisposer } from "${repoRoot}/src/native/owner.ts";
+import { LazyBackstop, deferredObjectCount, deferredObjects, registerDisposer } from "${repoRoot}/src/native/owner.ts";
 const cleaned = [0, 0, 0];
 class Handle {
   live = true;
@@ -757,7 +757,7 @@ registerDisposer((x) => {
   return true;
 });
 backstop.add(new Handle(1), 1); // dropped undisposed: the collector releases it
-deferredObjects[deferredCount[1]++] = marker;
+deferredObjects[deferredObjectCount[0]++] = marker;
 backstop.flush();
 backstop.remove(inner, innerEpoch); // its owner disposed it
 inner.live = false;

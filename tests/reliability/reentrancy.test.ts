@@ -52,8 +52,8 @@ console.log("DONE");
 `;
 
 /** Runs \`body\` after the prelude in a fresh process; fails on a crash or a failed assert. */
-function isolated(body: string): void {
-  const run = runIsolated(prelude + body + epilogue, { gc: true });
+function isolated(body: string, allowAll = false): void {
+  const run = runIsolated(prelude + body + epilogue, { gc: true, allowAll });
   assert.equal(run.code, 0, `child exited with ${run.code}\n${run.stderr}\n${run.stdout}`);
   assert.match(run.stdout, /DONE/);
 }
@@ -158,6 +158,55 @@ stats();
 assert.equal(calls, 3);
 assert.equal(deleted() - deletedBefore, 3);
 `);
+});
+
+test("two copies of the module in one realm share one journal: a throwing deleter is never replayed by either", () => {
+  // A program may load the module twice (two versions, two URLs). Releases journal themselves in
+  // the native side's journal of this thread, which both copies see, so each copy's replay finds
+  // only entries that are still owed, whichever copy wrote them.
+  isolated(
+    `
+// A second copy of the module's files, as a second version would be, on the same library.
+const { cpSync, mkdtempSync, rmSync } = await import("node:fs");
+const { tmpdir } = await import("node:os");
+const { corePath } = await import("${repoRoot}/ffi/mod.ts");
+const copy = mkdtempSync(tmpdir() + "/dlpack-copy-");
+for (const part of ["mod.ts", "src", "ffi"]) cpSync("${repoRoot}/" + part, copy + "/" + part, { recursive: true });
+const second = await import(copy + "/mod.ts");
+rmSync(copy, { recursive: true });
+second.useLibrary(corePath());
+assert.notEqual(second.importDLPack, importDLPack, "a second copy of the module");
+let calls = 0;
+onDelete = (address) => {
+  calls++;
+  freeUncounted(address, true);
+  // The other copy imports and releases while this release is under way.
+  second.importDLPack(make({ shape: [2] }).source).dispose();
+  throw new Error("deleter failed " + calls);
+};
+for (let i = 1; i <= 4; i++) {
+  const view = (i % 2 === 1 ? importDLPack : second.importDLPack)(withJsDeleter().source);
+  try {
+    view.dispose();
+  } catch (error) {
+    assert.match(String(error), /deleter failed/);
+  }
+  assert.equal(calls, i);
+  // Both copies replay what is deferred: nothing of the releases above may run again.
+  stats();
+  second.stats();
+  importDLPack(make({ shape: [2] }).source).dispose();
+  second.importDLPack(make({ shape: [2] }).source).dispose();
+  assert.equal(calls, i);
+}
+await settle();
+stats();
+second.stats();
+assert.equal(calls, 4);
+assert.equal(deleted() - deletedBefore, 12, "each counted tensor released exactly once");
+`,
+    true,
+  );
 });
 
 test("owners parked inside deleters, whose deleters park more, are all released once", () => {

@@ -21,6 +21,7 @@ const cuda = @import("cuda.zig");
 const describe = @import("describe.zig");
 const exchange = @import("exchange.zig");
 const exports = @import("exports.zig");
+const journal = @import("journal.zig");
 const mappings = @import("mappings.zig");
 const memory = @import("memory.zig");
 const owner = @import("owner.zig");
@@ -343,10 +344,11 @@ fn deleteChecked(managed: usize, versioned: bool) bool {
 /// Disposes an export of this library that its JS side made and never handed out (a capsule
 /// disposed from JS): the struct is released as its deleter would, and a pin it held the last
 /// reference to is freed at once. Returns that pin's id (JS then drops the pinned object itself)
-/// or 0; does nothing for anything but a live export of this library. `entry` is the JS journal
-/// entry for it (see `dlpk_release_entry`), holding `-(address * 2 + versioned)`.
+/// or 0; does nothing for anything but a live export of this library. `entry` is
+/// `-(address * 2 + versioned)`, which JS journaled as the top entry (ended here first).
 export fn dlpk_export_dispose(entry: f64) f64 {
-    const managed = (structOfEntry(takeEntry(entry) orelse return 0) orelse return 0).address;
+    journal.end(journal.local(), entry);
+    const managed = (structOfEntry(entry) orelse return 0).address;
     if (!isStruct(managed)) return 0;
     // A live export is a whole record: anything shorter is refused by this one check.
     if (!mappings.readable(managed, exports.record_bytes)) return 0;
@@ -411,13 +413,25 @@ export fn dlpk_owner_release(address: f64) void {
     owner.release(ownerAt(address) orelse return);
 }
 
-/// Releases what the JS journal entry at `entry` stands for: an owner record (> 0), a managed
-/// struct (`-(address * 2 + versioned)`), or nothing (0). The entry is an f64 in the caller's
-/// deferred buffer, and it is zeroed before anything else, so a deleter that is a JS callback and
-/// throws (the runtime rethrows that from this very call, and JS never sees it return) leaves no
-/// entry behind to release a second time.
-export fn dlpk_release_entry(entry: f64) void {
-    const value = takeEntry(entry) orelse return;
+/// The address of this thread's journal of releases (see journal.zig), which JS views.
+export fn dlpk_journal() f64 {
+    return @floatFromInt(@intFromPtr(journal.local()));
+}
+
+/// Releases what JS journaled as the top entry, `value`: an owner record (> 0) or a managed
+/// struct (`-(address * 2 + versioned)`). The entry ends before anything else (journal.zig).
+export fn dlpk_journal_release(value: f64) void {
+    journal.end(journal.local(), value);
+    releaseEntry(value);
+}
+
+/// Ends the top entry of this thread's journal and releases what it holds (the deferred replay);
+/// nothing when the journal holds no stored entry.
+export fn dlpk_journal_replay() void {
+    releaseEntry(journal.pop(journal.local()) orelse return);
+}
+
+fn releaseEntry(value: f64) void {
     if (value > 0) {
         owner.release(ownerAt(value) orelse return);
         return;
@@ -426,22 +440,11 @@ export fn dlpk_release_entry(entry: f64) void {
     _ = deleteChecked(managed.address, managed.versioned);
 }
 
-/// The managed struct a journal entry `-(address * 2 + versioned)` stands for (address 0 for a
-/// hole, which no caller treats as a struct); null for an owner record or a fraction.
+/// The managed struct a journal entry `-(address * 2 + versioned)` stands for (address 0 for
+/// -0 or -1, which no caller treats as a struct); null for an owner record or a fraction.
 fn structOfEntry(value: f64) ?struct { address: usize, versioned: bool } {
     const encoded = abi.addressFromF64(-value) orelse return null;
     return .{ .address = encoded / 2, .versioned = encoded % 2 == 1 };
-}
-
-/// The value of the JS journal entry at `entry`, which is zeroed; null for no entry (0) or an
-/// address no f64 entry can have.
-fn takeEntry(entry: f64) ?f64 {
-    const address = abi.addressFromF64(entry) orelse return null;
-    if (address == 0 or address % @alignOf(f64) != 0) return null;
-    const slot: *f64 = @ptrFromInt(address);
-    const value = slot.*;
-    slot.* = 0;
-    return value;
 }
 
 /// 1 while this thread runs a producer's deleter (which may be a JS callback calling back into
@@ -1075,30 +1078,39 @@ test "a whole array exported in one call: its struct, its pin, and the refusals"
     // A legacy one, disposed by its JS holder: the pin is freed at once.
     const legacy: usize = @intFromFloat(dlpk_export_array(base, realm_f, 6, 16, 2, float32, 0, 0));
     try testing.expect(exports.isOwnExport(legacy, false));
-    // Through its JS journal entry, which is zeroed first.
-    var journal: f64 = -@as(f64, @floatFromInt(legacy * 2));
-    try testing.expectEqual(@as(f64, 6), dlpk_export_dispose(@floatFromInt(@intFromPtr(&journal))));
-    try testing.expectEqual(@as(f64, 0), journal);
+    // Journaled as the top entry, which ends first.
+    const entry = -@as(f64, @floatFromInt(legacy * 2));
+    const j = journal.local();
+    j.entries[0] = entry;
+    j.count = 1;
+    try testing.expectEqual(@as(f64, 6), dlpk_export_dispose(entry));
+    try testing.expectEqual(@as(i32, 0), j.count);
     try testing.expectEqual(@as(usize, 0), owner.drainRealm(&realm, &out));
 }
 
-test "journal entries are zeroed first, whatever they hold" {
+test "journaled releases end their entry, whatever it holds" {
     const testing = std.testing;
-    var journal: f64 = 12345;
-    const journal_f: f64 = @floatFromInt(@intFromPtr(&journal));
-    dlpk_release_entry(journal_f); // not an owner record: nothing released
-    try testing.expectEqual(@as(f64, 0), journal);
-    journal = -2 * 4096 - 1; // a struct in the first page: not readable, nothing deleted
-    dlpk_release_entry(journal_f);
-    try testing.expectEqual(@as(f64, 0), journal);
-    journal = -16;
-    try testing.expectEqual(@as(f64, 0), dlpk_export_dispose(journal_f));
-    try testing.expectEqual(@as(f64, 0), journal);
-    // A zeroed entry, no entry, or an address no f64 entry can have: nothing happens.
-    dlpk_release_entry(journal_f);
-    dlpk_release_entry(0);
-    dlpk_release_entry(journal_f + 1);
+    const j = journal.local();
+    defer j.count = 0;
+    j.entries[0] = 12345; // not an owner record: nothing released
+    j.count = 1;
+    dlpk_journal_release(12345);
+    try testing.expectEqual(@as(i32, 0), j.count);
+    j.entries[0] = -2 * 4096 - 1; // a struct in the first page: not readable, nothing deleted
+    j.count = 1;
+    dlpk_journal_replay();
+    try testing.expectEqual(@as(i32, 0), j.count);
+    j.entries[0] = -16;
+    j.count = 1;
+    try testing.expectEqual(@as(f64, 0), dlpk_export_dispose(-16));
+    try testing.expectEqual(@as(i32, 0), j.count);
+    // Nothing journaled, or a value that is no address: nothing happens.
+    dlpk_journal_replay();
+    dlpk_journal_release(0.5);
+    dlpk_journal_release(-0.5);
     try testing.expectEqual(@as(f64, 0), dlpk_export_dispose(0));
+    try testing.expectEqual(@as(i32, 0), j.count);
+    try testing.expectEqual(@intFromPtr(j), @as(usize, @intFromFloat(dlpk_journal())));
 }
 
 test {
@@ -1110,6 +1122,7 @@ test {
     _ = describe;
     _ = dlpack;
     _ = exchange;
+    _ = journal;
     _ = exports;
     _ = mappings;
     _ = memory;
