@@ -96,8 +96,11 @@ export class LazyBackstop<T extends number> {
     return this.#epoch;
   }
 
-  /** The rare cases of `add`, out of line so that it stays small enough to inline. */
+  /** The rare cases of `add`, out of line so that it stays small enough to inline. Deferred
+   * releases run here too, once every {@link RECENT} adds: an import loop (which calls nothing
+   * else of the library) releases what an exhausted stack left owed within that many imports. */
   #prepare(): void {
+    releaseDeferred();
     this.#makeRoom();
     if (!this.#scheduled) this.#schedule();
   }
@@ -192,8 +195,8 @@ export class LazyBackstop<T extends number> {
 // Deferred releases. A release that must happen right after an exception (the stack ran out
 // between taking native ownership and handing it to a view) may itself fail the same way, so the
 // catch blocks only write what is owed into these buffers (no call, nothing that can throw) and
-// try to release; whatever is left is released at the next import, export, allocation, stats()
-// or microtask checkpoint.
+// try to release; whatever is left is released at the next export, allocation, stats(), microtask
+// checkpoint, or within 32 imports (the backstop's rare path, which an import loop reaches).
 
 /** Capacity of the deferred object list. */
 export const DEFERRED_CAPACITY = 4096;

@@ -7,16 +7,9 @@ import { core, runtime } from "../../ffi/mod.ts";
 import { KEY_OWNER, refusalError, scratch } from "../native/description.ts";
 import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
-import { BufferView, buildKeyed, isBufferView, keepAliveOf } from "../view/view.ts";
+import { BufferView, buildKeyed, buildKeyedKeeping, isBufferView, keepAliveOf } from "../view/view.ts";
 import type { Owner } from "../native/owner.ts";
-import {
-  deferredCount,
-  deferredNumbers,
-  deferredObjectCount,
-  deferredObjects,
-  releaseDeferred,
-  retryQuietly,
-} from "../native/owner.ts";
+import { deferredCount, deferredNumbers, deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";
@@ -92,7 +85,9 @@ function importTensor(
     seen = true;
     if (status !== 0) throw refusalError(status, scratch, address !== 0);
     owner = scratch.f64[KEY_OWNER];
-    return buildKeyed(scratch, owner, versioned, producer, keepAlive);
+    const options = versioned ? IMPORT_VERSIONED : 0;
+    if (keepAlive === undefined) return buildKeyed(scratch, owner, options, producer);
+    return buildKeyedKeeping(scratch, owner, options, producer, keepAlive);
   } catch (error) {
     // No call before the deferred buffers hold what is owed: the stack may be exhausted here.
     let owed = 0;
@@ -124,15 +119,24 @@ function optionsOf(versioned: boolean, strict: boolean): number {
  */
 export function importManaged(address: number, options: number, producer: string | null): BufferView {
   const status = core().dlpk_import_keyed(address, options, scratch.at);
-  if (status !== 0) throw refusalError(status, scratch, address !== 0);
+  if (status !== 0) return managedRefused(status, address, options);
   const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, undefined);
+    return buildKeyed(scratch, owner, options, producer);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();
     throw error;
   }
+}
+
+/** The refusal of `importManaged`: a number that is no address at all (which native code refused
+ * before reading anything) gets `toAddress`'s message, anything else the import's. */
+function managedRefused(status: number, address: number, options: number): never {
+  if (!(address >= 0 && address <= MAX_EXACT && floor(address) === address)) {
+    toAddress(address, (options & IMPORT_VERSIONED) !== 0 ? "versioned" : "legacy");
+  }
+  throw refusalError(status, scratch, address !== 0);
 }
 
 /** `importManaged` for a pointer object of the runtime's FFI (Deno's `PointerObject`), passed to
@@ -143,7 +147,7 @@ function importPointer(pointer: object, options: number, producer: string | null
   if (status !== 0) return status === NOT_A_POINTER ? importConverted(pointer, options, producer) : refused(status);
   const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, undefined);
+    return buildKeyed(scratch, owner, options, producer);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();
@@ -172,11 +176,9 @@ function refused(status: number): never {
 
 /** Imports `{ versioned: address }` / `{ legacy: address }` (the address read once, as given). */
 function importAddress(address: unknown, options: number, producer: string | null): BufferView {
-  // A plain number goes straight to native code, which refuses what cannot be a struct; the checks
-  // here only give the clearer message for what is not an address at all.
-  if (typeof address === "number" && address >= 0 && address <= MAX_EXACT && floor(address) === address) {
-    return importManaged(address, options, producer);
-  }
+  // Any number goes straight to native code, which refuses what cannot be a struct (importManaged
+  // gives what is no address at all the clearer message).
+  if (typeof address === "number") return importManaged(address, options, producer);
   if (POINTER_OBJECTS && typeof address === "object" && address !== null) {
     return importPointer(address, options, producer);
   }
@@ -202,7 +204,7 @@ function importWord(address: bigint, options: number, producer: string | null): 
   if (status !== 0) throw refusalError(status, scratch, address !== 0n);
   const owner = scratch.f64[KEY_OWNER];
   try {
-    return buildKeyed(scratch, owner, (options & IMPORT_VERSIONED) !== 0, producer, undefined);
+    return buildKeyed(scratch, owner, options, producer);
   } catch (error) {
     deferredNumbers[deferredCount[0]++] = owner;
     retryQuietly();
@@ -270,7 +272,6 @@ function importProvided(
 }
 
 function importSource(src: DLPackSource, strict: boolean, producer: string | null): BufferView {
-  releaseDeferred();
   // `instanceof` first, which the JIT inlines (unlike Object.getPrototypeOf in Deno, and the
   // brand checks, which look for a private name): an object literal is neither, and goes the
   // common way. Both classes pin their Symbol.hasInstance, so no caller can make this lie.
@@ -284,9 +285,8 @@ function importSource(src: DLPackSource, strict: boolean, producer: string | nul
       // call less down to the view's backstop entry.
       const address = source.versioned;
       const options = strict ? VERSIONED_STRICT : IMPORT_VERSIONED;
-      if (typeof address === "number" && address >= 0 && address <= MAX_EXACT && floor(address) === address) {
-        return importManaged(address, options, producer);
-      }
+      // Any number: native code refuses what is no address, and importManaged gives the message.
+      if (typeof address === "number") return importManaged(address, options, producer);
       if (POINTER_OBJECTS && typeof address === "object" && address !== null) {
         return importPointer(address, options, producer);
       }

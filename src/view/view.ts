@@ -77,7 +77,7 @@ import {
   typedArrayTag,
 } from "../facts/intrinsics.ts";
 import { listText, nextOffset } from "../facts/layout.ts";
-import { Flag } from "../facts/abi.ts";
+import { Flag, ImportOption } from "../facts/abi.ts";
 
 /** Whether a view may be written: as the producer declared it, or unknown (legacy struct). */
 export type Access = "readwrite" | "readonly" | "unknown";
@@ -424,14 +424,30 @@ export function buildFromScratch(
 export let buildKeyed: (
   s: Scratch,
   owner: number,
-  versioned: boolean,
+  /** The native import's option bits (only `ImportOption.versioned` is read). */
+  options: number,
+  producer: string | null,
+) => BufferView;
+
+/** @internal {@link buildKeyed} for a view that keeps `keepAlive` reachable (rare: out of line, so
+ * that the common one stays within the JIT's inlining budget). */
+export function buildKeyedKeeping(
+  s: Scratch,
+  owner: number,
+  options: number,
   producer: string | null,
   keepAlive: unknown,
-) => BufferView;
+): BufferView {
+  const address = s.f64[KEY_ADDRESS];
+  if (address < 0) throw s.beyondExact();
+  keyedFactsOf(s, producer, options);
+  return construct(owner, address, keyedFacts, keyedAccess, keepAlive);
+}
 
 /** The facts and access of a keyed import, remembered for its generation (nothing is remembered
  * if building them throws). */
-function keyedFactsOf(s: Scratch, producer: string | null, versioned: boolean): void {
+function keyedFactsOf(s: Scratch, producer: string | null, options: number): void {
+  const versioned = (options & ImportOption.versioned) !== 0;
   const generation = s.f64[KEY_GENERATION];
   const facts = factsOfScratch(s, producer, "external", undefined);
   keyedAccess = versioned ? ((s.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
@@ -583,13 +599,12 @@ export class BufferView {
       return view;
     };
     // `construct` inlined by hand, for the same depth.
-    buildKeyed = (s, owner, versioned, producer, keepAlive) => {
+    buildKeyed = (s, owner, options, producer) => {
       const f64 = s.f64;
       const address = f64[KEY_ADDRESS];
       if (address < 0) throw s.beyondExact();
-      if (f64[KEY_GENERATION] !== keyedGeneration || producer !== keyedProducer) keyedFactsOf(s, producer, versioned);
+      if (f64[KEY_GENERATION] !== keyedGeneration || producer !== keyedProducer) keyedFactsOf(s, producer, options);
       const view = new BufferView(owner, address, keyedFacts, keyedAccess);
-      if (keepAlive !== undefined) view.#extras = new Extras(keepAlive);
       view.#epoch = views.add(view, owner);
       return view;
     };
