@@ -281,13 +281,18 @@ export function useLibrary(path: string | URL): void {
   chosen = resolved;
 }
 
-let loadHook: ((lib: Bound<Symbols>) => void) | undefined;
+// The hooks as one chain of closures, oldest first: no array whose index writes could reach a
+// setter a caller put on Array.prototype.
+let loadHooks: (lib: Bound<Symbols>) => void = () => {};
 
 /** Runs `hook` once libdlpack is loaded (at once if it is), before anything else uses it: for
- * views of the state the library keeps per thread. One hook. */
+ * views of the state the library keeps per thread. */
 export function whenLoaded(hook: (lib: Bound<Symbols>) => void): void {
-  if (loadHook !== undefined) throw new DLPackError("library", "whenLoaded() takes one hook");
-  loadHook = hook;
+  const earlier = loadHooks;
+  loadHooks = (lib) => {
+    earlier(lib);
+    hook(lib);
+  };
   if (bound !== undefined) hook(bound);
 }
 
@@ -349,7 +354,7 @@ function load(file: string, shownPath: string): OpenLibrary<Symbols> {
   // Deleters and capsule destructors handed to foreign code point into this library: it must stay
   // mapped even if this runtime closes its handle (Deno does when an isolate ends).
   lib.symbols.dlpk_retain_library();
-  loadHook?.(lib.symbols);
+  loadHooks(lib.symbols);
   loaded = { path: shownPath, symbols: lib.symbols, close: lib.close };
   bound = lib.symbols;
   return loaded;

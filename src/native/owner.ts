@@ -96,11 +96,8 @@ export class LazyBackstop<T extends number> {
     return this.#epoch;
   }
 
-  /** The rare cases of `add`, out of line so that it stays small enough to inline. Deferred
-   * releases run here too, once every {@link RECENT} adds: an import loop (which calls nothing
-   * else of the library) releases what an exhausted stack left owed within that many imports. */
+  /** The rare cases of `add`, out of line so that it stays small enough to inline. */
   #prepare(): void {
-    releaseDeferred();
     this.#makeRoom();
     if (!this.#scheduled) this.#schedule();
   }
@@ -195,8 +192,8 @@ export class LazyBackstop<T extends number> {
 // Deferred releases. A release that must happen right after an exception (the stack ran out
 // between taking native ownership and handing it to a view) may itself fail the same way, so the
 // catch blocks only write what is owed into these buffers (no call, nothing that can throw) and
-// try to release; whatever is left is released at the next export, allocation, stats(), microtask
-// checkpoint, or within 32 imports (the backstop's rare path, which an import loop reaches).
+// try to release; whatever is left is released at the next import, export, allocation, stats()
+// or microtask checkpoint.
 
 /** Capacity of the deferred object list. */
 export const DEFERRED_CAPACITY = 4096;
@@ -241,10 +238,11 @@ export function releaseDeferred(): void {
   if ((deferredCount[0] | deferredObjectCount[0]) !== 0) releaseAllDeferred();
 }
 
-/** Each entry is removed only after its release ran. Nothing is released while this thread is
- * inside a producer's deleter: a deleter may be a JS function that calls back into the library
- * while the release that called it is still journaled here, and replaying that entry would
- * release it twice. A timer, which never runs inside a deleter, retries then. */
+/** Each entry ends as its release starts (natively, for the journal of numbers). Nothing is
+ * replayed while this thread is inside a producer's deleter: a deleter may be a JS function that
+ * calls back into the library from a release under way (a replay's among them), and a nested
+ * replay would run deleters inside deleters and dispose objects the outer one is disposing. A
+ * timer, which never runs inside a deleter, retries then. */
 function releaseAllDeferred(): void {
   const lib = core();
   if (lib.dlpk_inside_deleter() !== 0) {

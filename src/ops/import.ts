@@ -9,7 +9,14 @@ import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import { BufferView, buildKeyed, buildKeyedKeeping, isBufferView, keepAliveOf } from "../view/view.ts";
 import type { Owner } from "../native/owner.ts";
-import { deferredCount, deferredNumbers, deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
+import {
+  deferredCount,
+  deferredNumbers,
+  deferredObjectCount,
+  deferredObjects,
+  releaseDeferred,
+  retryQuietly,
+} from "../native/owner.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";
@@ -272,6 +279,7 @@ function importProvided(
 }
 
 function importSource(src: DLPackSource, strict: boolean, producer: string | null): BufferView {
+  releaseDeferred();
   // `instanceof` first, which the JIT inlines (unlike Object.getPrototypeOf in Deno, and the
   // brand checks, which look for a private name): an object literal is neither, and goes the
   // common way. Both classes pin their Symbol.hasInstance, so no caller can make this lie.
