@@ -279,7 +279,6 @@ function importProvided(
 }
 
 function importSource(src: DLPackSource, strict: boolean, producer: string | null): BufferView {
-  releaseDeferred();
   // `instanceof` first, which the JIT inlines (unlike Object.getPrototypeOf in Deno, and the
   // brand checks, which look for a private name): an object literal is neither, and goes the
   // common way. Both classes pin their Symbol.hasInstance, so no caller can make this lie.
@@ -340,6 +339,7 @@ export function requirementsOf(
 
 /** Imports, then checks `require`: a view that fails it is disposed (its producer released). */
 function importChecked(src: DLPackSource, strict: boolean, opts: ImportOptions | undefined): BufferView {
+  releaseDeferred();
   const required = requirementsOf(opts, strict ? "fromDLPack" : "importDLPack");
   const view = importSource(src, strict, producerOf(opts));
   return required === undefined ? view : checkImported(view, required, "the imported tensor");
@@ -358,7 +358,9 @@ export function importDLPack<const R extends Requirements>(
 export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView;
 export function importDLPack(src: DLPackSource, opts?: ImportOptions): BufferView {
   // Without options there is nothing to check: one call less on the hot path.
-  return opts === undefined ? importSource(src, false, null) : importChecked(src, false, opts);
+  if (opts !== undefined) return importChecked(src, false, opts);
+  releaseDeferred();
+  return importSource(src, false, null);
 }
 
 /**
