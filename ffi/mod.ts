@@ -288,12 +288,15 @@ let loadHooks: (lib: Bound<Symbols>) => void = () => {};
 /** Runs `hook` once libdlpack is loaded (at once if it is), before anything else uses it: for
  * views of the state the library keeps per thread. */
 export function whenLoaded(hook: (lib: Bound<Symbols>) => void): void {
+  if (bound !== undefined) {
+    hook(bound); // the library is loaded once: nothing to keep the hook for
+    return;
+  }
   const earlier = loadHooks;
   loadHooks = (lib) => {
     earlier(lib);
     hook(lib);
   };
-  if (bound !== undefined) hook(bound);
 }
 
 /** libdlpack's bound functions, loaded on first use and checked against {@link ABI_VERSION}. */

@@ -20,7 +20,7 @@ import {
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";
-import { callWith, floor } from "../facts/intrinsics.ts";
+import { callWith } from "../facts/intrinsics.ts";
 import { ImportOption } from "../facts/abi.ts";
 import { type Checked, checkImported, readRequirements, type RequiredView, type Requirements } from "./requirements.ts";
 
@@ -56,8 +56,6 @@ const IMPORT_STRICT_OFFSET = ImportOption.strictOffset;
 const VERSIONED_STRICT = IMPORT_VERSIONED | IMPORT_STRICT_OFFSET;
 /** Whether the runtime's FFI hands out pointer objects (Deno), which go to native code as they are. */
 const POINTER_OBJECTS = runtime().pointerObjects;
-/** The largest integer a number holds exactly (2^53 - 1). */
-const MAX_EXACT = 9007199254740991;
 /** 2^53 as a bigint: the addresses below it are the ones a number holds exactly too. */
 const BIGINT_EXACT = 9007199254740992n;
 
@@ -88,11 +86,11 @@ function importTensor(
       address = takeCapsule(source);
       ownStruct = true;
     }
-    const status = core().dlpk_import_keyed(address, optionsOf(versioned, strict), scratch.at);
+    const options = optionsOf(versioned, strict);
+    const status = core().dlpk_import_keyed(address, options, scratch.at);
     seen = true;
     if (status !== 0) throw refusalError(status, scratch, address !== 0);
     owner = scratch.f64[KEY_OWNER];
-    const options = versioned ? IMPORT_VERSIONED : 0;
     if (keepAlive === undefined) return buildKeyed(scratch, owner, options, producer);
     return buildKeyedKeeping(scratch, owner, options, producer, keepAlive);
   } catch (error) {
@@ -140,10 +138,13 @@ export function importManaged(address: number, options: number, producer: string
 /** The refusal of `importManaged`: a number that is no address at all (which native code refused
  * before reading anything) gets `toAddress`'s message, anything else the import's. */
 function managedRefused(status: number, address: number, options: number): never {
-  if (!(address >= 0 && address <= MAX_EXACT && floor(address) === address)) {
-    toAddress(address, (options & IMPORT_VERSIONED) !== 0 ? "versioned" : "legacy");
-  }
+  toAddress(address, addressKey(options)); // throws for what is no address
   throw refusalError(status, scratch, address !== 0);
+}
+
+/** The key of the source literal an import's options came from, as messages name it. */
+function addressKey(options: number): string {
+  return (options & IMPORT_VERSIONED) !== 0 ? "versioned" : "legacy";
 }
 
 /** `importManaged` for a pointer object of the runtime's FFI (Deno's `PointerObject`), passed to
@@ -200,8 +201,7 @@ function importConverted(address: unknown, options: number, producer: string | n
   if (typeof address === "bigint" && address >= 0n && address < BIGINT_EXACT) {
     return importWord(address, options, producer);
   }
-  const what = (options & IMPORT_VERSIONED) !== 0 ? "versioned" : "legacy";
-  return importManaged(toAddress(address, what), options, producer);
+  return importManaged(toAddress(address, addressKey(options)), options, producer);
 }
 
 /** `importManaged` for a bigint in [0, 2^53), passed to native code as a 64-bit word: converting it

@@ -1122,8 +1122,8 @@ test {
     _ = describe;
     _ = dlpack;
     _ = exchange;
-    _ = journal;
     _ = exports;
+    _ = journal;
     _ = mappings;
     _ = memory;
     _ = owner;
