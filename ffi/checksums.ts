@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "d879a969cdacd4940b6477123240fc343ae8988571a12936364e9e4c0a3f5c30",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "e4c634f53959e8c521eebfe4a048e3e839a048d78d4777651b3dc353324716d5",
-  "libdlpack-0.1.0-linux-aarch64.so": "9838b663b2f3af6e2812fd33f7e03444b0146935cea7c715b2986e80d661917b",
-  "libdlpack-0.1.0-linux-x86_64.so": "96e9525513274e8381943281bd20d2fa3a1d316210c69e27b32f9be7e5336007",
-  "libdlpack-0.1.0-windows-x86_64.dll": "b0b0c791e0ace8cc84b45730b1ca6c1c68d2bdac9cf73a1c5d3000ec42394be0",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "fdd242daeeff785b624cfcb6fb086a7ee4152ab7c76b23ba0d31c27933acd5db",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "f2b888e46917ba33763bd6c5a7ad2f1a546a4b3758a44aba0158e2b6f90718c2",
+  "libdlpack-0.1.0-linux-aarch64.so": "01796db40f5800239ccbe9094b3e1b3dbde1fa2490ec471b4b2a97567c1e868a",
+  "libdlpack-0.1.0-linux-x86_64.so": "a8ad09d462df39ad634113b13d61ee8d16170416d57046a95d5cad4db38bee53",
+  "libdlpack-0.1.0-windows-x86_64.dll": "fd3741c3d07ae8615fd2db3c4894e6bb550f3e828818f84edbe924e62c1d2fa1",
 });

@@ -98,6 +98,11 @@ export const symbols = {
   dlpk_import_pointer_keyed: { args: ["pointer", "u32", "f64"], returns: "i32" },
   // For a bigint address, passed as it is (converting it to a number costs more than the call).
   dlpk_import_word_keyed: { args: ["usize", "u32", "f64"], returns: "i32" },
+  // This thread's keyed description, which src/native/description.ts views as its scratch, and
+  // the versioned imports into it with one argument (each argument costs Bun's FFI about 1 ns).
+  dlpk_scratch: { args: [], returns: "f64" },
+  dlpk_import_versioned: { args: ["f64"], returns: "i32" },
+  dlpk_import_pointer_versioned: { args: ["pointer"], returns: "i32" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

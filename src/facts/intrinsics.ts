@@ -66,6 +66,8 @@ export const ArrayBufferCtor: ArrayBufferConstructor = ArrayBuffer;
 export const Float64ArrayCtor: Float64ArrayConstructor = Float64Array;
 export const Int32ArrayCtor: Int32ArrayConstructor = Int32Array;
 export const Uint8ArrayCtor: Uint8ArrayConstructor = Uint8Array;
+export const Uint32ArrayCtor: Uint32ArrayConstructor = Uint32Array;
+export const BigInt64ArrayCtor: BigInt64ArrayConstructor = BigInt64Array;
 
 /** Largest integer a JS number holds exactly. */
 const MAX_SAFE = 2 ** 53 - 1;

@@ -6,8 +6,9 @@
 import { DLPackError, type ErrorCode } from "../facts/errors.ts";
 import { deviceName, formatDevice } from "../facts/devices.ts";
 import { lastDriverError } from "./cuda_driver.ts";
-import { runtime } from "../../ffi/mod.ts";
+import { core, runtime, whenLoaded } from "../../ffi/mod.ts";
 import {
+  DESCRIPTION_BYTES,
   DescriptionF64,
   DescriptionI32,
   DescriptionI64,
@@ -23,6 +24,13 @@ import {
   TypeCode,
 } from "../facts/abi.ts";
 import { typeCodesText, widthsOfCode } from "../facts/dtypes.ts";
+import {
+  BigInt64ArrayCtor,
+  Float64ArrayCtor,
+  Int32ArrayCtor,
+  Uint32ArrayCtor,
+  Uint8ArrayCtor,
+} from "../facts/intrinsics.ts";
 
 export { MAX_RANK };
 
@@ -65,15 +73,18 @@ export const LAYOUT_F = Layout.f;
 /** `layout` bit: the device claim is confirmed (host memory, or the CUDA driver agreed). */
 export const DEVICE_VERIFIED = Layout.deviceVerified;
 
-/** One scratch per JS realm (workers get their own module instance, hence their own scratch). */
+/** The scratch of this thread: the library's own keyed description (`dlpk_scratch()`), viewed
+ * from the moment the library is loaded, so that the one-argument imports need not be told where
+ * it is and every copy of this module in the thread shares it (each worker has its own). */
 export class Scratch {
   #address = 0;
-  readonly buffer: ArrayBuffer = new ArrayBuffer(BYTES);
-  readonly bytes: Uint8Array<ArrayBuffer> = new Uint8Array(this.buffer);
-  readonly i32: Int32Array<ArrayBuffer> = new Int32Array(this.buffer);
-  readonly u32: Uint32Array<ArrayBuffer> = new Uint32Array(this.buffer);
-  readonly i64: BigInt64Array<ArrayBuffer> = new BigInt64Array(this.buffer);
-  readonly f64: Float64Array<ArrayBuffer> = new Float64Array(this.buffer);
+  // Until the library is loaded (no native call has written anything yet), placeholders.
+  buffer: ArrayBuffer = new ArrayBuffer(BYTES);
+  bytes: Uint8Array = new Uint8Array(this.buffer);
+  i32: Int32Array = new Int32Array(this.buffer);
+  u32: Uint32Array = new Uint32Array(this.buffer);
+  i64: BigInt64Array = new BigInt64Array(this.buffer);
+  f64: Float64Array = new Float64Array(this.buffer);
 
   /** The scratch's own address, passed to native calls (its memory never moves or goes away). */
   get at(): number {
@@ -83,7 +94,27 @@ export class Scratch {
   }
 
   #locate(): number {
-    return this.#address = runtime().addressOf(this.bytes);
+    core(); // loading the library attaches the scratch
+    return this.#address;
+  }
+
+  /** @internal Views the library's scratch at `address` (once, as the library loads). */
+  attach(address: number): void {
+    const buffer = runtime().arrayBuffer(address, BYTES);
+    // A call may write its inputs before it loads the library: they carry over. (Only the
+    // description: what follows it is the library's record of the last keyed import, which
+    // another copy of this module in the thread may be using.)
+    // (Constructors captured at load: this runs later, after callers may have replaced the globals.)
+    const placeholder = this.bytes;
+    const bytes = new Uint8ArrayCtor(buffer);
+    for (let i = 0; i < DESCRIPTION_BYTES; i++) bytes[i] = placeholder[i];
+    this.bytes = bytes;
+    this.i32 = new Int32ArrayCtor(buffer);
+    this.u32 = new Uint32ArrayCtor(buffer);
+    this.i64 = new BigInt64ArrayCtor(buffer);
+    this.f64 = new Float64ArrayCtor(buffer);
+    this.buffer = buffer;
+    this.#address = address;
   }
 
   /** Element 0's address, exact below 2^53 (which every 64-bit OS's user space is). */
@@ -137,8 +168,9 @@ function beyondExact(lo: number, hi: number): DLPackError {
   return new DLPackError("overflow", `address 0x${hi.toString(16)}${lo.toString(16).padStart(8, "0")} is beyond 2^53`);
 }
 
-/** The scratch every native call of this realm writes into. */
+/** The scratch every native call of this thread writes into. */
 export const scratch: Scratch = new Scratch();
+whenLoaded((lib) => scratch.attach(lib.dlpk_scratch()));
 
 /** Native status codes (generated from zig/src/abi.zig `Status`). */
 export const Status = NativeStatus;

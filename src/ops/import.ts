@@ -123,7 +123,11 @@ function optionsOf(versioned: boolean, strict: boolean): number {
  * capsule to take, so nothing is owed until libdlpack has taken the tensor).
  */
 export function importManaged(address: number, options: number, producer: string | null): BufferView {
-  const status = core().dlpk_import_keyed(address, options, scratch.at);
+  // The plain versioned import (a constant here once inlined) takes one argument: the library
+  // knows its own scratch.
+  const status = options === IMPORT_VERSIONED
+    ? core().dlpk_import_versioned(address)
+    : core().dlpk_import_keyed(address, options, scratch.at);
   if (status !== 0) return managedRefused(status, address, options);
   const owner = scratch.f64[KEY_OWNER];
   try {
@@ -171,7 +175,9 @@ const NOT_A_POINTER = -1;
  * as a pointer (it throws before calling: nothing was taken). */
 function pointerImport(pointer: object, options: number): number {
   try {
-    return core().dlpk_import_pointer_keyed(pointer, options, scratch.at);
+    return options === IMPORT_VERSIONED
+      ? core().dlpk_import_pointer_versioned(pointer)
+      : core().dlpk_import_pointer_keyed(pointer, options, scratch.at);
   } catch {
     return NOT_A_POINTER;
   }

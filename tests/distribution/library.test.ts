@@ -101,3 +101,26 @@ try {
     rmSync(dir, { recursive: true, force: true });
   }
 }, { skip: runtime().os === "linux" ? false : "copies the Linux build" });
+
+test("a first call that writes its inputs before it loads the library gets them to native code", () => {
+  // The scratch is the library's own memory, viewed once the library loads; a call that writes
+  // its inputs first (an export with a shape, an array interface) and loads the library with its
+  // native call must not lose them.
+  for (const first of ["export", "array interface"]) {
+    const run = runIsolated(`
+import assert from "node:assert/strict";
+import { exportDLPack, fromArrayInterface, importDLPack } from "${repoRoot}/mod.ts";
+import { runtime } from "${repoRoot}/ffi/mod.ts";
+const values = new Int16Array([1, 2, 3, 4, 5, 6]);
+const view = "${first}" === "export"
+  ? importDLPack(exportDLPack(values, { shape: [2, 3] }))
+  : fromArrayInterface({ data: [runtime().addressOf(values), false], shape: [3, 2], strides: [2, 6], typestr: "<i2" }, values);
+assert.equal(view.dtype, "int16");
+assert.deepEqual(Array.from(view.toArray() as Int16Array), "${first}" === "export" ? [1, 2, 3, 4, 5, 6] : [1, 4, 2, 5, 3, 6]);
+view.dispose();
+console.log("DONE");
+`);
+    assert.equal(run.code, 0, `${first}: ${run.stderr}\n${run.stdout}`);
+    assert.match(run.stdout, /DONE/);
+  }
+});

@@ -160,13 +160,9 @@ assert.equal(deleted() - deletedBefore, 3);
 `);
 });
 
-test("two copies of the module in one realm share one journal: a throwing deleter is never replayed by either", () => {
-  // A program may load the module twice (two versions, two URLs). Releases journal themselves in
-  // the native side's journal of this thread, which both copies see, so each copy's replay finds
-  // only entries that are still owed, whichever copy wrote them.
-  isolated(
-    `
-// A second copy of the module's files, as a second version would be, on the same library.
+/** A second copy of the module's files, as a second version would be, loaded as `second` on the
+ * same library (after this copy has loaded it). */
+const secondCopy = `
 const { cpSync, mkdtempSync, rmSync } = await import("node:fs");
 const { tmpdir } = await import("node:os");
 const { corePath } = await import("${repoRoot}/ffi/mod.ts");
@@ -176,6 +172,14 @@ const second = await import(copy + "/mod.ts");
 rmSync(copy, { recursive: true });
 second.useLibrary(corePath());
 assert.notEqual(second.importDLPack, importDLPack, "a second copy of the module");
+`;
+
+test("two copies of the module in one realm share one journal: a throwing deleter is never replayed by either", () => {
+  // A program may load the module twice (two versions, two URLs). Releases journal themselves in
+  // the native side's journal of this thread, which both copies see, so each copy's replay finds
+  // only entries that are still owed, whichever copy wrote them.
+  isolated(
+    `${secondCopy}
 let calls = 0;
 onDelete = (address) => {
   calls++;
@@ -204,6 +208,52 @@ stats();
 second.stats();
 assert.equal(calls, 4);
 assert.equal(deleted() - deletedBefore, 12, "each counted tensor released exactly once");
+`,
+    true,
+  );
+});
+
+test("two copies of the module in one realm share one scratch: each builds its views from its own imports", () => {
+  // The scratch is the library's, one per thread: both copies write it, and each keeps its own
+  // record of the last layout it built, so neither may take the other's facts for its own.
+  isolated(
+    `${secondCopy}
+const layouts = [
+  { shape: [2, 3], dtype: "float32" },
+  { shape: [4], dtype: "float64" },
+  { shape: [2, 3], dtype: "float32" },
+  { shape: [3, 2], dtype: "int8" },
+  { shape: [3, 2], dtype: "int8", versioned: false },
+];
+const facts = (v) => [v.dtype, v.shape, v.strides];
+const expected = (spec) => [spec.dtype, spec.shape, spec.shape.length === 2 ? [spec.shape[1], 1] : [1]];
+// A release by one copy runs a deleter that imports and exports through the other.
+onDelete = (address) => {
+  freeUncounted(address, true);
+  const inner = second.importDLPack(make({ shape: [5], dtype: "uint16" }).source);
+  assert.deepEqual(facts(inner), ["uint16", [5], [1]]);
+  second.importDLPack(second.exportDLPack(new Int8Array(3))).dispose();
+  inner.dispose();
+};
+for (let i = 0; i < 20; i++) {
+  const [a, b] = i % 3 === 0 ? [second, { importDLPack }] : [{ importDLPack }, second];
+  const specA = layouts[i % layouts.length];
+  const specB = layouts[(i * 7 + 1) % layouts.length];
+  const viewA = a.importDLPack(make(specA).source);
+  const viewB = b.importDLPack(make(specB).source);
+  assert.deepEqual(facts(viewA), expected(specA), "view " + i + " of the first import");
+  assert.deepEqual(facts(viewB), expected(specB), "view " + i + " of the second import");
+  viewA.dispose();
+  viewB.dispose();
+  if (i % 4 === 0) importDLPack(withJsDeleter({ shape: [6] }).source).dispose();
+}
+// A refusal reads what its own import wrote, right after the other copy's import.
+second.importDLPack(make({ shape: [2] }).source).dispose();
+assert.throws(() => importDLPack(make({ dtype: { code: 2, bits: 12, lanes: 1 } }).source), /bits/);
+await settle();
+// The second copy's pins are its own to sweep; the epilogue then finds nothing left.
+second.stats();
+stats();
 `,
     true,
   );

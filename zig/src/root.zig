@@ -921,6 +921,30 @@ export fn dlpk_import_keyed(managed_address: f64, options: u32, out_address: f64
     return importKeyed(managed, options, out);
 }
 
+/// This thread's keyed description, which JS uses as its scratch for every native call: the
+/// one-argument imports below write into it without being told where it is (each FFI argument
+/// costs Bun's calls about a nanosecond). Per thread, like the journal, so that copies of the JS
+/// module in one realm share it, and workers each have their own.
+threadlocal var thread_scratch: abi.KeyedDescription = std.mem.zeroes(abi.KeyedDescription);
+
+/// The address of this thread's scratch (see `thread_scratch`), which JS views.
+export fn dlpk_scratch() f64 {
+    return @floatFromInt(@intFromPtr(&thread_scratch));
+}
+
+/// `dlpk_import_keyed` of a versioned struct into this thread's scratch: the import users make
+/// most, with one argument.
+export fn dlpk_import_versioned(managed_address: f64) i32 {
+    const out = &thread_scratch.description;
+    const managed = abi.addressFromF64(managed_address) orelse return refuseInexact(out);
+    return importKeyed(managed, import_option.versioned, out);
+}
+
+/// `dlpk_import_versioned` for an address the runtime's FFI hands out as a pointer object.
+export fn dlpk_import_pointer_versioned(managed: ?*anyopaque) i32 {
+    return importKeyed(@intFromPtr(managed), import_option.versioned, &thread_scratch.description);
+}
+
 /// `dlpk_import_keyed` for an address the runtime's FFI hands out as a pointer object (Deno's
 /// `PointerObject`): the runtime passes the pointer itself, so JS never converts it to a number.
 /// Every check of `dlpk_import` applies: the pointer is only an address.
@@ -992,6 +1016,53 @@ test "word imports refuse an address no f64 holds exactly before reading anythin
     try std.testing.expectEqual(refused, dlpk_import_word_keyed(abi.exact_max, 1, at));
     try std.testing.expectEqual(refused, dlpk_import_word_keyed(std.math.maxInt(usize), 1, at));
     try std.testing.expectEqual(@as(f64, 0), keyed.generation);
+}
+
+var one_argument_deletes: u32 = 0;
+
+fn countDelete(_: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    one_argument_deletes += 1;
+}
+
+test "one-argument imports write this thread's scratch" {
+    const testing = std.testing;
+    try testing.expectEqual(@as(f64, @floatFromInt(@intFromPtr(&thread_scratch))), dlpk_scratch());
+    var data = [_]f32{ 1, 2, 3 };
+    var shape = [_]i64{3};
+    var strides = [_]i64{1};
+    var managed = std.mem.zeroes(dlpack.ManagedTensorVersioned);
+    managed.version = .{ .major = dlpack.version_major, .minor = 0 };
+    managed.deleter = countDelete;
+    managed.dl_tensor = .{
+        .data = &data,
+        .device = .{ .device_type = 1, .device_id = 0 },
+        .ndim = 1,
+        .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+        .shape = &shape,
+        .strides = &strides,
+        .byte_offset = 4,
+    };
+    const at: f64 = @floatFromInt(@intFromPtr(&managed));
+    const before = one_argument_deletes;
+    for (0..2) |round| {
+        const status = if (round == 0)
+            dlpk_import_versioned(at)
+        else
+            dlpk_import_pointer_versioned(&managed);
+        try testing.expectEqual(@as(i32, 0), status);
+        const element: f64 = @floatFromInt(@intFromPtr(&data) + 4);
+        try testing.expectEqual(element, thread_scratch.address);
+        try testing.expectEqual(@as(f64, 3), thread_scratch.description.shape[0]);
+        try testing.expect(thread_scratch.owner > 0);
+        dlpk_journal_release(thread_scratch.owner);
+        try testing.expectEqual(before + round + 1, one_argument_deletes);
+    }
+    // Refusals are reported there too: no address an f64 holds exactly, then NULL.
+    try testing.expectEqual(code(.bad_address), dlpk_import_versioned(abi.exact_max_float));
+    try testing.expectEqual(code(.bad_address), thread_scratch.description.status);
+    try testing.expectEqual(code(.null_managed), dlpk_import_pointer_versioned(null));
+    try testing.expectEqual(code(.null_managed), thread_scratch.description.status);
+    try testing.expectEqual(before + 2, one_argument_deletes);
 }
 
 test "keyed facts: the generation moves only when a fact changes" {
