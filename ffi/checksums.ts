@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "fdd242daeeff785b624cfcb6fb086a7ee4152ab7c76b23ba0d31c27933acd5db",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "f2b888e46917ba33763bd6c5a7ad2f1a546a4b3758a44aba0158e2b6f90718c2",
-  "libdlpack-0.1.0-linux-aarch64.so": "01796db40f5800239ccbe9094b3e1b3dbde1fa2490ec471b4b2a97567c1e868a",
-  "libdlpack-0.1.0-linux-x86_64.so": "a8ad09d462df39ad634113b13d61ee8d16170416d57046a95d5cad4db38bee53",
-  "libdlpack-0.1.0-windows-x86_64.dll": "fd3741c3d07ae8615fd2db3c4894e6bb550f3e828818f84edbe924e62c1d2fa1",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "7cfe23bd416c43914fe4bc7997d157fb11edea8042df2c8eea55933fa269c1dd",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "0844bdcc22f498f601e74f2e99c95b2f61509f34805f20654d447f8b1ed84973",
+  "libdlpack-0.1.0-linux-aarch64.so": "d2e4a918cab7bc72c7caa27dad3d996d803956259a29e71f01b4a90d834298d4",
+  "libdlpack-0.1.0-linux-x86_64.so": "d27a0b17dace12e91b160baceaa1b9767aad4371136f96c38dceb35b2ad41bbd",
+  "libdlpack-0.1.0-windows-x86_64.dll": "3d7e428ca93c5dafb240daa9b3f6a9a1a13a112f3581696d35fb92d2b04c857a",
 });

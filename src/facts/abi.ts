@@ -9,7 +9,7 @@
  */
 
 /** `dlpk_abi_version()`: bumped whenever a symbol, a signature or a shared layout changes. */
-export const ABI_VERSION = 18;
+export const ABI_VERSION = 19;
 
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;
@@ -55,6 +55,13 @@ export const ImportOption = {
 export const ExportOption = {
   versioned: 1,
   adoptOwner: 2,
+} as const;
+
+/** Bit positions in the one u32 of `dlpk_export_array` that carries the dtype, the flags and the export options. */
+export const ArrayWord = {
+  bitsShift: 8,
+  flagsShift: 16,
+  optionsShift: 24,
 } as const;
 
 /** The bits of a versioned managed tensor's `flags`. */

@@ -53,7 +53,7 @@ import {
   typedArrayByteLength,
   typedArrayTag,
 } from "../facts/intrinsics.ts";
-import { ExportOption, Flag } from "../facts/abi.ts";
+import { ArrayWord, ExportOption, Flag } from "../facts/abi.ts";
 
 const onMainThread = runtime().mainThread;
 
@@ -333,20 +333,12 @@ function exportWholeArray(
   if (!onMainThread) return exportDescribedArray(x, info, byteLength, versioned, flags);
   const id = newPinId();
   const realm = realmAddress();
-  const dtype = info.dl.code | (info.dl.bits << 8);
-  const extent = byteLength / info.slotBytes;
+  // The elements are the bytes' (whole arrays only); everything else in one word.
+  const word = (info.dl.code | (info.dl.bits << ArrayWord.bitsShift) | (flags << ArrayWord.flagsShift) |
+    ((versioned ? EXPORT_VERSIONED : 0) << ArrayWord.optionsShift)) >>> 0;
   let address = 0;
   try {
-    const made = core().dlpk_export_array(
-      x,
-      realm,
-      id,
-      byteLength,
-      extent,
-      dtype,
-      flags,
-      versioned ? EXPORT_VERSIONED : 0,
-    );
+    const made = core().dlpk_export_array(x, realm, id, byteLength, word);
     // This entry writes no refusal details into the scratch: only out-of-memory is a caller's
     // situation; anything else means the facts read here disagreed with each other.
     if (made <= 0) {

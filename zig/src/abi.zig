@@ -9,7 +9,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 18;
+pub const version: u32 = 19;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -26,6 +26,20 @@ pub const export_option = struct {
     /// The export takes over the caller's owner reference instead of adding one.
     pub const adopt_owner: u32 = 1 << 1;
 };
+
+/// The one u32 of `dlpk_export_array` that carries the dtype, the flags and the options (each FFI
+/// argument costs Bun's calls about a nanosecond): the dtype code in bits 0-7, its bits in 8-15
+/// (one lane), the struct's flags from `flags_shift`, `export_option` bits from `options_shift`.
+pub const array_word = struct {
+    pub const bits_shift: u32 = 8;
+    pub const flags_shift: u32 = 16;
+    pub const options_shift: u32 = 24;
+};
+
+comptime {
+    assert(dlpack.flags_known >> (array_word.options_shift - array_word.flags_shift) == 0);
+    assert(export_option.versioned | export_option.adopt_owner <= 0xff);
+}
 
 /// Status codes crossing the ABI (imports, exports, allocations, copies). The TS side maps each
 /// to a `DLPackError` code. 14-16 are `PythonStatus` values.

@@ -96,6 +96,8 @@ const entries = .{
         "`dlpk_py_consume` and `dlpk_py_from`." },
     .{ "ExportOption", abi.export_option, "Option bits of `dlpk_export` and " ++
         "`dlpk_export_buffer`." },
+    .{ "ArrayWord", abi.array_word, "Bit positions in the one u32 of `dlpk_export_array` " ++
+        "that carries the dtype, the flags and the export options." },
     .{ "Flag", dlpack.flag, "The bits of a versioned managed tensor's `flags`." },
     .{ "FLAGS_KNOWN", dlpack.flags_known, "Every flag bit DLPack 1.3 defines; others are " ++
         "refused." },

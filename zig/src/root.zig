@@ -243,33 +243,32 @@ export fn dlpk_export_buffer(
 }
 
 /// The common export of a whole TypedArray in one call, every fact an argument (no description
-/// to write or decode): 1-D, contiguous, `extent` elements of `dtype` (code | bits << 8) from
-/// `buffer`'s first byte, on the CPU, pinned as `pin_id` of `realm` (`pin_bytes` bytes, the
-/// buffer's extent) for as long as the export lives. Returns the managed struct's address, or
-/// minus a status code.
+/// to write or decode): 1-D, contiguous, the elements of `dtype` that fill `pin_bytes` bytes from
+/// `buffer`'s first byte (the TypedArray's extent), on the CPU, pinned as `pin_id` of `realm` for
+/// as long as the export lives. `word` carries the dtype, the flags and the options
+/// (`abi.array_word`). Returns the managed struct's address, or minus a status code.
 export fn dlpk_export_array(
     buffer: ?[*]u8,
     realm_address: f64,
     pin_id: f64,
     pin_bytes: f64,
-    extent: f64,
-    dtype: u32,
-    flags: u32,
-    options: u32,
+    word: u32,
 ) f64 {
     const refused: f64 = -@as(f64, @floatFromInt(invalid));
     const base = buffer orelse return refused;
     const realm = realmAt(realm_address) orelse return refused;
     const id = countFromF64(pin_id) orelse return refused;
     const bytes = countFromF64(pin_bytes) orelse return refused;
-    const count = countFromF64(extent) orelse return refused;
-    const bits: usize = dtype >> 8 & 0xff;
-    // The elements must lie within the pinned bytes (the TS side read both from the array).
-    if (dtype >> 16 != 0 or bits == 0 or bits % 8 != 0 or count > bytes / (bits / 8)) {
+    const bits: usize = word >> abi.array_word.bits_shift & 0xff;
+    const flags: u32 = word >> abi.array_word.flags_shift & 0xff;
+    const options: u32 = word >> abi.array_word.options_shift;
+    // Whole elements of a byte-sized type, known flags: the TS side read both from the array.
+    if (bits == 0 or bits % 8 != 0 or bytes % (bits / 8) != 0 or flags & ~dlpack.flags_known != 0) {
         return refused;
     }
+    const count = bytes / (bits / 8);
     const managed = exportArray(base, realm, id, bytes, @intCast(count), .{
-        .code = @intCast(dtype & 0xff),
+        .code = @truncate(word),
         .bits = @intCast(bits),
         .lanes = 1,
     }, flags, options) catch return -@as(f64, @floatFromInt(code(.out_of_memory)));
@@ -1117,18 +1116,22 @@ test "a whole array exported in one call: its struct, its pin, and the refusals"
     var values = [_]f32{ 1, 2, 3, 4 };
     const base: [*]u8 = @ptrCast(&values);
     const realm_f: f64 = @floatFromInt(@intFromPtr(&realm));
-    const float32: u32 = 2 | 32 << 8;
+    const float32: u32 = 2 | 32 << abi.array_word.bits_shift;
+    const versioned = export_option.versioned << abi.array_word.options_shift;
+    const read_only = dlpack.flag.read_only << abi.array_word.flags_shift;
     const pins_before = stats.get(.pins);
     const bad = -@as(f64, @floatFromInt(invalid));
-    // More elements than the pinned bytes hold, sub-byte or unknown packing, a NULL buffer.
-    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, 5, float32, 0, 1));
-    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, 4, 2 | 4 << 8, 0, 1));
-    const lanes: u32 = float32 | 1 << 16;
-    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, 4, lanes, 0, 1));
-    try testing.expectEqual(bad, dlpk_export_array(null, realm_f, 5, 16, 4, float32, 0, 1));
-    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, -1, 16, 4, float32, 0, 1));
+    // Bytes that are no whole number of elements, sub-byte or no bits, an unknown flag, a NULL
+    // buffer, an id that is no count.
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 15, float32 | versioned));
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, 2 | 4 << 8 | versioned));
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, 2 | versioned));
+    const unknown = 0x80 << abi.array_word.flags_shift;
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, 5, 16, float32 | unknown));
+    try testing.expectEqual(bad, dlpk_export_array(null, realm_f, 5, 16, float32 | versioned));
+    try testing.expectEqual(bad, dlpk_export_array(base, realm_f, -1, 16, float32 | versioned));
     try testing.expectEqual(pins_before, stats.get(.pins));
-    const made = dlpk_export_array(base, realm_f, 5, 16, 4, float32, dlpack.flag.read_only, 1);
+    const made = dlpk_export_array(base, realm_f, 5, 16, float32 | read_only | versioned);
     try testing.expect(made > 0);
     const managed: usize = @intFromFloat(made);
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
@@ -1147,7 +1150,7 @@ test "a whole array exported in one call: its struct, its pin, and the refusals"
     try testing.expectEqual(@as(f64, 5), out[0]);
     try testing.expectEqual(pins_before, stats.get(.pins));
     // A legacy one, disposed by its JS holder: the pin is freed at once.
-    const legacy: usize = @intFromFloat(dlpk_export_array(base, realm_f, 6, 16, 2, float32, 0, 0));
+    const legacy: usize = @intFromFloat(dlpk_export_array(base, realm_f, 6, 8, float32));
     try testing.expect(exports.isOwnExport(legacy, false));
     // Journaled as the top entry, which ends first.
     const entry = -@as(f64, @floatFromInt(legacy * 2));
