@@ -11,7 +11,7 @@ export { ABI_VERSION, DESCRIPTION_BYTES } from "../src/facts/abi.ts";
 
 /** libdlpack's functions. */
 export const symbols = {
-  // Addresses (managed tensors, owners, long-lived JS buffers such as the scratch) cross as f64:
+  // Addresses (managed tensors, owners, the scratch and other long-lived buffers) cross as f64:
   // exact below 2^53, and f64 arguments take the fast FFI path in both runtimes where u64 numbers
   // do not (Deno converts number -> u64 on a slow path).
   dlpk_abi_version: { args: [], returns: "u32" },

@@ -318,8 +318,8 @@ function exportTypedArray(
   return exportBuffer(x, byteLength, versioned);
 }
 
-/** The common export: a whole TypedArray, 1-D, no options. One native call takes every fact as an
- * argument (nothing goes through the scratch) and returns the struct's address; as in
+/** The common export: a whole TypedArray, 1-D, no options. One native call takes its facts as
+ * arguments (nothing goes through the scratch; the element count follows from the bytes) and returns the struct's address; as in
  * {@link buildCapsule}, once the struct exists it is owned here until the capsule holds it. */
 function exportWholeArray(
   x: AnyTypedArray,

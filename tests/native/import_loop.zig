@@ -102,7 +102,7 @@ pub fn main() !void {
     if ((try symbol(Size, &lib, "dlpk_description_size"))() != @sizeOf(abi.Description)) {
         return error.StaleLibrary;
     }
-    // A keyed record (the keyed import writes past the description), zeroed as the JS scratch is.
+    // A keyed record (the keyed import writes past the description), zeroed as the library's is.
     const out = try allocator.alignedAlloc(u8, .@"8", @sizeOf(abi.KeyedDescription));
     defer allocator.free(out);
     @memset(out, 0);

@@ -218,6 +218,19 @@ test("two copies of the module in one realm share one scratch: each builds its v
   // record of the last layout it built, so neither may take the other's facts for its own.
   isolated(
     `${secondCopy}
+// The second copy's first call, inside the deleter of a tensor this copy refuses, loads the
+// library for it and copies its placeholder over the scratch: the refusal still reports itself.
+let firstCalls = 0;
+onDelete = (address) => {
+  firstCalls++;
+  freeUncounted(address, true);
+  second.importDLPack(make({ shape: [5], dtype: "uint16" }).source).dispose();
+};
+assert.throws(
+  () => importDLPack(withJsDeleter({ shape: [4], dtype: { code: 2, bits: 12, lanes: 1 } }).source),
+  /dtype code 2 needs bits 16, 32 or 64 .got code 2, bits 12, lanes 1.; the producer's deleter was called/,
+);
+assert.equal(firstCalls, 1);
 const layouts = [
   { shape: [2, 3], dtype: "float32" },
   { shape: [4], dtype: "float64" },

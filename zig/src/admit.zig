@@ -98,8 +98,9 @@ pub fn releaseRefused(
 }
 
 /// Calls a refused tensor's deleter with the refusal's description kept as it was: the deleter may
-/// be a JS callback that imports again into the same description (its JS realm's scratch) before
-/// JS has read why this tensor was refused.
+/// be a JS callback that imports again into the same description (its thread's scratch, which
+/// every copy of the JS module in that thread writes, one loading the library even copies its own
+/// placeholder over it) before JS has read why this tensor was refused.
 fn deleteKeeping(managed: usize, versioned: bool, out: *Description) void {
     const kept = out.*;
     dlpack.deleteManaged(managed, versioned);

@@ -242,8 +242,8 @@ export fn dlpk_export_buffer(
     return status;
 }
 
-/// The common export of a whole TypedArray in one call, every fact an argument (no description
-/// to write or decode): 1-D, contiguous, the elements of `dtype` that fill `pin_bytes` bytes from
+/// The common export of a whole TypedArray in one call, its facts arguments (no description to
+/// write or decode): 1-D, contiguous, the elements of `dtype` that fill `pin_bytes` bytes from
 /// `buffer`'s first byte (the TypedArray's extent), on the CPU, pinned as `pin_id` of `realm` for
 /// as long as the export lives. `word` carries the dtype, the flags and the options
 /// (`abi.array_word`). Returns the managed struct's address, or minus a status code.
