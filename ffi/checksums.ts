@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "7cfe23bd416c43914fe4bc7997d157fb11edea8042df2c8eea55933fa269c1dd",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "0844bdcc22f498f601e74f2e99c95b2f61509f34805f20654d447f8b1ed84973",
-  "libdlpack-0.1.0-linux-aarch64.so": "d2e4a918cab7bc72c7caa27dad3d996d803956259a29e71f01b4a90d834298d4",
-  "libdlpack-0.1.0-linux-x86_64.so": "d27a0b17dace12e91b160baceaa1b9767aad4371136f96c38dceb35b2ad41bbd",
-  "libdlpack-0.1.0-windows-x86_64.dll": "3d7e428ca93c5dafb240daa9b3f6a9a1a13a112f3581696d35fb92d2b04c857a",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "f29cd9e58b7ac64af75a06ceb459881ad1575ccc0c297242f0620ea92158c58a",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "0f1adcaaf5cc0470dabde8d856024d08d1d67aa8430192ef6d7a1121732f2a1c",
+  "libdlpack-0.1.0-linux-aarch64.so": "47649146f0760ddde225c3dc78211535ee9efd18c01de7802465bc1e9d5dd35a",
+  "libdlpack-0.1.0-linux-x86_64.so": "6e17266854c2681b03518c02855c057cb1745d68f5496dc8b7547d613ba81e33",
+  "libdlpack-0.1.0-windows-x86_64.dll": "b845ab414de165561e12a7133b6fe51a48e8b87f44895b54798da1a387088820",
 });

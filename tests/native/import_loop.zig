@@ -5,13 +5,16 @@
 //! thread CPU time (ns per import + release, the producer's counting deleter included, as numpy's
 //! import is timed with its own), then the same through `dlpk_import_keyed` (what the JS imports
 //! call: from the second import on, the validator has the last import's facts to compare with),
-//! then `dlpk_describe` alone.
+//! then the one-argument `dlpk_import_versioned` into the thread's own scratch released through
+//! `dlpk_journal_release` (the native calls of a JS import + dispose), then `dlpk_describe` alone.
 
 const std = @import("std");
 const abi = @import("abi");
 
 const Import = *const fn (f64, u32, f64) callconv(.c) i32;
 const Release = *const fn (f64) callconv(.c) void;
+const ImportOne = *const fn (f64) callconv(.c) i32;
+const Scratch = *const fn () callconv(.c) f64;
 const Size = *const fn () callconv(.c) u32;
 const Static = *const fn (f64, u32) callconv(.c) usize;
 
@@ -40,9 +43,12 @@ const Entries = struct {
     keyed: Import,
     describe: Import,
     release: Release,
+    versioned: ImportOne,
+    journal_release: Release,
+    scratch: *const abi.KeyedDescription,
 };
 
-const Mode = enum { import, keyed, describe };
+const Mode = enum { import, keyed, versioned, describe };
 
 /// One round: ns per call (pair). `.describe`: `dlpk_describe` alone.
 fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, mode: Mode) !f64 {
@@ -53,6 +59,11 @@ fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, mode: Mode)
     for (0..count) |_| {
         if (mode == .describe) {
             if (e.describe(managed, versioned_option, out_address) != 0) return error.Refused;
+            continue;
+        }
+        if (mode == .versioned) {
+            if (e.versioned(managed) != 0) return error.Refused;
+            e.journal_release(e.scratch.owner);
             continue;
         }
         if (import(managed, versioned_option, out_address) != 0) return error.Refused;
@@ -92,12 +103,17 @@ pub fn main() !void {
     defer lib.close();
     var producer = try std.DynLib.open(args[2]);
     defer producer.close();
-    const e: Entries = .{
+    var e: Entries = .{
         .import = try symbol(Import, &lib, "dlpk_import"),
         .keyed = try symbol(Import, &lib, "dlpk_import_keyed"),
         .describe = try symbol(Import, &lib, "dlpk_describe"),
         .release = try symbol(Release, &lib, "dlpk_owner_release"),
+        .versioned = try symbol(ImportOne, &lib, "dlpk_import_versioned"),
+        .journal_release = try symbol(Release, &lib, "dlpk_journal_release"),
+        .scratch = undefined,
     };
+    const scratch = (try symbol(Scratch, &lib, "dlpk_scratch"))();
+    e.scratch = @ptrFromInt(@as(usize, @intFromFloat(scratch)));
     // A library built from other sources would read and write another layout.
     if ((try symbol(Size, &lib, "dlpk_description_size"))() != @sizeOf(abi.Description)) {
         return error.StaleLibrary;
@@ -109,8 +125,13 @@ pub fn main() !void {
     const managed = (try symbol(Static, &producer, "tp_static_tensor"))(4096, 1);
     if (managed == 0) return error.OutOfMemory;
     var times: [64]f64 = undefined;
-    const names = [_][]const u8{ "import + release", "keyed import + release", "describe alone" };
-    for ([_]Mode{ .import, .keyed, .describe }, names) |mode, name| {
+    const names = [_][]const u8{
+        "import + release",
+        "keyed import + release",
+        "versioned import + journal release",
+        "describe alone",
+    };
+    for ([_]Mode{ .import, .keyed, .versioned, .describe }, names) |mode, name| {
         _ = try round(e, @floatFromInt(managed), out, count / 10 + 1, mode);
         for (times[0..rounds]) |*t| t.* = try round(e, @floatFromInt(managed), out, count, mode);
         report(name, times[0..rounds]);

@@ -432,7 +432,8 @@ export fn dlpk_journal_replay() void {
 
 fn releaseEntry(value: f64) void {
     if (value > 0) {
-        owner.release(ownerAt(value) orelse return);
+        // Inlined, for the same thread-local lookup as `admit.record`'s (0.4 ns).
+        @call(.always_inline, owner.release, .{ownerAt(value) orelse return});
         return;
     }
     const managed = structOfEntry(value) orelse return;
