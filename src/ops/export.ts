@@ -319,8 +319,9 @@ function exportTypedArray(
 }
 
 /** The common export: a whole TypedArray, 1-D, no options. One native call takes its facts as
- * arguments (nothing goes through the scratch; the element count follows from the bytes) and returns the struct's address; as in
- * {@link buildCapsule}, once the struct exists it is owned here until the capsule holds it. */
+ * arguments (nothing goes through the scratch; the element count follows from the bytes) and
+ * returns the struct's address; as in {@link buildCapsule}, once the struct exists it is owned
+ * here until the capsule holds it. */
 function exportWholeArray(
   x: AnyTypedArray,
   info: DTypeInfo,
