@@ -60,16 +60,16 @@ const onMainThread = runtime().mainThread;
 /** Options of the export functions. */
 export interface ExportOptions {
   /** Extents of the exported tensor (default: the source's shape; 1-D for a TypedArray). */
-  readonly shape?: readonly number[];
+  readonly shape?: readonly number[] | undefined;
   /** Strides in elements (default: C order). */
-  readonly strides?: readonly number[];
+  readonly strides?: readonly number[] | undefined;
   /** Reinterpret the bytes as this dtype (checked against the source's byte length). */
-  readonly dtype?: DType;
+  readonly dtype?: DType | undefined;
   /** Elements (of the exported dtype) from the start of the source to element 0; needed when
    * strides are negative. Default 0. */
-  readonly offset?: number;
+  readonly offset?: number | undefined;
   /** Export read-only even if the source is writable. */
-  readonly readonly?: boolean;
+  readonly readonly?: boolean | undefined;
 }
 
 /** What can be exported. */

@@ -5,6 +5,7 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
+import type { PointerObject } from "../../ffi/types.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
 import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, Flag, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
@@ -180,16 +181,16 @@ function streamOption(value: unknown): number {
  * before Python is called.
  */
 export function fromPython<const R extends Requirements>(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts: FromPythonOptions & { readonly require: R },
 ): RequiredView<R>;
 /** Imports a Python object's tensor as a zero-copy view (see the overload above). */
 export function fromPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts?: FromPythonOptions | null,
 ): BufferView;
 export function fromPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts?: FromPythonOptions | null,
 ): BufferView {
   // Checked before Python is called, like every other option.
@@ -199,7 +200,7 @@ export function fromPython(
 }
 
 function importPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts: FromPythonOptions | null | undefined,
 ): BufferView {
   let s: BridgeState;
