@@ -23,11 +23,11 @@ export interface Strided {
 /** A range along one axis; omitted or null fields take Python's defaults. */
 export interface Range {
   /** First index (negative counts from the end); clamped like Python's slices. */
-  readonly start?: number | null;
+  readonly start?: number | null | undefined;
   /** One past the last index (negative counts from the end); clamped. */
-  readonly stop?: number | null;
+  readonly stop?: number | null | undefined;
   /** Step, not 0; negative walks backwards. Default 1. */
-  readonly step?: number | null;
+  readonly step?: number | null | undefined;
 }
 
 /**

@@ -33,17 +33,17 @@ export interface ArrayInterface {
   /** Extents. */
   readonly shape: readonly number[];
   /** Strides in BYTES, or null/absent for C order. */
-  readonly strides?: readonly number[] | null;
+  readonly strides?: readonly number[] | null | undefined;
   /** Element type such as "<f4", "|u1", "<c8". */
   readonly typestr: string;
   /** The interface version (2 or 3). */
-  readonly version?: number;
+  readonly version?: number | undefined;
   /** numpy's masked arrays are not supported; a non-null mask is refused. */
   readonly mask?: unknown;
   /** Where the memory lives (default the CPU; `__cuda_array_interface__` memory is on CUDA). */
-  readonly device?: { readonly type: DeviceType; readonly id?: number };
+  readonly device?: { readonly type: DeviceType; readonly id?: number | undefined } | undefined;
   /** The producer's stream (CUDA array interface); recorded, not synchronised here. */
-  readonly stream?: number | null;
+  readonly stream?: number | null | undefined;
 }
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;

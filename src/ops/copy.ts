@@ -40,7 +40,7 @@ export interface CopyOptions {
    * source's producer stream if one was recorded, else the synchronous driver copies (ordered on
    * the legacy default stream).
    */
-  readonly stream?: StreamHandle;
+  readonly stream?: StreamHandle | undefined;
 }
 
 type Place = "host" | "cuda";

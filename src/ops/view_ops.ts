@@ -268,13 +268,13 @@ export function flatten(view: BufferView, nested: readonly unknown[]): AnyTypedA
 /** Options of {@link fromArray}. */
 export interface FromArrayOptions<S extends readonly number[] = readonly number[]> {
   /** Extents (default: 1-d over the whole array). */
-  readonly shape?: S;
+  readonly shape?: S | undefined;
   /** Strides in elements (default: C order). */
-  readonly strides?: readonly number[];
+  readonly strides?: readonly number[] | undefined;
   /** Elements from the array's start to element 0 (needed with negative strides). Default 0. */
-  readonly offset?: number;
+  readonly offset?: number | undefined;
   /** A read-only view even though the array can be written. */
-  readonly readonly?: boolean;
+  readonly readonly?: boolean | undefined;
 }
 
 /**

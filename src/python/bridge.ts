@@ -494,7 +494,7 @@ export class PyObject {
 /** Options of {@link openPython}. */
 export interface OpenPythonOptions {
   /** Path of the libpython shared library (else `DLPACK_PYTHON`, else `python3` on PATH). */
-  readonly library?: string;
+  readonly library?: string | undefined;
 }
 
 /** A handle on the embedded interpreter. Several handles share one interpreter. */

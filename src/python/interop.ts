@@ -43,17 +43,17 @@ import {
 /** Options of {@link fromPython}: the `__dlpack__` keywords, camelCased. */
 export interface FromPythonOptions {
   /** The highest DLPack version to ask for (default [1, 3]); null asks for the legacy struct. */
-  readonly maxVersion?: readonly [number, number] | null;
+  readonly maxVersion?: readonly [number, number] | null | undefined;
   /** true: ask the producer to copy; false: refuse if a copy would be needed. */
-  readonly copy?: boolean | null;
+  readonly copy?: boolean | null | undefined;
   /** The device the data should be on. */
-  readonly device?: { readonly type: DeviceType; readonly id?: number } | null;
+  readonly device?: { readonly type: DeviceType; readonly id?: number | undefined } | null | undefined;
   /** The consumer's stream, passed to the producer (CUDA; None for CPU): -1 (no synchronization)
    * or a positive handle below 2^53 (1 and 2 are CUDA's legacy and per-thread default streams). */
-  readonly stream?: number | bigint | null;
+  readonly stream?: number | bigint | null | undefined;
   /** What the view must meet (as `view.require`); one that does not is released and
    * `DLPackError` ("requirements") thrown. A literal `dtype` and `ndim` (or `shape`) type the result. */
-  readonly require?: Requirements;
+  readonly require?: Requirements | undefined;
 }
 
 const STATUS_CONSUMED = PythonStatus.consumed;
@@ -350,7 +350,7 @@ function fromArrayInterfaceOf(
  * `torch.Tensor`): the result is then that type's tensor, made by its
  * `managed_tensor_to_py_object_no_sync` without running Python code. Read-only data is refused
  * there (torch 2.15 ignores the READ_ONLY flag on that path). */
-export type ToPythonOptions = ExportOptions & { readonly as?: PyObject | null };
+export type ToPythonOptions = ExportOptions & { readonly as?: PyObject | null | undefined };
 
 /**
  * A Python object over a view or TypedArray, without a copy: a `dlpack_ts.DLPackTensor` whose

@@ -52,11 +52,11 @@ export type Unread = "disposed" | "device" | { readonly error: string } | undefi
 /** How much of a tensor is printed. */
 export interface InspectOptions {
   /** Above this many elements, each axis shows only its first and last `edgeItems`. Default 1000 (numpy's). */
-  readonly threshold?: number;
+  readonly threshold?: number | undefined;
   /** Items kept at each end of a summarised axis. Default 3. */
-  readonly edgeItems?: number;
+  readonly edgeItems?: number | undefined;
   /** Rows of the last axis wrap past this width. Default 100. */
-  readonly lineWidth?: number;
+  readonly lineWidth?: number | undefined;
 }
 
 const THRESHOLD = 1000;
