@@ -120,7 +120,9 @@ test("imports at every depth near the stack limit: a non-DLPackError means not t
   const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
   assert.ok(
     run.code === 0 && line !== undefined,
-    `child (${runtimeName}) exited with ${run.code}\nstdout: ${run.stdout.slice(-2000)}\nstderr: ${run.stderr.slice(-3000)}`,
+    `child (${runtimeName}) exited with ${run.code}\nstdout: ${run.stdout.slice(-2000)}\nstderr: ${
+      run.stderr.slice(-3000)
+    }`,
   );
   const out = JSON.parse(line.slice(7));
   type Counts = { views: number; dlpackErrors: number; otherErrors: number; misowned: number };
