@@ -7,7 +7,7 @@ import { pinnedCount, realmAddress } from "../../src/native/owner.ts";
 import { core } from "../../ffi/mod.ts";
 import { consumerValues, tp } from "../support/producer.ts";
 import { collectGarbage, repoRoot, runIsolated, test } from "../support/harness.ts";
-import { live } from "../support/assertions.ts";
+import { live, settledLive } from "../support/assertions.ts";
 
 const WORKER_URL = new URL("../support/worker.ts", import.meta.url).href;
 
@@ -61,8 +61,8 @@ class Realm {
 }
 
 test("three Workers and the main thread export one SharedArrayBuffer concurrently", async () => {
-  await collectGarbage();
-  const before = live();
+  // Settled first: pins an earlier file left to the sweep timer must not move under this count.
+  const before = await settledLive();
   const sab = new SharedArrayBuffer(64);
   const all = new Float32Array(sab);
   const realms = [new Realm(), new Realm(), new Realm()];
