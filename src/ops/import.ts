@@ -182,21 +182,15 @@ export function importManaged(address: number, options: number, producer: string
   } catch (error) {
     // No call before the owner is parked: the stack may be exhausted here.
     if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
-    let thrown: unknown = TOOK[status] === 0 ? error : EXHAUSTED;
+    if (TOOK[status] === 0) throw error;
+    let thrown: unknown = EXHAUSTED;
     try {
-      thrown = lostAfterImport(error, status);
+      thrown = afterTaking(error);
     } catch {
       // Still no stack: the release waits for the next call.
     }
     throw thrown;
   }
-}
-
-/** What a raw-address import throws for `error`, thrown after the native import returned
- * `status` (its caller parked the owner record first, without a call): the error as it is where
- * nothing was taken, else a DLPackError. Releases what is parked when the stack allows. */
-function lostAfterImport(error: unknown, status: number): unknown {
-  return TOOK[status] === 0 ? error : afterTaking(error);
 }
 
 /** The refusal of `importManaged`: a number that is no address at all (which native code refused
@@ -224,9 +218,10 @@ function importPointer(pointer: object, options: number, producer: string | null
   } catch (error) {
     // No call before the owner is parked: the stack may be exhausted here.
     if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
-    let thrown: unknown = TOOK[status] === 0 ? error : EXHAUSTED;
+    if (TOOK[status] === 0) throw error;
+    let thrown: unknown = EXHAUSTED;
     try {
-      thrown = lostAfterImport(error, status);
+      thrown = afterTaking(error);
     } catch {
       // Still no stack: the release waits for the next call.
     }
@@ -288,9 +283,10 @@ function importWord(address: bigint, options: number, producer: string | null): 
   } catch (error) {
     // No call before the owner is parked: the stack may be exhausted here.
     if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
-    let thrown: unknown = TOOK[status] === 0 ? error : EXHAUSTED;
+    if (TOOK[status] === 0) throw error;
+    let thrown: unknown = EXHAUSTED;
     try {
-      thrown = lostAfterImport(error, status);
+      thrown = afterTaking(error);
     } catch {
       // Still no stack: the release waits for the next call.
     }
