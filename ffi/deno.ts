@@ -63,6 +63,25 @@ interface DenoNamespace {
 
 const NumberCtor = Number;
 
+/** The method Deno's own `node:worker_threads` BroadcastChannel calls for `ref()` / `unref()`: a
+ * symbol-keyed method of the web BroadcastChannel (`false` stops its listener from keeping the
+ * event loop alive). Captured at load; undefined where this Deno has none. */
+const refChannel = ((): ((this: BroadcastChannel, ref: boolean) => void) | undefined => {
+  try {
+    const proto = BroadcastChannel.prototype as unknown as Record<symbol, unknown>;
+    for (const key of Object.getOwnPropertySymbols(proto)) {
+      const method = proto[key];
+      if (key.description === "refBroadcastChannel" && typeof method === "function") {
+        return method as (this: BroadcastChannel, ref: boolean) => void;
+      }
+    }
+  } catch {
+    // No BroadcastChannel, or a prototype that cannot be read: channels stay referenced.
+  }
+  return undefined;
+})();
+const applyFn = Reflect.apply;
+
 /** The pointer functions' errors: FFI permission revoked after the library was loaded (ready()
  * checks it up front) becomes a DLPackError saying so; anything else passes unchanged. Out of line,
  * so the functions on the import and export paths stay small. */
@@ -197,8 +216,14 @@ export function denoRuntime(): Runtime {
     },
     // Deno gives Workers a WorkerGlobalScope; the main realm has none.
     mainThread: !("WorkerGlobalScope" in globalThis),
-    unrefChannel(): boolean {
-      return false;
+    unrefChannel(channel: BroadcastChannel): boolean {
+      if (refChannel === undefined) return false;
+      try {
+        applyFn(refChannel, channel, [false]);
+        return true;
+      } catch {
+        return false;
+      }
     },
     os: Deno.build.os,
     arch: Deno.build.arch,
