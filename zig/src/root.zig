@@ -8,7 +8,7 @@
 //! - plumbing: mappings.zig, memory.zig, cuda.zig, cpython.zig;
 //! - records: owner.zig, exports.zig;
 //! - imports: describe.zig (validate), verify.zig (device claims), admit.zig (the sequence);
-//! - Python: templates.zig, tensor.zig, exchange.zig, python.zig;
+//! - Python: templates.zig, tensor.zig, guards.zig, exchange.zig, python.zig;
 //! - this file, the entry.
 
 const std = @import("std");
