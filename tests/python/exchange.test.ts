@@ -542,6 +542,19 @@ w = NoDlpackWrapper(tvm_ffi.from_dlpack(source))
   await balanced(before, "w source made NoDlpackWrapper");
 }, withTvm);
 
+/** Runs `source` in a fresh process and returns the JSON it printed after "RESULT ", or fails with
+ * the child's output (a crash fails the test, not the runner). */
+// deno-lint-ignore no-explicit-any
+function childResult(source: string, env?: Record<string, string>): Record<string, any> {
+  const run = runIsolated(source, env === undefined ? {} : { env });
+  const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
+  assert.ok(
+    run.code === 0 && line !== undefined,
+    `exit ${run.code}: ${run.stdout.slice(-1000)}${run.stderr.slice(-3000)}`,
+  );
+  return JSON.parse(line.slice("RESULT ".length));
+}
+
 /** Why a module's test skips, found without importing it (paddle must not load into the process
  * that loads the other peers), or false. */
 function findable(name: string): string | false {
@@ -586,13 +599,7 @@ const s = stats();
 out.live = [s.imports, s.exports, s.pinned];
 console.log("RESULT " + JSON.stringify(out));
 `;
-    const run = runIsolated(source);
-    const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
-    assert.ok(
-      run.code === 0 && line !== undefined,
-      `exit ${run.code}: ${run.stdout.slice(-1000)}${run.stderr.slice(-3000)}`,
-    );
-    const out = JSON.parse(line.slice("RESULT ".length));
+    const out = childResult(source);
     assert.match(out.second, /BufferError: .*refused \(already_imported\)/, "the second adoption is refused");
     assert.match(out.third, /BufferError: .*already_imported/);
     assert.equal(out.value, 10, "the raw import still reads the JS memory");
@@ -660,13 +667,7 @@ const s = stats();
 out.live = [s.imports, s.exports, s.pinned];
 console.log("RESULT " + JSON.stringify(out));
 `;
-    const run = runIsolated(source);
-    const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
-    assert.ok(
-      run.code === 0 && line !== undefined,
-      `exit ${run.code}: ${run.stdout.slice(-1000)}${run.stderr.slice(-3000)}`,
-    );
-    const out = JSON.parse(line.slice("RESULT ".length));
+    const out = childResult(source);
     for (
       const name of [
         "Forge()",
@@ -792,13 +793,7 @@ out.plain = [Array.from(v.array() as Float64Array), v.access, counts()[5] - befo
 v.dispose();
 console.log("RESULT " + JSON.stringify(out));
 `;
-  const run = runIsolated(source, { env: childEnv(paddle) });
-  const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
-  assert.ok(
-    run.code === 0 && line !== undefined,
-    `exit ${run.code}: ${run.stdout.slice(-1000)}${run.stderr.slice(-3000)}`,
-  );
-  const out = JSON.parse(line.slice("RESULT ".length));
+  const out = childResult(source, childEnv(paddle));
   for (const g of out.grad) assert.match(g, /BufferError: Can't get __dlpack__ from Tensor that requires gradients/);
   assert.deepEqual(out.plain, [[0, 1, 2], "readwrite", 1], "other paddle tensors go through paddle's table");
 }, { skip: findable("paddle") });

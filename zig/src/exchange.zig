@@ -12,7 +12,6 @@
 //! work after the producer's `current_work_stream`.
 
 const std = @import("std");
-const builtin = @import("builtin");
 const assert = std.debug.assert;
 const abi = @import("abi.zig");
 const admit = @import("admit.zig");
@@ -20,6 +19,7 @@ const cpython = @import("cpython.zig");
 const dlpack = @import("dlpack.zig");
 const exports = @import("exports.zig");
 const guards = @import("guards.zig");
+const mappings = @import("mappings.zig");
 const memory = @import("memory.zig");
 const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
@@ -593,7 +593,7 @@ fn belongs(a: PyApi, carrier: *PyObject, found: *const ExchangeApi) bool {
     for (0..chain_max) |_| {
         const kind = current orelse return false;
         if (a.PyType_GetSlot(kind, cpython.slot.tp_dealloc)) |dealloc| {
-            if (binaryOf(@intFromPtr(dealloc)) == binary) return true;
+            if (mappings.binaryOf(@intFromPtr(dealloc)) == binary) return true;
         }
         current = @ptrCast(a.PyType_GetSlot(kind, cpython.slot.tp_base));
     }
@@ -612,27 +612,11 @@ fn tableBinary(t: *const ExchangeApi) ?usize {
     };
     var binary: ?usize = null;
     for (functions) |function| {
-        const found = binaryOf(@intFromPtr(function orelse continue)) orelse return null;
+        const found = mappings.binaryOf(@intFromPtr(function orelse continue)) orelse return null;
         if (binary) |b| if (b != found) return null;
         binary = found;
     }
     return binary;
-}
-
-const DlInfo = extern struct {
-    fname: ?[*:0]const u8,
-    fbase: ?*anyopaque,
-    sname: ?[*:0]const u8,
-    saddr: ?*anyopaque,
-};
-extern "c" fn dladdr(address: *const anyopaque, info: *DlInfo) c_int;
-
-/// The load address of the loaded binary that contains `address`, or null.
-fn binaryOf(address: usize) ?usize {
-    if (builtin.os.tag == .windows or address == 0) return null;
-    var info: DlInfo = undefined;
-    if (dladdr(@ptrFromInt(address), &info) == 0) return null;
-    return @intFromPtr(info.fbase orelse return null);
 }
 
 /// "module.qualname" of a type ("qualname" for builtins), as `view.producer` shows it.
@@ -1168,7 +1152,7 @@ test "one of this library's exports is taken over once: a second hand-over is re
 
 test "a table belongs to one binary only when every function lies in it" {
     const ours = tableBinary(&table) orelse return error.SkipZigTest; // no dladdr here
-    try testing.expectEqual(ours, binaryOf(@intFromPtr(&allocate)).?);
+    try testing.expectEqual(ours, mappings.binaryOf(@intFromPtr(&allocate)).?);
     // A function made at run time (as ctypes callbacks are) lies in no binary.
     const heap = try std.testing.allocator.create(usize);
     defer std.testing.allocator.destroy(heap);
