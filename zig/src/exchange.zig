@@ -289,6 +289,9 @@ fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
     var d: Description = undefined;
     const created = takeOver(tensor, false, &d) orelse {
         const reported = std.enums.fromInt(abi.Status, d.status) orelse .invalid_argument;
+        if (reported == .out_of_memory) {
+            return raise(a, a.PyExc_MemoryError.*, "out of memory importing the tensor", .{});
+        }
         const reason = std.enums.tagName(abi.Status, reported) orelse "invalid";
         return raise(a, a.PyExc_BufferError.*, "the tensor was refused ({s})", .{reason});
     };
