@@ -1102,10 +1102,12 @@ function exportCase(
 function exportRequestCase(py: Python, peer: Peer, row: string): { outcome: Outcome; detail: string } {
   prepare(py, peer);
   const exp = peer.exports!;
-  py.exec(`dt = 'float64'\nbase = ${pyValues("float64")}\nexpect = ${exp.layouts.C.expect}`);
+  const layout = exp.layouts.C;
+  if (layout === undefined) throw new Error(`${peer.name} exports no C layout`);
+  py.exec(`dt = 'float64'\nbase = ${pyValues("float64")}\nexpect = ${layout.expect}`);
   const known = peer.protocol?.exportKnown?.find((k) => k.layouts?.includes(row));
   const what = `${peer.name} → JS ${row}`;
-  return requestCase(py, exp.layouts.C.peer, EXPORT_REQUESTS[row], known, what, (v) => {
+  return requestCase(py, layout.peer, EXPORT_REQUESTS[row], known, what, (v) => {
     const same = v.address === BigInt(evalNumber(py, exp.address));
     if (row !== "copy=True") {
       assert.ok(same, `${what}: zero-copy`);
