@@ -56,7 +56,7 @@ export {
 export { type ViewJSON } from "./src/view/inspect.ts";
 export { type Range, type SliceItem } from "./src/facts/shape.ts";
 export { fromArray, type FromArrayOptions } from "./src/ops/view_ops.ts";
-export { Owner } from "./src/native/owner.ts";
+export { Owner } from "./src/native/shares.ts";
 export { type RequiredDType, type RequiredNdim, type RequiredView, type Requirements } from "./src/ops/requirements.ts";
 export {
   type DLPackProvider,
@@ -79,5 +79,5 @@ export {
 export { type AllocOptions, DEFAULT_ALIGNMENT, empty, zeros } from "./src/ops/alloc.ts";
 export { type ArrayInterface, fromArrayInterface } from "./src/ops/array_interface.ts";
 export { type Stats, stats } from "./src/native/stats.ts";
-export { MAX_RANK } from "./src/native/description.ts";
+export { MAX_RANK } from "./src/native/scratch.ts";
 export { ready, useLibrary } from "./ffi/mod.ts";

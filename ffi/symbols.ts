@@ -91,7 +91,7 @@ export const symbols = {
   dlpk_cuda_export_fence: { args: ["usize", "u32", "usize"], returns: "i32" },
   dlpk_cuda_stats: { args: ["buffer"], returns: "u32" },
 
-  // dlpk_import into a KeyedDescription (src/native/description.ts's scratch): its generation
+  // dlpk_import into a KeyedDescription (src/native/scratch.ts's scratch): its generation
   // tells the view layer in one word whether the facts it built last still apply.
   dlpk_import_keyed: { args: ["f64", "u32", "f64"], returns: "i32" },
   // For an address the runtime hands out as a pointer object (Deno's PointerObject): the runtime
@@ -99,7 +99,7 @@ export const symbols = {
   dlpk_import_pointer_keyed: { args: ["pointer", "u32", "f64"], returns: "i32" },
   // For a bigint address, passed as it is (converting it to a number costs more than the call).
   dlpk_import_word_keyed: { args: ["usize", "u32", "f64"], returns: "i32" },
-  // This thread's keyed description, which src/native/description.ts views as its scratch, and
+  // This thread's keyed description, which src/native/scratch.ts views as its scratch, and
   // the versioned imports into it with one argument (each argument costs Bun's FFI about 1 ns).
   dlpk_scratch: { args: [], returns: "f64" },
   dlpk_import_versioned: { args: ["f64"], returns: "i32" },

@@ -7,7 +7,7 @@
 import { core } from "../../ffi/mod.ts";
 import { type Device, formatDevice } from "../facts/devices.ts";
 import { cudaCheck, driverAvailable, ensureDriver, missingDriver } from "../native/cuda_driver.ts";
-import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
+import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/journal.ts";
 import { type BufferView, deviceOfView, infoOf, shapeOf } from "../view/view.ts";
 import { empty } from "../ops/alloc.ts";
 import { copyInto, registerDevicePaths } from "../ops/copy.ts";

@@ -5,14 +5,10 @@
  * @module
  */
 import { DLPackError } from "../facts/errors.ts";
-import {
-  deferredCount,
-  deferredNumbers,
-  disposeExport,
-  disposeJournaled,
-  LazyBackstop,
-  registerDisposer,
-} from "./owner.ts";
+import { core } from "../../ffi/mod.ts";
+import { LazyBackstop } from "./backstop.ts";
+import { deferredCount, deferredNumbers, registerDisposer } from "./journal.ts";
+import { dropFreedPin } from "./pins.ts";
 import { Float64ArrayCtor, floor, objectSlots, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
 
 // Held value: address * 2 + versioned, so nothing is allocated per capsule.
@@ -20,6 +16,24 @@ const backstop = new LazyBackstop<number>(
   (held) => disposeExport(floor(held / 2), held % 2 === 1),
   (holder) => owned(holder),
 );
+
+/** Disposes an export of this library its JS side still holds (a capsule nobody took), journaled
+ * like a view's release: the struct is released as its deleter would, and a pin it held last is
+ * dropped right here instead of at the next sweep. */
+function disposeExport(address: number, versioned: boolean): void {
+  const n = deferredCount[0];
+  const code = -(address * 2 + (versioned ? 1 : 0));
+  deferredNumbers[n] = code;
+  deferredCount[0] = n + 1;
+  disposeJournaled(code);
+}
+
+/** {@link disposeExport} for a caller that journaled the release itself, as the top entry
+ * holding `code` (a capsule, before it marks itself disposed). The pin the native side freed (its
+ * id returned, never queued) is dropped with no further call. */
+function disposeJournaled(code: number): void {
+  dropFreedPin(core().dlpk_export_dispose(code));
+}
 
 // The bigint of a struct address, remembered by address: export records are reused (a thread's
 // quarantine ring), so a consumer's `take()` mostly meets an address it converted before, and a

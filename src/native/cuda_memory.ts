@@ -6,7 +6,7 @@
 import { core } from "../../ffi/mod.ts";
 import { DLPackError } from "../facts/errors.ts";
 import { type DeviceType, formatDevice } from "../facts/devices.ts";
-import { scratch } from "./description.ts";
+import { scratch } from "./scratch.ts";
 import { cudaError, ensureDriver } from "./cuda_driver.ts";
 
 /** The largest alignment CUDA allocations guarantee (`cuMemAlloc` returns 256-byte aligned memory). */

@@ -4,7 +4,8 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { STATS_COUNTERS, StatsCounter } from "../facts/abi.ts";
-import { releaseDeferred, sweepPins } from "./owner.ts";
+import { releaseDeferred } from "./journal.ts";
+import { sweepPins } from "./pins.ts";
 import type { Elements } from "../facts/intrinsics.ts";
 
 /** What is alive right now. Every count returns to zero once everything is released. */
@@ -25,7 +26,7 @@ export interface Stats {
   readonly deletersCalled: number;
 }
 
-// Over an ArrayBuffer of its own, as its address is cached (see `drained` in owner.ts).
+// Over an ArrayBuffer of its own, as its address is cached (see `drained` in pins.ts).
 const counters = new Float64Array(new ArrayBuffer(8 * STATS_COUNTERS)) as Elements<
   Float64Array,
   (typeof StatsCounter)[keyof typeof StatsCounter]

@@ -7,12 +7,13 @@ import { core } from "../../ffi/mod.ts";
 import { checkDeviceId, DLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
 import { type Device, deviceCode, deviceOf, formatDevice } from "../facts/devices.ts";
-import { refusalError, scratch, Status, U32 } from "../native/description.ts";
+import { refusalError } from "../native/refusals.ts";
+import { scratch, Status, U32 } from "../native/scratch.ts";
 import { checkShape, cStrides, layoutOf, sizeOf } from "../facts/layout.ts";
 import { type BufferView, LIBRARY_NAME, newView, type TypedView, viewOrigin } from "../view/view.ts";
 import { allocateCuda, CUDA_ALIGNMENT, cudaAllocationError, cudaAllocationKind } from "../native/cuda_memory.ts";
 import { isCudaFamily } from "../native/cuda_driver.ts";
-import { deferredCount, deferredNumbers, releaseDeferred, retryQuietly } from "../native/owner.ts";
+import { deferredCount, deferredNumbers, releaseDeferred, retryQuietly } from "../native/journal.ts";
 import { ceil } from "../facts/intrinsics.ts";
 
 /** Options of {@link empty} and {@link zeros}. */

@@ -8,7 +8,8 @@ import { core } from "../../ffi/mod.ts";
 import { checkDeviceId, DLPackError, shown } from "../facts/errors.ts";
 import { type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
-import { I32, refusalError, scratch, U32 } from "../native/description.ts";
+import { I32, scratch, U32 } from "../native/scratch.ts";
+import { refusalError } from "../native/refusals.ts";
 import { checkShape, checkStrides, cStrides } from "../facts/layout.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import {
@@ -16,10 +17,10 @@ import {
   deferredNumbers,
   deferredObjectCount,
   deferredObjects,
-  pin,
   releaseDeferred,
   retryQuietly,
-} from "../native/owner.ts";
+} from "../native/journal.ts";
+import { pin } from "../native/pins.ts";
 import { importCapsule } from "./import.ts";
 import { EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "./export.ts";
 import type { BufferView } from "../view/view.ts";

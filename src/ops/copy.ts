@@ -9,8 +9,9 @@ import { type Device, formatDevice, isHostAccessible } from "../facts/devices.ts
 import type { DTypeInfo } from "../facts/dtypes.ts";
 import { hasZero, listText, reach } from "../facts/layout.ts";
 import { abs, slots } from "../facts/intrinsics.ts";
-import { LAYOUT_C, refusalError, scratch } from "../native/description.ts";
-import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
+import { LAYOUT_C, scratch } from "../native/scratch.ts";
+import { refusalError } from "../native/refusals.ts";
+import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/journal.ts";
 import {
   accessOf,
   addressOf,

@@ -8,20 +8,20 @@ import { core, runtime } from "../../ffi/mod.ts";
 import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
 import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, infoOfTag } from "../facts/dtypes.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
-import { F64, I32, refusalError, type Scratch, scratch, Status, U32 } from "../native/description.ts";
+import { F64, I32, type Scratch, scratch, Status, U32 } from "../native/scratch.ts";
+import { refusalError } from "../native/refusals.ts";
 import { checkShape, checkStrides, cStrides, listText, reach } from "../facts/layout.ts";
 import {
   deferredCount,
   deferredNumbers,
   deferredObjectCount,
   deferredObjects,
-  newPinId,
-  realmAddress,
-  recordPin,
   releaseDeferred,
   retryQuietly,
-} from "../native/owner.ts";
+} from "../native/journal.ts";
+import { newPinId, realmAddress, recordPin } from "../native/pins.ts";
 import { Capsule } from "../native/capsule.ts";
+import { offerBeyondRealm } from "../native/keepers.ts";
 import { registerViewOps } from "../view/hooks.ts";
 import {
   accessOf,
@@ -233,7 +233,10 @@ function buildCapsule(
     if (status !== 0) throw exportError(status, scratch, pinned === undefined ? "a view" : `${byteLength} bytes`);
     address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
     // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
-    if (pinned !== undefined) recordPin(id, pinned);
+    if (pinned !== undefined) {
+      recordPin(id, pinned);
+      offerBeyondRealm(pinned);
+    }
     return new Capsule(address, versioned);
   } catch (error) {
     if (address !== 0) {

@@ -4,11 +4,12 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { KEY_OWNER, refusalError, scratch, Status } from "../native/description.ts";
+import { KEY_OWNER, scratch, Status } from "../native/scratch.ts";
+import { refusalError } from "../native/refusals.ts";
 import { DLPackError, isDLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import { BufferView, buildKeyed, buildKeyedKeeping, isBufferView, keepAliveOf } from "../view/view.ts";
-import type { Owner } from "../native/owner.ts";
+import type { Owner } from "../native/shares.ts";
 import {
   deferredCount,
   deferredNumbers,
@@ -16,7 +17,7 @@ import {
   deferredObjects,
   releaseDeferred,
   retryQuietly,
-} from "../native/owner.ts";
+} from "../native/journal.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
 import type { DLPackProtocolOptions } from "./export.ts";
 import { viewOps } from "../view/hooks.ts";

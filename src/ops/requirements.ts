@@ -19,8 +19,8 @@ import {
   type TypedView,
 } from "../view/view.ts";
 import { registerViewOps } from "../view/hooks.ts";
-import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
-import { LAYOUT_C, LAYOUT_F } from "../native/description.ts";
+import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/journal.ts";
+import { LAYOUT_C, LAYOUT_F } from "../native/scratch.ts";
 import { listText, readExtents } from "../facts/layout.ts";
 import { isArray, isCount, isInteger, objectSlots } from "../facts/intrinsics.ts";
 

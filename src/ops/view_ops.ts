@@ -40,7 +40,7 @@ import {
 } from "../view/view.ts";
 import { registerViewOps, type ShapeOp } from "../view/hooks.ts";
 import { decodeElement, encodeElement, writeBits } from "../view/codec.ts";
-import { deferredObjectCount, deferredObjects } from "../native/owner.ts";
+import { deferredObjectCount, deferredObjects } from "../native/journal.ts";
 import { ArrayBufferCtor, callWith, ceil, isArray, objectSlots, slots, typedArrayTag } from "../facts/intrinsics.ts";
 import { Flag } from "../facts/abi.ts";
 import { producerStreams } from "./streams.ts";

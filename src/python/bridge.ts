@@ -9,7 +9,7 @@ import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
 import type { Bound, PointerObject } from "../../ffi/types.ts";
 import { DLPackError, shown as shownValue } from "../facts/errors.ts";
 import { ObjectCheck, PythonStatus } from "../facts/abi.ts";
-import { LazyBackstop } from "../native/owner.ts";
+import { LazyBackstop } from "../native/backstop.ts";
 import { toAddress } from "../native/address.ts";
 import { callWith, isArray, isSafeInt, toBigInt, typedArrayLength } from "../facts/intrinsics.ts";
 import { discoverPython, type PythonInstall } from "./discover.ts";

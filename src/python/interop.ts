@@ -8,7 +8,8 @@ import { core, runtime } from "../../ffi/mod.ts";
 import type { PointerObject } from "../../ffi/types.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
 import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, Flag, PythonStatus } from "../facts/abi.ts";
-import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
+import { I32, I64, scratch, U32 } from "../native/scratch.ts";
+import { refusalError } from "../native/refusals.ts";
 import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
 import { requirementsOf } from "../ops/import.ts";
@@ -16,7 +17,13 @@ import { checkImported, type RequiredView, type Requirements } from "../ops/requ
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
 import { accessOf, type BufferView, buildFromScratch, deviceOfView, isBufferView } from "../view/view.ts";
-import { deferredCount, deferredNumbers, deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
+import {
+  deferredCount,
+  deferredNumbers,
+  deferredObjectCount,
+  deferredObjects,
+  retryQuietly,
+} from "../native/journal.ts";
 import { takeCapsule } from "../native/capsule.ts";
 import { isArray, isInteger, isSafeInt } from "../facts/intrinsics.ts";
 import {

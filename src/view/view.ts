@@ -24,13 +24,12 @@ import {
   deferredNumbers,
   deferredObjectCount,
   deferredObjects,
-  LazyBackstop,
-  Owner,
   registerDisposer,
-  type Releasable,
   releaseOwner,
   retryQuietly,
-} from "../native/owner.ts";
+} from "../native/journal.ts";
+import { LazyBackstop } from "../native/backstop.ts";
+import { Owner, type Releasable } from "../native/shares.ts";
 import type { Requirements } from "../ops/requirements.ts";
 import {
   DEVICE_VERIFIED,
@@ -44,7 +43,7 @@ import {
   type ScratchF64,
   type ScratchU32,
   U32,
-} from "../native/description.ts";
+} from "../native/scratch.ts";
 import { infoOfTriple } from "../facts/dtypes.ts";
 import type { DLPackProtocolOptions } from "../ops/export.ts";
 import type { Capsule } from "../native/capsule.ts";

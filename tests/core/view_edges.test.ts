@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { BufferView, empty, exportDLPack, exportDLPackLegacy, importDLPack, zeros } from "../../mod.ts";
 import { test } from "../support/harness.ts";
 import { live, refused } from "../support/assertions.ts";
-import { I32, refusalError, scratch, Status } from "../../src/native/description.ts";
+import { I32, scratch, Status } from "../../src/native/scratch.ts";
+import { refusalError } from "../../src/native/refusals.ts";
 
 // deno-lint-ignore no-explicit-any
 const any = (x: unknown): any => x;

@@ -3,7 +3,7 @@
 // them out (a Deno.PointerObject goes to native code as it is).
 import assert from "node:assert/strict";
 import { BufferView, Capsule, exportDLPack, exportDLPackLegacy, importDLPack, stats, zeros } from "../../mod.ts";
-import { realmAddress } from "../../src/native/owner.ts";
+import { realmAddress } from "../../src/native/pins.ts";
 import { core, runtime } from "../../ffi/mod.ts";
 import { addressOf, factsOf, newView, ownerOf } from "../../src/view/view.ts";
 import { deleted, make, type TensorSpec } from "../support/producer.ts";

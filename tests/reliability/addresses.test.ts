@@ -6,7 +6,8 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { repoRoot, runIsolated, test } from "../support/harness.ts";
-import { refusalError, Scratch, Status } from "../../src/native/description.ts";
+import { refusalError } from "../../src/native/refusals.ts";
+import { Scratch, Status } from "../../src/native/scratch.ts";
 import { guardRegion } from "../support/hostile_memory.ts";
 
 const prelude = `

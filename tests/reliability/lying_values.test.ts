@@ -740,7 +740,8 @@ test("a release callback that imports while the backstop flushes: that view is r
   // flush() first runs releases deferred earlier; one of them may run caller code that imports
   // (and disposes) a view. The backstop must register that view as it does any other.
   const out = child(`
-import { LazyBackstop, deferredObjectCount, deferredObjects, registerDisposer } from "${repoRoot}/src/native/owner.ts";
+import { LazyBackstop } from "${repoRoot}/src/native/backstop.ts";
+import { deferredObjectCount, deferredObjects, registerDisposer } from "${repoRoot}/src/native/journal.ts";
 const cleaned = [0, 0, 0];
 class Handle {
   live = true;

@@ -275,7 +275,7 @@ stats();
 test("a release owed from before runs before the next import takes its tensor, even when its deleter throws", () => {
   isolated(`
 const { core } = await import("${repoRoot}/ffi/mod.ts");
-const journal = await import("${repoRoot}/src/native/owner.ts");
+const journal = await import("${repoRoot}/src/native/journal.ts");
 // A share whose release is owed, as a release that could not start (an exhausted stack) leaves it.
 let calls = 0;
 onDelete = (address) => {
@@ -311,8 +311,8 @@ assert.equal(deleted() - deletedAtImport, 1);
 
 test("a second instance of the module's internals on the same loader loads, and shares the journal", () => {
   isolated(`
-const first = await import("${repoRoot}/src/native/owner.ts");
-const second = await import("${repoRoot}/src/native/owner.ts?second-instance");
+const first = await import("${repoRoot}/src/native/journal.ts");
+const second = await import("${repoRoot}/src/native/journal.ts?second-instance");
 assert.notEqual(first.releaseOwner, second.releaseOwner, "two instances");
 importDLPack(make({ shape: [2] }).source).dispose();
 assert.equal(second.deferredNumbers.length, first.deferredNumbers.length);

@@ -3,7 +3,7 @@
 // realm to another, and the pin queues kept apart (a realm must never unpin another's buffer).
 import assert from "node:assert/strict";
 import { exportDLPack, share, stats } from "../../mod.ts";
-import { pinnedCount, realmAddress } from "../../src/native/owner.ts";
+import { pinnedCount, realmAddress } from "../../src/native/pins.ts";
 import { core } from "../../ffi/mod.ts";
 import { consumerValues, tp } from "../support/producer.ts";
 import { collectGarbage, repoRoot, runIsolated, test } from "../support/harness.ts";

@@ -18,7 +18,7 @@
  */
 import { stats } from "../../mod.ts";
 import { runtime } from "../../ffi/mod.ts";
-import { sweepPins } from "../../src/native/owner.ts";
+import { sweepPins } from "../../src/native/pins.ts";
 import { deleted } from "../support/producer.ts";
 import { memoryBytes } from "../support/harness.ts";
 import { produced, type Workload, workloads } from "./workloads.ts";

@@ -5,7 +5,7 @@
  * @module
  */
 import { exportDLPack, importDLPack, share, stats, zeros } from "../../mod.ts";
-import { pinnedCount } from "../../src/native/owner.ts";
+import { pinnedCount } from "../../src/native/pins.ts";
 import { tp } from "./producer.ts";
 
 interface Hammer {

@@ -1,0 +1,90 @@
+/**
+ * `Owner`: a share of a native owner record, as `view.keepAlive` and `retain()` hand it out.
+ * @module
+ */
+import { core } from "../../ffi/mod.ts";
+import { DLPackError } from "../facts/errors.ts";
+import { LazyBackstop } from "./backstop.ts";
+import { deferredCount, deferredNumbers, releaseOwner, retryQuietly } from "./journal.ts";
+
+/** Releases native owner shares whose holders were collected without `dispose()`. */
+const shares = new LazyBackstop<number>(
+  (owner) => core().dlpk_owner_release(owner),
+  (holder) => ownerLive(holder),
+);
+
+/** Something that releases one share when asked (a view, or an extra share): the library's own
+ * functions, so nothing a caller replaces on a prototype is called. */
+export interface Releasable {
+  dispose(): void;
+  readonly disposed: boolean;
+}
+
+let ownerLive: (x: object) => boolean;
+
+/**
+ * One reference-counted share of the memory behind a view. The producer's deleter (or the free of
+ * library memory) runs once every share, view and export referring to it is gone.
+ */
+export class Owner {
+  #address: number;
+  #holder: Releasable | undefined;
+  #epoch = 0;
+
+  static {
+    ownerLive = (x) => #address in x && (x as Owner).#holder === undefined && (x as Owner).#address !== 0;
+  }
+
+  /** @ignore (library-internal) Use `view.keepAlive` or `owner.retain()`. */
+  constructor(address: number, holder: Releasable | undefined) {
+    this.#address = address;
+    this.#holder = holder;
+    if (holder === undefined) this.#epoch = shares.add(this, address);
+  }
+
+  /** The native owner record's address (for diagnostics; it is not a tensor address). */
+  get address(): bigint {
+    return BigInt(this.#address);
+  }
+
+  /** Whether this share was released. */
+  get released(): boolean {
+    return this.#holder !== undefined ? this.#holder.disposed : this.#address === 0;
+  }
+
+  /** A new, independent share: the memory stays alive until it is released too. */
+  retain(): Owner {
+    if (this.#holder !== undefined ? this.#holder.disposed : this.#address === 0) {
+      throw new DLPackError("disposed", "cannot retain a released owner share");
+    }
+    core().dlpk_owner_retain(this.#address);
+    // The new share owns a reference from here on: if making its handle fails, give it back.
+    const address = this.#address;
+    try {
+      return new Owner(address, undefined);
+    } catch (error) {
+      deferredNumbers[deferredCount[0]++] = address;
+      retryQuietly();
+      throw error;
+    }
+  }
+
+  /** Releases this share (for a view's own share: disposes the view). Idempotent. */
+  release(): void {
+    if (this.#holder !== undefined) {
+      this.#holder.dispose();
+      return;
+    }
+    const address = this.#address;
+    if (address === 0) return;
+    // Unregistered before anything changes: if that throws, this share is still live and whole.
+    shares.remove(this, this.#epoch);
+    this.#address = 0;
+    releaseOwner(address);
+  }
+
+  /** Same as {@link Owner.release}, for `using`. */
+  [Symbol.dispose](): void {
+    this.release();
+  }
+}
