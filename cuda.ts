@@ -19,8 +19,6 @@
  * ```
  * @module
  */
-import "./src/ops/mod.ts"; // registers the operations BufferView methods delegate to
-import "./src/cuda/copy.ts"; // registers the device paths of the copy engine
 export {
   available,
   consumerStream,

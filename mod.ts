@@ -10,8 +10,6 @@
  * ```
  * @module
  */
-import "./src/ops/mod.ts"; // registers the operations BufferView methods delegate to
-import "./src/cuda/copy.ts"; // registers the device paths of the copy engine
 export { DLPackError, type ErrorCode } from "./src/facts/errors.ts";
 export {
   type AnyTypedArray,
@@ -43,21 +41,18 @@ export { type AddressLike, type PointerObject } from "./src/native/address.ts";
 export {
   type Access,
   BufferView,
-  type BuildTuple,
   type DLPackVersion,
   type Flags,
   type ItemOf,
-  type Minus,
-  type Nested,
-  type Plus1,
-  type Tuple,
+  type RequiredView,
   type TypedView,
 } from "./src/view/view.ts";
-export { type ViewJSON } from "./src/view/inspect.ts";
+export { type BuildTuple, type Minus, type Nested, type Plus1, type Tuple } from "./src/view/types.ts";
+export { type ViewJSON } from "./src/engines/inspect.ts";
 export { type Range, type SliceItem } from "./src/facts/shape.ts";
-export { fromArray, type FromArrayOptions } from "./src/ops/view_ops.ts";
+export { fromArray, type FromArrayOptions } from "./src/api/from_array.ts";
 export { Owner } from "./src/native/shares.ts";
-export { type RequiredDType, type RequiredNdim, type RequiredView, type Requirements } from "./src/ops/requirements.ts";
+export { type RequiredDType, type RequiredNdim, type Requirements } from "./src/engines/requirements.ts";
 export {
   type DLPackProvider,
   type DLPackSource,
@@ -65,7 +60,7 @@ export {
   importDLPack,
   type ImportOptions,
   type ManagedAddress,
-} from "./src/ops/import.ts";
+} from "./src/api/import.ts";
 export { Capsule } from "./src/native/capsule.ts";
 export {
   type DLPackProtocolOptions,
@@ -75,9 +70,9 @@ export {
   type ExportOptions,
   share,
   toDLPack,
-} from "./src/ops/export.ts";
-export { type AllocOptions, DEFAULT_ALIGNMENT, empty, zeros } from "./src/ops/alloc.ts";
-export { type ArrayInterface, fromArrayInterface } from "./src/ops/array_interface.ts";
+} from "./src/api/export.ts";
+export { type AllocOptions, DEFAULT_ALIGNMENT, empty, zeros } from "./src/api/alloc.ts";
+export { type ArrayInterface, fromArrayInterface } from "./src/api/array_interface.ts";
 export { type Stats, stats } from "./src/native/stats.ts";
 export { MAX_RANK } from "./src/native/scratch.ts";
 export { ready, useLibrary } from "./ffi/mod.ts";

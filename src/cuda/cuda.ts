@@ -7,26 +7,94 @@
  * @module
  */
 import { core } from "../../ffi/mod.ts";
-import { DLPackError, shown } from "../facts/errors.ts";
+import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
 import { CUDA_COUNTERS, CudaCounter } from "../facts/abi.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import { cudaCheck, driverAvailable, driverReason, ensureDriver } from "../native/cuda_driver.ts";
 import { type Elements, objectSlots, toBigInt } from "../facts/intrinsics.ts";
-import { handleOf, LEGACY_STREAM, PER_THREAD_STREAM, type StreamHandle } from "../ops/streams.ts";
+import {
+  fenceForConsumer as fenceState,
+  handleOf,
+  LEGACY_STREAM,
+  PER_THREAD_STREAM,
+  producerStreams,
+  setProducerStream as setStream,
+  type StreamHandle,
+} from "../engines/streams.ts";
+import { copyInto as copyStates, type CopyOptions, toHost as hostCopy } from "../engines/copy.ts";
+import { type BufferView, isBufferView, newView, stateOf, viewArg } from "../view/view.ts";
 
 export { CudaDriverError, isCudaFamily } from "../native/cuda_driver.ts";
 export { CUDA_ALIGNMENT } from "../native/cuda_memory.ts";
 export {
   consumerStream,
   fenceExport,
-  fenceForConsumer,
   LEGACY_STREAM,
   PER_THREAD_STREAM,
-  producerStream,
-  setProducerStream,
   type StreamHandle,
-} from "../ops/streams.ts";
-export { copyInto, type CopyOptions, toHost } from "../ops/copy.ts";
+} from "../engines/streams.ts";
+export type { CopyOptions } from "../engines/copy.ts";
+
+// ---------------------------------------------------------------------------------------------
+// Streams of views and copies
+
+/**
+ * Records that work writing `view`'s data is queued on `stream` (for instance the stream a
+ * producer was asked to make the data ready on): later fences, copies and exports of the view
+ * order themselves after that work. `null` forgets it (the legacy default stream is assumed).
+ */
+export function setProducerStream(view: BufferView, stream: StreamHandle | null): void {
+  setStream(stateOf(viewArg(view, "setProducerStream")), stream);
+}
+
+/** The stream recorded by {@link setProducerStream}, or null. */
+export function producerStream(view: BufferView): bigint | null {
+  return producerStreams.get(viewArg(view, "producerStream")) ?? null;
+}
+
+/**
+ * The producer side of `__dlpack__(stream=...)` for `view`: makes the consumer's stream wait for
+ * the work queued on the view's producer stream (see {@link setProducerStream}; the legacy
+ * default stream when none was recorded), by recording an event there and making the consumer
+ * stream wait on it. `stream` follows the protocol: `undefined`/`null` (Python's None) is the
+ * legacy default stream, -1 means no synchronization, 0 is refused, 1 and 2 are the legacy and
+ * per-thread default streams, anything larger is a stream handle. Nothing happens when both are
+ * the same stream. For host data only `undefined`/`null` is allowed (as the protocol says for
+ * CPU). The Python bridge calls this before handing a capsule to a consumer that passed a stream.
+ */
+export function fenceForConsumer(view: BufferView, stream: unknown): void {
+  fenceState(stateOf(viewArg(view, "fenceForConsumer")), stream);
+}
+
+/**
+ * Copies `src` into `dst` element by element (same dtype and shape), between host memory (cpu,
+ * cudaHost, cudaManaged) and CUDA device memory in any direction, device to device included. The
+ * copy is complete when this returns. `dst` must be writable and either C-contiguous or laid out
+ * exactly like `src` with no gaps; `src` may have any strides (device data is then staged through
+ * the host). What `view.copyFrom(src)` does for a view source.
+ */
+export function copyInto(dst: BufferView, src: BufferView, opts?: CopyOptions): void {
+  viewArg(dst, "copyInto (destination)");
+  if (!isBufferView(src)) {
+    throw new DLPackError("argument", `copyFrom takes a BufferView or a TypedArray, got ${shown(src)}`);
+  }
+  stateOf(dst);
+  stateOf(src);
+  // The options read once, before the states are taken (their getters may dispose either view).
+  const stream = copyStreamOption(opts) as StreamHandle | undefined;
+  copyStates(stateOf(dst), stateOf(src), stream);
+}
+
+/**
+ * A new C-contiguous view in library-owned host (CPU) memory with `view`'s values: CUDA device
+ * memory is copied through the driver (ordered after the view's producer stream, or on
+ * `opts.stream`), host-accessible memory directly. What `view.toHost()` does.
+ */
+export function toHost(view: BufferView, opts?: CopyOptions): BufferView {
+  stateOf(viewArg(view, "toHost"));
+  const stream = copyStreamOption(opts) as StreamHandle | undefined;
+  return newView(hostCopy(stateOf(view), stream));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Driver and devices

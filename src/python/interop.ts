@@ -10,13 +10,19 @@ import { checkDeviceId, DLPackError } from "../facts/errors.ts";
 import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, Flag, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, scratch, U32 } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
-import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
-import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
-import { requirementsOf } from "../ops/import.ts";
-import { checkImported, type RequiredView, type Requirements } from "../ops/requirements.ts";
+import { type ArrayInterface, importArrayInterface } from "../api/array_interface.ts";
+import { type Exportable, exportDLPack, type ExportOptions } from "../api/export.ts";
+import { checkImported, requirementsOf } from "../api/import.ts";
+import type { Requirements } from "../engines/requirements.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
-import { accessOf, type BufferView, buildFromScratch, deviceOfView, isBufferView } from "../view/view.ts";
+import {
+  type BufferView,
+  buildFromScratch,
+  isBufferView,
+  type RequiredView,
+  stateOf as viewState,
+} from "../view/view.ts";
 import {
   deferredCount,
   deferredNumbers,
@@ -281,7 +287,9 @@ function importPython(
     // The producer ordered its work before our stream: later exports of this view fence on it.
     // -1 asked for no ordering, so there is nothing to record.
     const producerStream = o.stream > 0 ? o.stream : exchangeStream !== 0n ? exchangeStream : 0;
-    if (producerStream !== 0 && isCudaFamily(deviceOfView(view).type)) setProducerStream(view, producerStream);
+    if (producerStream !== 0 && isCudaFamily(viewState(view).facts.device.type)) {
+      setProducerStream(view, producerStream);
+    }
     return view;
   } catch (error) {
     if (owner !== 0) {
@@ -389,7 +397,7 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
     throw new DLPackError("argument", `toPython(x, py) takes a BufferView or a TypedArray, got ${shown(x)}`);
   }
   // The native side also honours the export's READ_ONLY flag, whatever a getter says here.
-  const readonly = (view && accessOf(x) !== "readwrite") ||
+  const readonly = (view && viewState(x as BufferView).access !== "readwrite") ||
     (typeof opts === "object" && opts !== null && opts.readonly === true);
   const asValue: unknown = typeof opts === "object" && opts !== null ? opts.as : undefined;
   const target = asOption(asValue, readonly);

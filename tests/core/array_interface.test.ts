@@ -2,7 +2,7 @@
 // validation as DLPack imports.
 import assert from "node:assert/strict";
 import { DLPackError, fromArrayInterface, stats, zeros } from "../../mod.ts";
-import { parseTypestr } from "../../src/ops/array_interface.ts";
+import { parseTypestr } from "../../src/api/array_interface.ts";
 import { test } from "../support/harness.ts";
 
 test("typestr: kinds, sizes and byte order", () => {

@@ -2,7 +2,7 @@
 // values numpy-style), JSON.stringify(view), and the pure formatting functions behind them.
 import assert from "node:assert/strict";
 import { BufferView, DLPackError, exportDLPack, importDLPack, MAX_RANK, zeros } from "../../mod.ts";
-import { elementFormatter, formatValues, type InspectFacts, keptIndices } from "../../src/view/inspect.ts";
+import { elementFormatter, formatValues, type InspectFacts, keptIndices } from "../../src/engines/inspect.ts";
 import { make } from "../support/producer.ts";
 import { runtimeName, test } from "../support/harness.ts";
 

@@ -5,9 +5,12 @@ import assert from "node:assert/strict";
 import { BufferView, Capsule, exportDLPack, exportDLPackLegacy, importDLPack, stats, zeros } from "../../mod.ts";
 import { realmAddress } from "../../src/native/pins.ts";
 import { core, runtime } from "../../ffi/mod.ts";
-import { addressOf, factsOf, newView, ownerOf } from "../../src/view/view.ts";
+import { newView, stateOf } from "../../src/view/view.ts";
+
+/** The facts record a view holds (shared between views of one layout). */
+const factsOf = (view: BufferView) => stateOf(view).facts;
 import { deleted, make, type TensorSpec } from "../support/producer.ts";
-import type { ImportOptions } from "../../src/ops/import.ts";
+import type { ImportOptions } from "../../src/api/import.ts";
 import { test } from "../support/harness.ts";
 import { live, refused } from "../support/assertions.ts";
 
@@ -208,10 +211,14 @@ test("a bigint address goes to native code as a word; one beyond [0, 2^53) is re
 test("newView: a derived view shares the owner share by share, the deleter runs once after both", () => {
   const before = deleted();
   const base = importDLPack(filled([4]).source);
-  const owner = ownerOf(base);
+  const { owner, address, facts } = stateOf(base);
   core().dlpk_owner_retain(owner);
-  const facts = factsOf(base);
-  const derived = newView(owner, addressOf(base) + 4, { ...facts, shape: [3], size: 3, nbytes: 12 }, "readonly");
+  const derived = newView({
+    owner,
+    address: address + 4,
+    facts: { ...facts, shape: [3], size: 3, nbytes: 12 },
+    access: "readonly",
+  });
   base.dispose();
   assert.equal(deleted(), before, "the derived view keeps the memory");
   assert.deepEqual([derived.get(0), derived.get(2), derived.access], [1, 3, "readonly"]);

@@ -1,7 +1,7 @@
 /**
  * Producer streams and the DLPack protocol's stream fencing: which stream's work a view's data
- * waits on, and how an export or a consumer is ordered after it. Operations (export, copies)
- * consult it; the CUDA module re-exports the public part.
+ * waits on, and how an export or a consumer is ordered after it. The export and copy engines
+ * consult it; src/cuda/cuda.ts gives the public functions, which take views.
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
@@ -9,7 +9,7 @@ import { DLPackError, shown } from "../facts/errors.ts";
 import type { Device } from "../facts/devices.ts";
 import { formatDevice } from "../facts/devices.ts";
 import { isCount, newWeakMap, toBigInt } from "../facts/intrinsics.ts";
-import { type BufferView, deviceOfView, isBufferView, ownerOf } from "../view/view.ts";
+import type { ViewState } from "./state.ts";
 import {
   type Capsule,
   capsuleAddress,
@@ -28,7 +28,7 @@ export const LEGACY_STREAM = 1n;
 /** The per-thread default stream (the protocol's `stream=2`). */
 export const PER_THREAD_STREAM = 2n;
 
-/** @internal A handle argument as a bigint (numbers, bigints and pointer objects accepted). */
+/** A handle argument as a bigint (numbers, bigints and pointer objects accepted). */
 export function handleOf(value: unknown, what: string): bigint {
   const v = typeof value === "object" && value !== null ? runtime().pointerValue(value) : value;
   if (typeof v === "bigint" && v >= 0n && v < 1n << 64n) return v;
@@ -45,14 +45,8 @@ export function handleOf(value: unknown, what: string): bigint {
   );
 }
 
-/** @internal The view argument of a public function: a real view of this library, live. */
-export function viewArg(value: unknown, what: string): BufferView {
-  if (!isBufferView(value)) throw new DLPackError("argument", `${what} takes a BufferView, got ${shown(value)}`);
-  return value;
-}
-
-/** @internal The producer stream recorded per view (see {@link setProducerStream}). */
-export const producerStreams = newWeakMap<BufferView, bigint>();
+/** The producer stream recorded per view (its `key`; see {@link setProducerStream}). */
+export const producerStreams = newWeakMap<object, bigint>();
 
 /** The device whose context fences and copies of this view use. */
 function ordinalOf(device: Device): number {
@@ -64,18 +58,19 @@ function ordinalOf(device: Device): number {
  * producer was asked to make the data ready on): later fences, copies and exports of the view
  * order themselves after that work. `null` forgets it (the legacy default stream is assumed).
  */
-export function setProducerStream(view: BufferView, stream: StreamHandle | null): void {
-  const device = deviceOfView(viewArg(view, "setProducerStream"));
+export function setProducerStream(view: ViewState, stream: StreamHandle | null): void {
+  const device = view.facts.device;
   if (!isCudaFamily(device.type)) {
     throw new DLPackError("device", `a producer stream only applies to CUDA data; this view is on ${device.type}`);
   }
-  if (stream === null) producerStreams.delete(view);
-  else producerStreams.set(view, handleOf(stream, "stream"));
+  if (stream === null) producerStreams.delete(view.key);
+  else producerStreams.set(view.key, handleOf(stream, "stream"));
 }
 
-/** The stream recorded by {@link setProducerStream}, or null. */
-export function producerStream(view: BufferView): bigint | null {
-  return producerStreams.get(viewArg(view, "producerStream")) ?? null;
+/** A view derived from `base` (both keys of views) waits for the same producer work. */
+export function inheritStream(base: object, derived: object): void {
+  const stream = producerStreams.get(base);
+  if (stream !== undefined) producerStreams.set(derived, stream);
 }
 
 function sameStream(a: bigint, b: bigint): boolean {
@@ -109,16 +104,15 @@ export function consumerStream(stream: unknown): bigint | null {
  * the same stream. For host data only `undefined`/`null` is allowed (as the protocol says for
  * CPU). The Python bridge calls this before handing a capsule to a consumer that passed a stream.
  */
-export function fenceForConsumer(view: BufferView, stream: unknown): void {
-  const device = deviceOfView(viewArg(view, "fenceForConsumer"));
+export function fenceForConsumer(view: ViewState, stream: unknown): void {
+  const device = view.facts.device;
   if (!isCudaFamily(device.type)) {
     if (stream === undefined || stream === null) return;
     throw new DLPackError("device", `stream must be None for ${device.type} data, got ${shown(stream)}`);
   }
-  ownerOf(view); // throws "disposed"
   const consumer = consumerStream(stream);
   if (consumer === null) return;
-  const producer = producerStreams.get(view) ?? LEGACY_STREAM;
+  const producer = producerStreams.get(view.key) ?? LEGACY_STREAM;
   if (sameStream(producer, consumer)) return;
   const what = `synchronizing stream ${consumer} with ${formatDevice(device)} data`;
   ensureDriver(what);
@@ -149,12 +143,12 @@ export function fenceExport(capsule: Capsule, stream: unknown): void {
   );
 }
 
-/** @internal Exports of a view with a producer stream carry it (and an event recorded on it). */
-export function attachProducerStream(capsule: Capsule, view: BufferView): void {
-  const where = deviceOfView(view);
+/** Exports of a view with a producer stream carry it (and an event recorded on it). */
+export function attachProducerStream(capsule: Capsule, view: ViewState): void {
+  const where = view.facts.device;
   // Only CUDA data has producer streams: host exports skip the lookup.
   if (!isCudaFamily(where.type)) return;
-  const stream = producerStreams.get(view);
+  const stream = producerStreams.get(view.key);
   if (stream === undefined) return;
   const device = ordinalOf(where);
   const status = core().dlpk_cuda_export_attach_stream(

@@ -1,59 +1,26 @@
 /**
- * Exports: TypedArrays, library allocations and imported views handed to other consumers as
- * DLPack structs, zero-copy. JS memory is pinned until the consumer's deleter has run; views keep
- * their owner (and so the first producer of a chain) alive the same way.
+ * Export struct building: the DLPack struct of a TypedArray (pinned until the consumer's deleter
+ * has run) or of a view's state (which retains the view's owner record, and so the first producer
+ * of a chain), held by a capsule; and the producer side of the `__dlpack__` protocol.
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
-import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, infoOfTag } from "../facts/dtypes.ts";
+import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { F64, I32, type Scratch, scratch, Status, U32 } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
 import { checkShape, checkStrides, cStrides, listText, reach } from "../facts/layout.ts";
-import {
-  deferredCount,
-  deferredNumbers,
-  deferredObjectCount,
-  deferredObjects,
-  releaseDeferred,
-  retryQuietly,
-} from "../native/journal.ts";
+import { deferredCount, deferredNumbers, releaseOwner, retryQuietly } from "../native/journal.ts";
 import { newPinId, realmAddress, recordPin } from "../native/pins.ts";
 import { Capsule } from "../native/capsule.ts";
 import { offerBeyondRealm } from "../native/keepers.ts";
-import { registerViewOps } from "../view/hooks.ts";
-import {
-  accessOf,
-  addressOf,
-  type BufferView,
-  deviceOfView,
-  disposeView,
-  flagsOf,
-  infoOf,
-  isBufferView,
-  ownerOf,
-  shapeOf,
-  stridesOf,
-} from "../view/view.ts";
 import { copyOf } from "./copy.ts";
+import { typedArraySource } from "./arrays.ts";
 import { attachProducerStream, fenceForConsumer } from "./streams.ts";
-import { importCapsule } from "./import.ts";
-import {
-  bufferState,
-  ceil,
-  floor,
-  isArray,
-  isCount,
-  isDetached,
-  newWeakMap,
-  RESIZABLE,
-  SHARED,
-  typedArrayBuffer,
-  typedArrayByteLength,
-  typedArrayTag,
-} from "../facts/intrinsics.ts";
-import { ArrayWord, ExportOption, Flag } from "../facts/abi.ts";
+import type { ViewState } from "./state.ts";
+import { ceil, floor, isArray, isCount, objectSlots } from "../facts/intrinsics.ts";
+import { ArrayWord, ExportOption, Flag, MAX_RANK } from "../facts/abi.ts";
 
 const onMainThread = runtime().mainThread;
 
@@ -72,9 +39,6 @@ export interface ExportOptions {
   readonly readonly?: boolean | undefined;
 }
 
-/** What can be exported. */
-export type Exportable = BufferView | AnyTypedArray;
-
 const READ_ONLY = Flag.readOnly;
 const IS_COPIED = Flag.isCopied;
 const SUBBYTE_PADDED = Flag.isSubbyteTypePadded;
@@ -83,7 +47,7 @@ export const EXPORT_VERSIONED = ExportOption.versioned;
 /** The export takes over the caller's owner reference. */
 export const EXPORT_ADOPT_OWNER = ExportOption.adoptOwner;
 
-/** @internal An export's layout. */
+/** An export's layout. */
 export interface Layout {
   info: DTypeInfo;
   shape: readonly number[];
@@ -93,10 +57,11 @@ export interface Layout {
 }
 
 /** Export options as read from the caller's object: each field exactly once, the shape already
- * copied and checked (a getter or Proxy sees one read and cannot change what was validated). */
-interface Options {
+ * copied and checked, the strides copied (a getter or Proxy sees one read and cannot change what
+ * was validated, and no caller code runs once the options are read). */
+export interface Options {
   shape: number[] | undefined;
-  /** Checked against the rank (and copied) when the layout is resolved. */
+  /** Checked against the rank when the layout is resolved: an array of our own by then. */
   strides: unknown;
   info: DTypeInfo | undefined;
   /** Checked when the layout is resolved; null means the default. */
@@ -112,7 +77,8 @@ const NO_OPTIONS: Options = {
   readonly: false,
 };
 
-function readOptions(options: ExportOptions | null | undefined): Options | undefined {
+/** Reads the caller's export options once (undefined when there are none). */
+export function readOptions(options: ExportOptions | null | undefined): Options | undefined {
   if (options === undefined || options === null) return undefined;
   const o = optionsObject(options, "export options");
   const shape: unknown = o.shape;
@@ -122,11 +88,24 @@ function readOptions(options: ExportOptions | null | undefined): Options | undef
   const readonly = optionalBoolean(o.readonly, "readonly") === true;
   return {
     shape: shape === undefined ? undefined : checkShape(shape),
-    strides,
+    strides: ownList(strides),
     info: dtype === undefined ? undefined : dtypeInfo(dtype as DType),
     offset,
     readonly,
   };
+}
+
+/** A caller's array copied element by element (each read once), as checkStrides later reads it;
+ * anything else as it is (checkStrides refuses it). */
+function ownList(value: unknown): unknown {
+  if (!isArray(value)) return value;
+  const n: unknown = value.length;
+  if (!isCount(n) || n > MAX_RANK) {
+    throw new DLPackError("strides", `strides must list at most ${MAX_RANK} integers, got ${shown(n)}`);
+  }
+  const out = objectSlots<unknown>(n);
+  for (let i = 0; i < n; i++) out[i] = value[i];
+  return out;
 }
 
 /** Whether the options change the layout (else the source's own layout is exported). */
@@ -191,7 +170,7 @@ function resolveLayout(
 }
 
 /** Writes layout, device, dtype and flags of an export spec into the scratch. */
-export function writeLayout(s: Scratch, device: { type: DeviceType; id: number }, layout: Layout, flags: number): void {
+function writeLayout(s: Scratch, device: { type: DeviceType; id: number }, layout: Layout, flags: number): void {
   s.setLayout(layout.shape, layout.strides);
   s.i32[I32.deviceType] = deviceCode(device.type);
   s.i32[I32.deviceId] = device.id;
@@ -264,39 +243,8 @@ function build(
   return buildCapsule((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), undefined, 0, versioned);
 }
 
-/**
- * TypedArrays already exported whole, by identity, with their dtype: only arrays over a
- * fixed-length, non-shared ArrayBuffer. Everything such an export checks (the brand, the element
- * type, the buffer and whether it can resize or is shared) is fixed for the life of the array,
- * except detachment, which the byte length shows (0) and which sends the export the full way. An
- * identity can be neither forged nor proxied, and a WeakMap keeps no array alive: exporting the
- * same array again reads one getter instead of five.
- */
-const wholeArrays = newWeakMap<object, DTypeInfo>();
-
-/** The TypedArray facts every export needs, read through the intrinsics. */
-function typedArraySource(x: AnyTypedArray, tag: string): { info: DTypeInfo; byteLength: number } {
-  // The buffer first: in Bun that also moves a small array's storage out of the GC heap, so the
-  // pointer the runtime passes stays valid.
-  const buffer = typedArrayBuffer(x);
-  const state = bufferState(buffer);
-  if ((state & RESIZABLE) !== 0) {
-    throw new DLPackError(
-      "null_data",
-      "resizable ArrayBuffers can shrink or move under a consumer; export a fixed-length buffer instead",
-    );
-  }
-  const info = infoOfTag(tag);
-  if (info === undefined) throw new DLPackError("dtype", `a ${tag} has no dtype this library exports`);
-  const byteLength = typedArrayByteLength(x);
-  if (byteLength === 0 && (state & SHARED) === 0 && isDetached(buffer as ArrayBuffer)) {
-    throw new DLPackError("disposed", "the TypedArray's ArrayBuffer is detached");
-  }
-  if (state === 0 && byteLength > 0) wholeArrays.set(x, info);
-  return { info, byteLength };
-}
-
-function exportTypedArray(
+/** The export of a TypedArray (`tag`: its checked type). */
+export function exportTypedArray(
   x: AnyTypedArray,
   tag: string,
   opts: Options | undefined,
@@ -325,7 +273,7 @@ function exportTypedArray(
  * arguments (nothing goes through the scratch; the element count follows from the bytes) and
  * returns the struct's address; as in {@link buildCapsule}, once the struct exists it is owned
  * here until the capsule holds it. */
-function exportWholeArray(
+export function exportWholeArray(
   x: AnyTypedArray,
   info: DTypeInfo,
   byteLength: number,
@@ -389,19 +337,18 @@ function exportBuffer(x: AnyTypedArray, byteLength: number, versioned: boolean):
   return buildCapsule(versioned ? EXPORT_VERSIONED : 0, x, byteLength, versioned);
 }
 
-function exportView(view: BufferView, opts: Options | undefined, versioned: boolean, flags: number): Capsule {
-  const owner = ownerOf(view); // throws "disposed" for a disposed view
-  const flagBits = flagsOf(view);
-  const access = accessOf(view);
-  const info = infoOf(view);
-  const shape = shapeOf(view);
-  const strides = stridesOf(view);
-  const device = deviceOfView(view);
-  const padded = (flagBits & SUBBYTE_PADDED) !== 0;
+/** The export of a view's memory (its state taken after its options were read). */
+export function exportView(view: ViewState, opts: Options | undefined, versioned: boolean, flags: number): Capsule {
+  const f = view.facts;
+  const access = view.access;
+  const info = f.info;
+  const shape = f.shape;
+  const strides = f.strides;
+  const padded = (f.origin.flags & SUBBYTE_PADDED) !== 0;
   const optReadonly = opts !== undefined && opts.readonly;
   if (!versioned && (optReadonly || access === "readonly")) throw legacyReadOnly();
   const readonly = optReadonly || access !== "readwrite";
-  let data = addressOf(view);
+  let data = view.address;
   let layout: Layout;
   if (!reshapes(opts)) layout = { info, shape, strides, byteOffset: 0 };
   else {
@@ -415,17 +362,9 @@ function exportView(view: BufferView, opts: Options | undefined, versioned: bool
     data = data + spanStart + layout.byteOffset;
   }
   const exportFlags = flags | (readonly ? READ_ONLY : 0) | (padded && layout.info.bits < 8 ? SUBBYTE_PADDED : 0);
-  // Read again: the options' getters (run by resolveLayout) may have disposed the view since.
-  ownerOf(view);
-  const capsule = build(data, owner, false, device, layout, exportFlags, versioned);
+  const capsule = build(data, view.owner, false, f.device, layout, exportFlags, versioned);
   // CUDA data with a recorded producer stream: the export carries it and an event recorded on it.
-  try {
-    attachProducerStream(capsule, view);
-  } catch (error) {
-    deferredObjects[deferredObjectCount[0]++] = capsule; // parked before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
-  }
+  attachProducerStream(capsule, view);
   return capsule;
 }
 
@@ -434,68 +373,6 @@ function legacyReadOnly(): DLPackError {
     "readonly",
     "the legacy DLManagedTensor cannot mark data read-only; export it versioned (exportDLPack) or from a writable source",
   );
-}
-
-function exportAny(x: Exportable, options: ExportOptions | undefined, versioned: boolean, flags = 0): Capsule {
-  releaseDeferred();
-  // No options (the common case) stays undefined: the whole-array export takes a fast path then.
-  const opts = readOptions(options);
-  if (opts === undefined) {
-    // An array exported before: still a TypedArray of that dtype over the same fixed-length buffer.
-    const known = wholeArrays.get(x);
-    if (known !== undefined) {
-      const byteLength = typedArrayByteLength(x as AnyTypedArray);
-      if (byteLength > 0) return exportWholeArray(x as AnyTypedArray, known, byteLength, versioned, flags);
-    }
-  }
-  // The engine's brand, not instanceof or .constructor: own properties and prototypes can lie.
-  const tag = typedArrayTag(x);
-  if (tag !== undefined) return exportTypedArray(x as AnyTypedArray, tag, opts, versioned, flags);
-  if (isBufferView(x)) return exportView(x, opts, versioned, flags);
-  throw new DLPackError("argument", `export takes a BufferView or a TypedArray, got ${shown(x)}`);
-}
-
-/**
- * Exports as a `DLManagedTensorVersioned` (DLPack 1.3), zero-copy: the struct's data aliases the
- * source. READ_ONLY is set unless the source is writable.
- */
-export function exportDLPack(x: Exportable, opts?: ExportOptions): Capsule {
-  return exportAny(x, opts, true);
-}
-
-/** Exports as a legacy `DLManagedTensor`. Read-only sources are refused: the struct cannot say so. */
-export function exportDLPackLegacy(x: Exportable, opts?: ExportOptions): Capsule {
-  return exportAny(x, opts, false);
-}
-
-/** Same as {@link exportDLPack}. */
-export const toDLPack: (x: Exportable, opts?: ExportOptions) => Capsule = exportDLPack;
-
-/** The one-call export of a TypedArray or view (DLPack.jl's `share`): a versioned capsule over
- * the same memory. */
-export function share(x: Exportable, opts?: ExportOptions): Capsule {
-  return exportAny(x, opts, true);
-}
-
-/** @internal A view over a TypedArray's own memory (pinned while the view lives), as `info` with
- * `shape` in C order; the caller checked the TypedArray's type and length. */
-export function typedArrayView(x: AnyTypedArray, info: DTypeInfo, shape: readonly number[]): BufferView {
-  const tag = typedArrayTag(x);
-  if (tag === undefined) throw new DLPackError("argument", `expected a TypedArray, got ${shown(x)}`);
-  const opts: Options = { shape: shape as number[], strides: undefined, info, offset: undefined, readonly: false };
-  return adoptCapsule(exportTypedArray(x, tag, opts, true, 0));
-}
-
-/** @internal A view of this library's own fresh export; the capsule is disposed if the import fails. */
-export function adoptCapsule(capsule: Capsule): BufferView {
-  try {
-    return importCapsule(capsule, "dlpack-ts");
-  } catch (error) {
-    // Disposed unless the import took it (the disposer checks).
-    deferredObjects[deferredObjectCount[0]++] = capsule;
-    retryQuietly();
-    throw error;
-  }
 }
 
 /** `__dlpack__` keyword arguments in camelCase (the Python array API's names). */
@@ -512,8 +389,17 @@ export interface DLPackProtocolOptions {
   readonly stream?: unknown;
 }
 
-/** `view.__dlpack__(opts)`: the producer side of the protocol with the Python keyword semantics. */
-export function viewDLPack(view: BufferView, options?: DLPackProtocolOptions): Capsule {
+/** `__dlpack__` options as read from the caller's object: each once, checked. */
+export interface ProtocolOptions {
+  readonly versioned: boolean;
+  readonly copy: boolean | undefined;
+  /** The consumer's [device type, id], or undefined for none. */
+  readonly dlDevice: readonly [number, number] | undefined;
+  readonly stream: unknown;
+}
+
+/** Reads the caller's `__dlpack__` options once (before any view's state is taken). */
+export function readProtocolOptions(options: DLPackProtocolOptions | undefined): ProtocolOptions {
   const opts = optionsObject(options, "__dlpack__ options");
   // Each option read exactly once.
   const maxVersion: unknown = opts.maxVersion;
@@ -532,37 +418,41 @@ export function viewDLPack(view: BufferView, options?: DLPackProtocolOptions): C
     versioned = max[0] >= 1;
   }
   const copy = copyOption === null ? undefined : optionalBoolean(copyOption, "copy");
-  const device = deviceOfView(view);
+  let wanted: [number, number] | undefined;
   if (dlDevice !== undefined && dlDevice !== null) {
-    const wanted = intPair(dlDevice);
+    wanted = intPair(dlDevice);
     if (wanted === undefined) {
       throw new DLPackError("device", `dlDevice must be [device type, id] (integers), got ${shown(dlDevice)}`);
     }
+  }
+  return { versioned, copy, dlDevice: wanted, stream };
+}
+
+/** `view.__dlpack__(opts)`: the producer side of the protocol with the Python keyword semantics
+ * (`o` read by {@link readProtocolOptions}). */
+export function protocolExport(view: ViewState, o: ProtocolOptions): Capsule {
+  const device = view.facts.device;
+  if (o.dlDevice !== undefined) {
     const mine = deviceCode(device.type);
-    if (wanted[0] !== mine || wanted[1] !== device.id) {
+    if (o.dlDevice[0] !== mine || o.dlDevice[1] !== device.id) {
       throw new DLPackError(
         "device",
-        `cannot export ${device.type}:${device.id} data to device (${wanted[0]}, ${wanted[1]})${
-          copy === false ? " without a copy" : ""
+        `cannot export ${device.type}:${device.id} data to device (${o.dlDevice[0]}, ${o.dlDevice[1]})${
+          o.copy === false ? " without a copy" : ""
         }`,
       );
     }
   }
   // CUDA data: the consumer's stream waits for the view's producer stream (host data: None only).
-  fenceForConsumer(view, stream);
-  if (copy === true) {
-    const copied = copyOf(view);
-    try {
-      return exportAny(copied, undefined, versioned, IS_COPIED);
-    } finally {
-      try {
-        disposeView(copied);
-      } catch {
-        deferredObjects[deferredObjectCount[0]++] = copied;
-      }
-    }
+  fenceForConsumer(view, o.stream);
+  if (o.copy !== true) return exportView(view, undefined, o.versioned, 0);
+  const copied = copyOf(view);
+  try {
+    const state = { owner: copied.owner, address: copied.address, facts: copied.facts, access: copied.access };
+    return exportView({ ...state, key: copied }, undefined, o.versioned, IS_COPIED);
+  } finally {
+    releaseOwner(copied.owner);
   }
-  return exportAny(view, undefined, versioned);
 }
 
 /** A caller's `[a, b]` of non-negative integers, read once into a fresh pair; else undefined. */
@@ -574,5 +464,3 @@ function intPair(value: unknown): [number, number] | undefined {
   const b: unknown = value[1];
   return isCount(a) && isCount(b) ? [a, b] : undefined;
 }
-
-registerViewOps({ dlpack: viewDLPack, typedArrayView });

@@ -6,6 +6,9 @@
  * @module
  */
 import type { Scalar } from "../facts/dtypes.ts";
+import { type Device, formatDevice, isHostAccessible } from "../facts/devices.ts";
+import { DLPackError, shown } from "../facts/errors.ts";
+import type { Access, ViewFacts } from "./state.ts";
 import { abs, floor, freeze, slots } from "../facts/intrinsics.ts";
 
 // Captured at load: printing must not depend on what a caller later puts on Math or Number.prototype.
@@ -283,4 +286,57 @@ export function hexAddress(address: number): string {
     rest = floor(rest / 16);
   }
   return `0x${digits}`;
+}
+
+/** What `console.log(view)` prints for a view of `facts`: its values when it is live and over
+ * host memory (read with `read`), else why not (`error`: what checking it could be read threw). */
+export function inspectText(
+  own: ViewFacts,
+  access: Access,
+  disposed: boolean,
+  error: unknown,
+  read: ElementReader,
+): string {
+  const facts: InspectFacts = {
+    dtype: own.info.name,
+    kind: own.info.kind,
+    bits: own.info.bits,
+    shape: own.shape as number[],
+    strides: own.strides as number[],
+    device: formatDevice(own.device),
+    access,
+    disposed,
+  };
+  if (disposed) return formatView(facts, undefined, "disposed");
+  if (own.device.type !== "cpu" && !isHostAccessible(own.device.type)) return formatView(facts, undefined, "device");
+  if (error !== undefined) return unreadable(facts, error);
+  try {
+    return formatView(facts, read, undefined);
+  } catch (thrown) {
+    return unreadable(facts, thrown);
+  }
+}
+
+function unreadable(facts: InspectFacts, error: unknown): string {
+  return formatView(facts, undefined, { error: error instanceof DLPackError ? error.message : shown(error) });
+}
+
+/** `JSON.stringify(view)` of a view of `facts`. */
+export function jsonOf(facts: ViewFacts, access: Access, address: number, disposed: boolean): ViewJSON {
+  const origin = facts.origin;
+  const device: Device = facts.device;
+  return viewJSON({
+    dtype: facts.info.name,
+    shape: facts.shape as number[],
+    strides: facts.strides as number[],
+    device,
+    access,
+    size: facts.size,
+    nbytes: facts.nbytes,
+    address: hexAddress(address),
+    owner: origin.ownerName,
+    producer: origin.producer,
+    version: origin.version === null ? null : { major: origin.version.major, minor: origin.version.minor },
+    disposed,
+  });
 }

@@ -6,21 +6,8 @@
 import { DLPackError, shown } from "../facts/errors.ts";
 import { type DType, isDType } from "../facts/dtypes.ts";
 import { deviceCode, type DeviceType, formatDevice } from "../facts/devices.ts";
-import {
-  accessOf,
-  addressOf,
-  type BufferView,
-  deviceOfView,
-  disposeView,
-  infoOf,
-  layoutBitsOf,
-  shapeOf,
-  sizeOf,
-  type TypedView,
-} from "../view/view.ts";
-import { registerViewOps } from "../view/hooks.ts";
-import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/journal.ts";
 import { LAYOUT_C, LAYOUT_F } from "../native/scratch.ts";
+import type { ViewState } from "./state.ts";
 import { listText, readExtents } from "../facts/layout.ts";
 import { isArray, isCount, isInteger, objectSlots } from "../facts/intrinsics.ts";
 
@@ -50,10 +37,8 @@ export type RequiredDType<R> = R extends { readonly dtype: infer D extends DType
 export type RequiredNdim<R> = R extends { readonly ndim: infer N extends number } ? N
   : R extends { readonly shape: infer S extends readonly unknown[] } ? S["length"]
   : number;
-/** The view an import with `require: R` returns: typed when `R` names a literal dtype and rank. */
-export type RequiredView<R> = TypedView<RequiredDType<R>, RequiredNdim<R>>;
 
-/** @internal Requirements as read from the caller's object: each field once, arrays copied. */
+/** Requirements as read from the caller's object: each field once, arrays copied. */
 export interface Checked {
   dtypes: DType[] | undefined;
   shape: (number | null)[] | undefined;
@@ -92,7 +77,7 @@ function readArray(value: unknown[], what: string): unknown[] {
   return out;
 }
 
-/** @internal Reads and checks a caller's requirements once (throws "requirements" for a bad one). */
+/** Reads and checks a caller's requirements once (throws "requirements" for a bad one). */
 export function readRequirements(req: Requirements): Checked {
   if (req === null || typeof req !== "object" || isArray(req)) {
     bad(`requirements must be an object such as { dtype: "float32" }, got ${shown(req)}`);
@@ -169,16 +154,17 @@ function orList(names: readonly string[]): string {
 }
 
 /** The refusal messages for `view` against `req` (empty when everything holds). */
-export function requirementRefusals(view: BufferView, req: Requirements): string[] {
+export function requirementRefusals(view: ViewState, req: Requirements): string[] {
   return refusalsOf(view, readRequirements(req));
 }
 
-/** @internal The refusal messages for `view` against requirements already read. */
-export function refusalsOf(view: BufferView, r: Checked): string[] {
+/** The refusal messages for `view` against requirements already read. */
+export function refusalsOf(view: ViewState, r: Checked): string[] {
   const found = objectSlots<string>(8);
   let count = 0;
-  const name = infoOf(view).name;
-  const shape = shapeOf(view);
+  const facts = view.facts;
+  const name = facts.info.name;
+  const shape = facts.shape;
   if (r.dtypes !== undefined) {
     let ok = false;
     for (let i = 0; i < r.dtypes.length; i++) if (r.dtypes[i] === name) ok = true;
@@ -191,10 +177,10 @@ export function refusalsOf(view: BufferView, r: Checked): string[] {
     for (let d = 0; fits && d < shape.length; d++) fits = r.shape[d] === null || r.shape[d] === shape[d];
     if (!fits) found[count++] = `shape: required ${listText(r.shape)}, got ${listText(shape)}`;
   }
-  const size = sizeOf(view);
+  const size = facts.size;
   if (r.size !== undefined && size !== r.size) found[count++] = `size: required ${r.size}, got ${size}`;
   if (r.contiguous !== undefined) {
-    const layout = layoutBitsOf(view);
+    const layout = facts.layout;
     const c = (layout & LAYOUT_C) !== 0;
     const f = (layout & LAYOUT_F) !== 0;
     const ok = r.contiguous === "C" ? c : r.contiguous === "F" ? f : c || f;
@@ -202,41 +188,21 @@ export function refusalsOf(view: BufferView, r: Checked): string[] {
     if (!ok) found[count++] = `contiguous: required ${wanted}, got ${layoutText(layout)}`;
   }
   if (r.alignment !== undefined) {
-    const address = addressOf(view);
+    const address = view.address;
     const alignment = address === 0 ? 1 << 20 : alignmentOf(address);
     if (alignment < r.alignment) found[count++] = `alignment: required ${r.alignment}, got ${alignment}`;
   }
   if (r.device !== undefined) {
-    const d = deviceOfView(view);
+    const d = facts.device;
     if (d.type !== r.device.type || (r.device.id !== undefined && d.id !== r.device.id)) {
       found[count++] = `device: required ${formatDevice(r.device)}, got ${formatDevice(d)}`;
     }
   }
   if (r.writable !== undefined) {
-    const writable = accessOf(view) === "readwrite";
+    const writable = view.access === "readwrite";
     if (writable !== r.writable) found[count++] = `writable: required ${r.writable}, got ${writable}`;
   }
   const out = objectSlots<string>(count);
   for (let i = 0; i < count; i++) out[i] = found[i];
   return out as string[];
 }
-
-/** @internal An import's `require` check: returns `view` when it meets `r`; otherwise disposes it
- * (its producer is released) and throws `DLPackError` ("requirements") listing every refusal. */
-export function checkImported(view: BufferView, r: Checked, what: string): BufferView {
-  let refusals: string[];
-  try {
-    refusals = refusalsOf(view, r);
-  } catch (error) {
-    deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
-  }
-  if (refusals.length === 0) return view;
-  disposeView(view);
-  let text = "";
-  for (let i = 0; i < refusals.length; i++) text += (i === 0 ? "" : "; ") + refusals[i];
-  throw new DLPackError("requirements", `${what} does not meet the requirements: ${text}`, refusals);
-}
-
-registerViewOps({ refusals: requirementRefusals });

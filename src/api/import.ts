@@ -8,7 +8,16 @@ import { KEY_OWNER, scratch, Status } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
 import { DLPackError, isDLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
-import { BufferView, buildKeyed, buildKeyedKeeping, isBufferView, keepAliveOf } from "../view/view.ts";
+import {
+  BufferView,
+  buildKeyed,
+  buildKeyedKeeping,
+  disposeView,
+  isBufferView,
+  type RequiredView,
+  shareOf,
+  stateOf,
+} from "../view/view.ts";
 import type { Owner } from "../native/shares.ts";
 import {
   deferredCount,
@@ -19,11 +28,10 @@ import {
   retryQuietly,
 } from "../native/journal.ts";
 import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
-import type { DLPackProtocolOptions } from "./export.ts";
-import { viewOps } from "../view/hooks.ts";
+import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import { callWith } from "../facts/intrinsics.ts";
 import { ImportOption } from "../facts/abi.ts";
-import { type Checked, checkImported, readRequirements, type RequiredView, type Requirements } from "./requirements.ts";
+import { type Checked, readRequirements, refusalsOf, type Requirements } from "../engines/requirements.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
@@ -167,7 +175,7 @@ function optionsOf(versioned: boolean, strict: boolean): number {
 // view built out of line cost 25 bytes more per import in allocations.
 
 /**
- * @internal Imports one managed tensor at a raw address the caller hands over (the hot path: no
+ * Imports one managed tensor at a raw address the caller hands over (the hot path: no
  * capsule to take, so nothing is owed until libdlpack has taken the tensor).
  */
 export function importManaged(address: number, options: number, producer: string | null): BufferView {
@@ -295,7 +303,7 @@ function importWord(address: bigint, options: number, producer: string | null): 
   }
 }
 
-/** @internal Takes and imports a capsule; if that fails after taking it, its struct is deleted. */
+/** Takes and imports a capsule; if that fails after taking it, its struct is deleted. */
 export function importCapsule(
   capsule: Capsule,
   producer: string | null,
@@ -334,9 +342,7 @@ function importProvided(
 ): BufferView {
   // Everything that reads the caller's object happens before a capsule exists.
   const name = producer ?? nameOf(src);
-  const capsule = isBufferView(src) ? viewOps.dlpack(src, { maxVersion: MAX_VERSION }) : callWith(dlpack, src, {
-    maxVersion: MAX_VERSION,
-  });
+  const capsule = isBufferView(src) ? dlpackOfView(src) : callWith(dlpack, src, { maxVersion: MAX_VERSION });
   let ours = false;
   try {
     if (!isCapsule(capsule)) throw new DLPackError("argument", "__dlpack__() must return a Capsule");
@@ -385,10 +391,18 @@ function importSource(src: DLPackSource, strict: boolean, producer: string | nul
   return importOther(src, strict, producer);
 }
 
+/** The capsule of a view of this library, as its `__dlpack__` makes it for this consumer (through
+ * nothing a caller can replace). */
+function dlpackOfView(view: BufferView): Capsule {
+  return protocolExport(stateOf(view), PROTOCOL);
+}
+
+const PROTOCOL = readProtocolOptions({ maxVersion: MAX_VERSION });
+
 /** A provider (its `__dlpack__` read once, by the caller), `{ legacy: address }`, or neither. */
 function importObjectSource(src: object, dlpack: unknown, strict: boolean, producer: string | null): BufferView {
   if (typeof dlpack === "function") {
-    return importProvided(src, isBufferView(src) ? viewOps.dlpack as never : dlpack as never, strict, producer);
+    return importProvided(src, dlpack as never, strict, producer);
   }
   const source = src as { legacy?: unknown };
   if ("legacy" in source) return importAddress(source.legacy, strict ? IMPORT_STRICT_OFFSET : 0, producer);
@@ -400,7 +414,7 @@ function importObjectSource(src: object, dlpack: unknown, strict: boolean, produ
 function importOther(src: unknown, strict: boolean, producer: string | null): BufferView {
   if (src === null || typeof src !== "object") throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
   if (isCapsule(src)) return importCapsule(src, producer, strict);
-  if (isBufferView(src)) return importProvided(src, viewOps.dlpack as never, strict, producer);
+  if (isBufferView(src)) return importProvided(src, dlpackOfView as never, strict, producer);
   if (src instanceof Capsule || src instanceof BufferView) {
     // Object.create(Capsule.prototype) and the like: the prototype's getters would throw.
     throw new DLPackError("argument", "this object only pretends to be a Capsule or BufferView");
@@ -408,7 +422,7 @@ function importOther(src: unknown, strict: boolean, producer: string | null): Bu
   throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
 }
 
-/** @internal The `require` option, read and checked before anything is taken (undefined when absent). */
+/** The `require` option, read and checked before anything is taken (undefined when absent). */
 export function requirementsOf(
   opts: { readonly require?: Requirements | undefined } | null | undefined,
   fn: string,
@@ -470,7 +484,7 @@ export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: Buf
 export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: BufferView; owner: Owner } {
   const view = importChecked(src, true, opts);
   try {
-    return { view, owner: keepAliveOf(view) };
+    return { view, owner: shareOf(view) };
   } catch (error) {
     deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
     let thrown: unknown = EXHAUSTED;
@@ -481,4 +495,22 @@ export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: Buf
     }
     throw thrown;
   }
+}
+
+/** An import's `require` check: returns `view` when it meets `r`; otherwise disposes it (its
+ * producer is released) and throws `DLPackError` ("requirements") listing every refusal. */
+export function checkImported(view: BufferView, r: Checked, what: string): BufferView {
+  let refusals: string[];
+  try {
+    refusals = refusalsOf(stateOf(view), r);
+  } catch (error) {
+    deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
+    retryQuietly();
+    throw error;
+  }
+  if (refusals.length === 0) return view;
+  disposeView(view);
+  let text = "";
+  for (let i = 0; i < refusals.length; i++) text += (i === 0 ? "" : "; ") + refusals[i];
+  throw new DLPackError("requirements", `${what} does not meet the requirements: ${text}`, refusals);
 }

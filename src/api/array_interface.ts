@@ -22,7 +22,7 @@ import {
 } from "../native/journal.ts";
 import { pin } from "../native/pins.ts";
 import { importCapsule } from "./import.ts";
-import { EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "./export.ts";
+import { EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "../engines/exports.ts";
 import type { BufferView } from "../view/view.ts";
 import { Capsule } from "../native/capsule.ts";
 import { callWith, isArray } from "../facts/intrinsics.ts";
