@@ -20,6 +20,13 @@ function refused(error: unknown): unknown {
   );
 }
 
+/** Deno's descriptor of a permission (`--allow-<kind>=<target>`). */
+function descriptorOf(kind: PermissionKind, target?: string): Deno.PermissionDescriptor {
+  if (kind === "env") return { name: "env", variable: target };
+  if (kind === "net") return { name: "net", host: target };
+  return { name: kind, path: target };
+}
+
 /** The Deno implementation of {@link Runtime}. */
 export function denoRuntime(): Runtime {
   // Captured now: the pointer functions every import and export calls must not be replaceable by a
@@ -100,20 +107,35 @@ export function denoRuntime(): Runtime {
       Deno.unrefTimer(timer as number);
     },
     granted(kind: PermissionKind, target?: string): boolean {
-      const descriptor: Deno.PermissionDescriptor = kind === "env"
-        ? { name: "env", variable: target }
-        : kind === "net"
-        ? { name: "net", host: target }
-        : { name: kind, path: target };
       try {
-        return Deno.permissions.querySync(descriptor).state === "granted";
+        return Deno.permissions.querySync(descriptorOf(kind, target)).state === "granted";
       } catch {
         return true; // cannot tell (a descriptor this Deno does not know): the operation itself reports
       }
     },
-    makePrivateDir(parent?: string): Promise<string> {
+    request(kind: PermissionKind, target?: string): boolean {
+      const descriptor = descriptorOf(kind, target);
+      try {
+        const state = Deno.permissions.querySync(descriptor).state;
+        if (state === "granted") return true;
+        // Deno prompts on standard error and reads the answer from standard input; elsewhere a
+        // request would only turn "not granted" into "denied" without asking anyone.
+        if (state !== "prompt" || !Deno.stdin.isTerminal() || !Deno.stderr.isTerminal()) return false;
+        return Deno.permissions.requestSync(descriptor).state === "granted";
+      } catch {
+        return true;
+      }
+    },
+    mainModule(): string {
+      const main = Deno.mainModule;
+      return main.startsWith("file:") ? decodeURIComponent(new URL(main).pathname) : main;
+    },
+    embedded(): boolean {
+      return false; // deno compile's embedded files are read and opened through the ordinary paths
+    },
+    makePrivateDir(parent?: string): string {
       // Deno's own temporary folder lookup needs no env permission (node:os tmpdir() reads TMPDIR).
-      return Deno.makeTempDir({ dir: parent, prefix: ".dlpack-load-" });
+      return Deno.makeTempDirSync({ dir: parent, prefix: ".dlpack-load-" });
     },
     gc(): boolean {
       const gc = (globalThis as { gc?: () => void }).gc;
