@@ -307,17 +307,18 @@ function loadVerified(bytes: Uint8Array, name: string, origin: string, places: (
 }
 
 /**
- * Makes libdlpack ready to use and returns where it came from. With a local build (or
- * `DLPACK_LIB`, or {@link useLibrary}) this only loads it and returns its path. Without one, for
- * instance when the module is imported by URL, it downloads the release build for this OS and CPU
- * from `DLPACK_BASE_URL` (default: the project's GitHub release of this version), checks its SHA-256
- * against the table shipped in this module, and caches it under `DLPACK_CACHE`, `$DENO_DIR/dlpack-ts`,
+ * Makes libdlpack ready to use and returns where it came from. With a local build, the prebuilt
+ * library of an installed package, `DLPACK_LIB` or {@link useLibrary} this only loads it (a first
+ * use would too) and returns its path. Without one, for instance when the module is imported from
+ * JSR or by URL, it downloads the release build for this OS and CPU from `DLPACK_BASE_URL`
+ * (default: the project's GitHub release of this version), checks its SHA-256 against the table
+ * shipped in this module, and caches it under `DLPACK_CACHE`, `$DENO_DIR/dlpack-ts`,
  * `$XDG_CACHE_HOME/dlpack-ts` or `~/.cache/dlpack-ts`, so later runs need no network; it then returns
  * the cached file's path (or the URL, when the download could not be cached). The verified bytes are
- * loaded from a private copy, never from the shared cache file they were checked in.
- * Everything else in the API is synchronous and needs this to have finished first (a top-level
- * `await ready()` in the program's entry). Throws `DLPackError("library")` listing everything
- * tried.
+ * loaded themselves (from a sealed memory file, or a private copy), never from the file they were
+ * checked in. Everything else in the API is synchronous and needs the library loaded first (a
+ * top-level `await ready()` in the program's entry). Throws `DLPackError("library")` listing
+ * everything tried, or naming every Deno permission the lookup needs at once.
  */
 export function ready(): Promise<string> {
   preparing ??= prepare().catch((error) => {
