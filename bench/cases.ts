@@ -52,7 +52,7 @@ out.import_dispose_ns = measure(200_000, () => importDLPack(small).dispose());
       m.perCall.push(((performance.now() - t0) * 1e6) / 100_000);
     }
   }
-  for (const m of bySize) out[`import_dispose_${m.size}_ns`] = m.perCall.sort((a, b) => a - b)[SAMPLES >> 1];
+  for (const m of bySize) out[`import_dispose_${m.size}_ns`] = m.perCall.sort((a, b) => a - b)[SAMPLES >> 1]!;
 }
 /** Median ns per `make()` over SAMPLES batches, each of `batch` calls; what `make()` returns is
  * disposed after the batch, outside the timed region. */
@@ -63,11 +63,11 @@ function measureMade(batch: number, make: () => { dispose(): void }): number {
     const t0 = performance.now();
     for (let i = 0; i < batch; i++) made[i] = make();
     const t = ((performance.now() - t0) * 1e6) / batch;
-    for (let i = 0; i < batch; i++) made[i].dispose();
+    for (let i = 0; i < batch; i++) made[i]!.dispose();
     if (s >= 3) perCall.push(t); // the first batches warm the JIT up
   }
   perCall.sort((a, b) => a - b);
-  return perCall[Math.floor(perCall.length / 2)];
+  return perCall[Math.floor(perCall.length / 2)]!;
 }
 
 // The issue's case is "import + array()": the view's dispose is timed in import_dispose_ns.

@@ -1,10 +1,69 @@
 /**
- * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`).
+ * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`). Typed locally
+ * (the few parts of the `Deno` namespace it uses), so a type check without Deno's declarations (a
+ * Bun or tsc project importing the module) needs none.
  * @module
  */
 import { DLPackError } from "../src/facts/errors.ts";
 import type { OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 import { bindSymbols } from "./results.ts";
+
+declare const pointerBrand: unique symbol;
+/** Deno's pointer object, opaque here. */
+type Pointer = { readonly [pointerBrand]: unknown };
+
+type PermissionDescriptor =
+  | { readonly name: "env"; readonly variable?: string | undefined }
+  | { readonly name: "net"; readonly host?: string | undefined }
+  | { readonly name: "read" | "write" | "ffi"; readonly path?: string | undefined };
+
+interface ForeignFunction {
+  readonly parameters: readonly string[];
+  readonly result: string;
+  readonly optional: boolean;
+}
+
+interface CommandOutput {
+  readonly code: number;
+  readonly stdout: Uint8Array;
+  readonly stderr: Uint8Array;
+}
+
+interface DenoNamespace {
+  readonly UnsafePointer: {
+    // A number is accepted as well as a bigint.
+    create(value: number | bigint): Pointer | null;
+    of(view: ArrayBufferView): Pointer | null;
+    value(pointer: Pointer | null): number | bigint;
+  };
+  readonly UnsafePointerView: {
+    getArrayBuffer(pointer: Pointer, byteLength: number, offset?: number): ArrayBuffer;
+    getCString(pointer: Pointer, offset?: number): string;
+  };
+  dlopen(
+    path: string,
+    symbols: Record<string, ForeignFunction>,
+  ): { readonly symbols: Record<string, unknown>; close(): void };
+  readonly permissions: {
+    querySync(descriptor: PermissionDescriptor): { readonly state: "granted" | "denied" | "prompt" };
+    requestSync(descriptor: PermissionDescriptor): { readonly state: "granted" | "denied" | "prompt" };
+  };
+  readonly stdin: { isTerminal(): boolean };
+  readonly stderr: { isTerminal(): boolean };
+  readonly mainModule: string;
+  readonly env: { get(name: string): string | undefined };
+  statSync(path: string): unknown;
+  unrefTimer(id: number): void;
+  // Deno's own temporary folder when `dir` is undefined.
+  makeTempDirSync(options: { readonly dir?: string | undefined; readonly prefix?: string }): string;
+  readonly Command: new (program: string, options: {
+    readonly args: string[];
+    readonly stdout: "piped";
+    readonly stderr: "piped";
+    readonly stdin: "null";
+  }) => { outputSync(): CommandOutput };
+  readonly build: { readonly os: string; readonly arch: string };
+}
 
 const NumberCtor = Number;
 
@@ -21,7 +80,7 @@ function refused(error: unknown): unknown {
 }
 
 /** Deno's descriptor of a permission (`--allow-<kind>=<target>`). */
-function descriptorOf(kind: PermissionKind, target?: string): Deno.PermissionDescriptor {
+function descriptorOf(kind: PermissionKind, target?: string): PermissionDescriptor {
   if (kind === "env") return { name: "env", variable: target };
   if (kind === "net") return { name: "net", host: target };
   return { name: kind, path: target };
@@ -29,6 +88,8 @@ function descriptorOf(kind: PermissionKind, target?: string): Deno.PermissionDes
 
 /** The Deno implementation of {@link Runtime}. */
 export function denoRuntime(): Runtime {
+  // The global, as the local declarations above describe it (this runs only in Deno).
+  const Deno = (globalThis as unknown as { readonly Deno: DenoNamespace }).Deno;
   // Captured now: the pointer functions every import and export calls must not be replaceable by a
   // caller afterwards (they are writable static methods). None of them uses `this`.
   const { create, of, value: pointerValueOf } = Deno.UnsafePointer;
@@ -36,22 +97,22 @@ export function denoRuntime(): Runtime {
   // One pointer object made at load, which getArrayBuffer offsets: making a pointer object per
   // call costs more than the ArrayBuffer itself. Nothing is ever mapped below BASE.
   const BASE = 4096;
-  let base: Deno.PointerObject | null | undefined;
+  let base: Pointer | null | undefined;
   return {
     name: "deno",
     open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
-      const defs: Record<string, Deno.ForeignFunction> = {};
+      const defs: Record<string, ForeignFunction> = {};
       for (const [name, spec] of Object.entries(table)) {
         defs[name] = {
-          parameters: spec.args as Deno.NativeType[],
-          result: spec.returns as Deno.NativeResultType,
+          parameters: spec.args,
+          result: spec.returns,
           optional: spec.optional ?? false,
         };
       }
       const lib = Deno.dlopen(path, defs);
       return {
         path,
-        symbols: bindSymbols(lib.symbols as Record<string, unknown>, table),
+        symbols: bindSymbols(lib.symbols, table),
         close: () => lib.close(),
       };
     },
@@ -59,16 +120,16 @@ export function denoRuntime(): Runtime {
       try {
         // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
         if (address >= BASE) {
-          return getArrayBuffer(base ??= create(BASE as unknown as bigint)!, byteLength, address - BASE);
+          return getArrayBuffer(base ??= create(BASE)!, byteLength, address - BASE);
         }
-        return getArrayBuffer(create(address as unknown as bigint)!, byteLength);
+        return getArrayBuffer(create(address)!, byteLength);
       } catch (error) {
         throw refused(error);
       }
     },
     addressOf(view: ArrayBufferView): number {
       try {
-        return NumberCtor(pointerValueOf(of(view as Uint8Array<ArrayBuffer>)));
+        return NumberCtor(pointerValueOf(of(view)));
       } catch (error) {
         throw refused(error);
       }
@@ -80,7 +141,7 @@ export function denoRuntime(): Runtime {
       if (pointer === null) return 0;
       if (typeof pointer === "object") {
         try {
-          return pointerValueOf(pointer as Deno.PointerObject);
+          return pointerValueOf(pointer as Pointer);
         } catch {
           return undefined;
         }
@@ -155,7 +216,7 @@ export function denoRuntime(): Runtime {
     },
     cString(address: number): string {
       try {
-        return getCString(create(address as unknown as bigint)!);
+        return getCString(create(address)!);
       } catch (error) {
         throw refused(error);
       }

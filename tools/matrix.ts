@@ -50,7 +50,7 @@ function cell(pick: (r: Result) => boolean, flagDeviations = false): string {
   const deviates = rs.some((r) => r.outcome === "deviates");
   if (worked.length === 0) return deviates ? "⚠ deviates" : "refused";
   const where = perRuntime.filter((p) => p.rs.some((r) => r.outcome === "zero-copy" || r.outcome === "copy"))
-    .map((p) => p.runtime[0].toUpperCase());
+    .map((p) => p.runtime.charAt(0).toUpperCase());
   const copies = worked.some((r) => r.outcome === "copy");
   const zero = worked.some((r) => r.outcome === "zero-copy");
   const mark = copies && !zero ? "✓ copy" : copies ? "✓ (copies unaligned)" : "✓";

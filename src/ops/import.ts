@@ -27,11 +27,11 @@ import { type Checked, checkImported, readRequirements, type RequiredView, type 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
   /** Names the producer (recorded as `view.producer`). */
-  readonly producer?: string;
+  readonly producer?: string | undefined;
   /** What the view must meet (as `view.require`); a view that does not is released and
    * `DLPackError` ("requirements") thrown. A literal `dtype` and `ndim` (or `shape`) type the
    * result: `importDLPack(x, { require: { dtype: "float32", ndim: 2 } })` is a `TypedView<"float32", 2>`. */
-  readonly require?: Requirements;
+  readonly require?: Requirements | undefined;
 }
 
 /** A raw managed-tensor address of either generation. */
@@ -335,7 +335,7 @@ function importOther(src: unknown, strict: boolean, producer: string | null): Bu
 
 /** @internal The `require` option, read and checked before anything is taken (undefined when absent). */
 export function requirementsOf(
-  opts: { readonly require?: Requirements } | null | undefined,
+  opts: { readonly require?: Requirements | undefined } | null | undefined,
   fn: string,
 ): Checked | undefined {
   if (opts === undefined || opts === null) return undefined;

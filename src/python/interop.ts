@@ -5,6 +5,7 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
+import type { PointerObject } from "../../ffi/types.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
 import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, Flag, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
@@ -42,17 +43,17 @@ import {
 /** Options of {@link fromPython}: the `__dlpack__` keywords, camelCased. */
 export interface FromPythonOptions {
   /** The highest DLPack version to ask for (default [1, 3]); null asks for the legacy struct. */
-  readonly maxVersion?: readonly [number, number] | null;
+  readonly maxVersion?: readonly [number, number] | null | undefined;
   /** true: ask the producer to copy; false: refuse if a copy would be needed. */
-  readonly copy?: boolean | null;
+  readonly copy?: boolean | null | undefined;
   /** The device the data should be on. */
-  readonly device?: { readonly type: DeviceType; readonly id?: number } | null;
+  readonly device?: { readonly type: DeviceType; readonly id?: number | undefined } | null | undefined;
   /** The consumer's stream, passed to the producer (CUDA; None for CPU): -1 (no synchronization)
    * or a positive handle below 2^53 (1 and 2 are CUDA's legacy and per-thread default streams). */
-  readonly stream?: number | bigint | null;
+  readonly stream?: number | bigint | null | undefined;
   /** What the view must meet (as `view.require`); one that does not is released and
    * `DLPackError` ("requirements") thrown. A literal `dtype` and `ndim` (or `shape`) type the result. */
-  readonly require?: Requirements;
+  readonly require?: Requirements | undefined;
 }
 
 const STATUS_CONSUMED = PythonStatus.consumed;
@@ -180,16 +181,16 @@ function streamOption(value: unknown): number {
  * before Python is called.
  */
 export function fromPython<const R extends Requirements>(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts: FromPythonOptions & { readonly require: R },
 ): RequiredView<R>;
 /** Imports a Python object's tensor as a zero-copy view (see the overload above). */
 export function fromPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts?: FromPythonOptions | null,
 ): BufferView;
 export function fromPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts?: FromPythonOptions | null,
 ): BufferView {
   // Checked before Python is called, like every other option.
@@ -199,7 +200,7 @@ export function fromPython(
 }
 
 function importPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts: FromPythonOptions | null | undefined,
 ): BufferView {
   let s: BridgeState;
@@ -349,7 +350,7 @@ function fromArrayInterfaceOf(
  * `torch.Tensor`): the result is then that type's tensor, made by its
  * `managed_tensor_to_py_object_no_sync` without running Python code. Read-only data is refused
  * there (torch 2.15 ignores the READ_ONLY flag on that path). */
-export type ToPythonOptions = ExportOptions & { readonly as?: PyObject | null };
+export type ToPythonOptions = ExportOptions & { readonly as?: PyObject | null | undefined };
 
 /**
  * A Python object over a view or TypedArray, without a copy: a `dlpack_ts.DLPackTensor` whose

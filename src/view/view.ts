@@ -41,6 +41,8 @@ import {
   LAYOUT_C,
   LAYOUT_F,
   type Scratch,
+  type ScratchF64,
+  type ScratchU32,
   U32,
 } from "../native/description.ts";
 import { infoOfTriple } from "../facts/dtypes.ts";
@@ -486,11 +488,12 @@ function factsOfScratch(
   lastOwnerName = ownerName;
   lastKeyed = verified === undefined && ndim >= 1 && ndim <= 2;
   lastFacts = facts;
-  for (let i = KEY_FIRST; i <= KEY_LAST; i++) lastWords[i - KEY_FIRST] = u32[i];
-  for (let i = 0; i < 4; i++) lastNumbers[i] = f64[F64.size + i];
+  for (let i = KEY_FIRST; i <= KEY_LAST; i++) lastWords[i - KEY_FIRST] = u32[i]!;
+  // size, nbytes, minOffset and maxOffset are consecutive fields.
+  for (let i = 0; i < 4; i++) lastNumbers[i] = f64[F64.size + i]!;
   for (let i = 0; i < ndim && i < 2; i++) {
-    lastNumbers[4 + i] = f64[F64.shape + i];
-    lastNumbers[6 + i] = f64[F64.strides + i];
+    lastNumbers[4 + i] = f64[F64.shape + i]!;
+    lastNumbers[6 + i] = f64[F64.strides + i]!;
   }
   return facts;
 }
@@ -507,7 +510,7 @@ let lastOwnerName = "";
 let lastKeyed = false;
 
 /** Whether the description in the scratch is the one `lastFacts` was made from. */
-function sameDescription(u32: Uint32Array, f64: Float64Array): boolean {
+function sameDescription(u32: ScratchU32, f64: ScratchF64): boolean {
   const w = lastWords;
   const n = lastNumbers;
   const ndim = u32[KEY_FIRST];
@@ -547,7 +550,7 @@ let keyedFacts: ViewFacts = lastFacts;
 let keyedAccess: Access = "unknown";
 
 function factsFromScratch(
-  f64: Float64Array,
+  f64: ScratchF64,
   ndim: number,
   info: DTypeInfo,
   layout: number,
@@ -559,12 +562,12 @@ function factsFromScratch(
   const shape = ndim === 1
     ? [f64[F64.shape]]
     : ndim === 2
-    ? [f64[F64.shape], f64[F64.shape + 1]]
+    ? [f64[F64.shape], f64[F64.shape + 1]!]
     : numbersFrom(f64, F64.shape, ndim);
   const strides = ndim === 1
     ? [f64[F64.strides]]
     : ndim === 2
-    ? [f64[F64.strides], f64[F64.strides + 1]]
+    ? [f64[F64.strides], f64[F64.strides + 1]!]
     : numbersFrom(f64, F64.strides, ndim);
   return {
     info,
@@ -909,7 +912,8 @@ export class BufferView {
       case "int":
       case "float":
       case "bigint":
-        return first;
+        // Read from a live array, so an element.
+        return first!;
       case "bool":
         return first !== 0;
       case "bfloat16":
@@ -971,10 +975,12 @@ export class BufferView {
       if (i % 1 !== 0) {
         throw new DLPackError("shape", `index ${i} of dimension ${d} is not an integer`);
       }
-      if (i < 0 || i >= shape[d]) {
-        throw new DLPackError("shape", `index ${i} is out of range for dimension ${d} of extent ${shape[d]}`);
+      // The strides are as long as the shape.
+      const extent = shape[d]!;
+      if (i < 0 || i >= extent) {
+        throw new DLPackError("shape", `index ${i} is out of range for dimension ${d} of extent ${extent}`);
       }
-      at += i * strides[d];
+      at += i * strides[d]!;
     }
     return at;
   }
@@ -1004,10 +1010,11 @@ export class BufferView {
     let at = -this.#facts.minOffset;
     for (let k = 0; k < this.#facts.size; k++) {
       if (packed) out[k] = readBits(src as Uint8Array, at, this.#slotBits(), this.#facts.minOffset);
+      // Offsets the layout walk reaches lie within the array (its facts span them).
       else if (slotCount === 2) {
-        out[2 * k] = src[2 * at];
-        out[2 * k + 1] = src[2 * at + 1];
-      } else out[k] = src[at];
+        out[2 * k] = src[2 * at]!;
+        out[2 * k + 1] = src[2 * at + 1]!;
+      } else out[k] = src[at]!;
       at = nextOffset(index, shape, strides, at);
     }
     return out;
@@ -1124,11 +1131,12 @@ export class BufferView {
     const index = slots(ndim);
     let at = -this.#facts.minOffset;
     for (let k = 0; k < this.#facts.size; k++) {
-      if (packed) writeBits(a as Uint8Array, at, this.#slotBits(), this.#facts.minOffset, (src as Uint8Array)[k]);
+      // `src` holds the view's elements (its caller checked its length).
+      if (packed) writeBits(a as Uint8Array, at, this.#slotBits(), this.#facts.minOffset, (src as Uint8Array)[k]!);
       else if (pairs) {
-        a[2 * at] = src[2 * k];
-        a[2 * at + 1] = src[2 * k + 1];
-      } else a[at] = src[k];
+        a[2 * at] = src[2 * k]!;
+        a[2 * at + 1] = src[2 * k + 1]!;
+      } else a[at] = src[k]!;
       at = nextOffset(index, shape, strides, at);
     }
   }

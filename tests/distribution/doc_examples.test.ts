@@ -15,13 +15,13 @@ const ENTRIES = ["mod.ts", "python.ts", "cuda.ts"] as const;
 function blocks(text: string): { code: string; ignored: boolean }[] {
   const found: { code: string; ignored: boolean }[] = [];
   for (const match of text.matchAll(/^```ts( ignore)?\n([^]*?)^```$/gm)) {
-    found.push({ code: match[2], ignored: match[1] !== undefined });
+    found.push({ code: match[2] ?? "", ignored: match[1] !== undefined });
   }
   return found;
 }
 
 const moduleDoc = (file: string) =>
-  readFileSync(`${repoRoot}/${file}`, "utf8").match(/^\/\*\*\n([^]*?)\n \*\//)![1].split("\n").map((l) =>
+  (readFileSync(`${repoRoot}/${file}`, "utf8").match(/^\/\*\*\n([^]*?)\n \*\//)?.[1] ?? "").split("\n").map((l) =>
     l.replace(/^ \* ?/, "")
   ).join("\n");
 
@@ -66,7 +66,7 @@ test("docs/api.md names every public name of mod.ts, python.ts and cuda.ts", () 
   const api = readFileSync(`${repoRoot}/docs/api.md`, "utf8");
   const unnamed: string[] = [];
   for (const file of ENTRIES) {
-    for (const [, list] of readFileSync(`${repoRoot}/${file}`, "utf8").matchAll(/export\s*\{([^}]*)\}/g)) {
+    for (const [, list = ""] of readFileSync(`${repoRoot}/${file}`, "utf8").matchAll(/export\s*\{([^}]*)\}/g)) {
       for (const item of list.split(",").map((n) => n.trim().replace(/^type\s+/, "")).filter((n) => n !== "")) {
         const name = item.split(/\s+as\s+/).at(-1)!;
         if (!new RegExp(`\`[^\`\\n]*\\b${name}\\b[^\`\\n]*\``).test(api)) unnamed.push(`${file}: ${name}`);

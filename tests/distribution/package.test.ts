@@ -116,7 +116,7 @@ test(
     }
     const staged = JSON.parse(readFileSync(`${unpacked}/package/package.json`, "utf8"));
     assert.equal(staged.version, RELEASE_VERSION);
-    for (const [subpath, file] of [[".", "mod.ts"], ["./python", "python.ts"], ["./cuda", "cuda.ts"]]) {
+    for (const [subpath, file] of [[".", "mod.ts"], ["./python", "python.ts"], ["./cuda", "cuda.ts"]] as const) {
       // Bun takes the first condition it knows; type checkers and Deno skip "bun".
       assert.deepEqual(Object.entries(staged.exports[subpath]), [
         ["bun", `./prebuilt/${file}`],

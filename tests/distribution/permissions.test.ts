@@ -35,7 +35,8 @@ function errorParts(stdout: string): { denied: string; runLine: string; rest: st
     /^error DLPackError library: libdlpack could not be looked for: Deno denies (.*)\. Run with every permission it needs \(or answer Deno's prompts in a terminal\):\n {2}(.*)\n([^]*)$/m
       .exec(stdout);
   assert.ok(match !== null, stdout);
-  return { denied: match[1], runLine: match[2], rest: match[3] };
+  const [, denied = "", runLine = "", rest = ""] = match;
+  return { denied, runLine, rest };
 }
 
 /** The pinned Deno's folder first on PATH, so a copied `deno run ...` line runs it. */

@@ -81,7 +81,7 @@ function releaseCopy(): string {
 
 /** The next minor version (0.x: a native change takes the next minor). */
 const nextMinor = (version: string) => {
-  const [major, minor] = version.split(".").map(Number);
+  const [major = 0, minor = 0] = version.split(".").map(Number);
   return `${major}.${minor + 1}.0`;
 };
 
@@ -136,7 +136,7 @@ test(
       const copied = json(`${root}/tools/release-checksums.json`).versions;
       assert.deepEqual(Object.keys(copied), [...Object.keys(record.versions), next]);
       assert.deepEqual(copied[RELEASE_VERSION], record.versions[RELEASE_VERSION]);
-      assert.notDeepEqual(Object.values(copied[next]), Object.values(record.versions[RELEASE_VERSION]));
+      assert.notDeepEqual(Object.values(copied[next] ?? {}), Object.values(record.versions[RELEASE_VERSION] ?? {}));
       assert.match(
         readFileSync(`${root}/CHANGELOG.md`, "utf8"),
         new RegExp(`\\n## ${next.replaceAll(".", "\\.")} \\(unreleased\\)\\n`),

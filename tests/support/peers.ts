@@ -177,7 +177,7 @@ const TORCH_FLOAT8: readonly DType[] = [
 ];
 
 /** Peer layouts in numpy terms (`make` turns the numpy array into the peer's tensor). */
-const STD: Readonly<Record<string, PeerLayout>> = {
+const STD = {
   "C": { peer: "make(base.reshape(2, 3))", expect: "base.reshape(2, 3)" },
   "F": { peer: "make(base.reshape(3, 2)).T", expect: "base.reshape(3, 2).T" },
   "sliced with offset": {
@@ -186,7 +186,7 @@ const STD: Readonly<Record<string, PeerLayout>> = {
   },
   "0-d": { peer: "make(base[3:4].reshape(()))", expect: "base[3:4].reshape(())" },
   "size 0": { peer: "make(base[:0].reshape(0, 3))", expect: "base[:0].reshape(0, 3)" },
-};
+} as const satisfies Readonly<Record<string, PeerLayout>>;
 
 /** Layouts numpy itself makes (numpy arrays as they are, and the peers that wrap them). */
 const NUMPY_MADE: Readonly<Record<string, PeerLayout>> = {
@@ -707,8 +707,8 @@ export function jsSource(dtype: DType): { array: AnyTypedArray; dtype?: DType } 
     codes.forEach((code, k) => {
       const bit = k * bits;
       const word = code << (bit & 7);
-      bytes[bit >>> 3] |= word & 0xff;
-      bytes[(bit >>> 3) + 1] |= word >>> 8;
+      bytes[bit >>> 3]! |= word & 0xff;
+      bytes[(bit >>> 3) + 1]! |= word >>> 8;
     });
     return { array: bytes, dtype };
   }
@@ -717,6 +717,13 @@ export function jsSource(dtype: DType): { array: AnyTypedArray; dtype?: DType } 
 
 function subByteBits(dtype: DType): number {
   return dtype.startsWith("float4") ? 4 : dtype.startsWith("float6") ? 6 : 8;
+}
+
+/** The JS source layout of that name (the tables name only layouts that exist). */
+function importLayout(name: string): ImportLayout {
+  const layout = IMPORT_LAYOUTS[name];
+  if (layout === undefined) throw new Error(`no JS source layout named ${name}`);
+  return layout;
 }
 
 /** Whether element 0 of a layout starts on a byte boundary for packed sub-byte dtypes. */
@@ -733,7 +740,7 @@ export function jsValues(view: BufferView): unknown[] {
     const v = view.get(...index);
     out.push(typeof v === "bigint" ? Number(v) : v);
     for (let d = shape.length - 1; d >= 0; d--) {
-      if (++index[d] < shape[d]) break;
+      if (++index[d]! < shape[d]!) break;
       index[d] = 0;
     }
   }
@@ -804,7 +811,7 @@ export function peerCases(peer: Peer): Case[] {
     for (const dtype of imp.dtypes ?? peer.dtypes) {
       for (const generation of imp.generations) {
         for (const layout of imp.layouts) {
-          if (!layoutFits(dtype, IMPORT_LAYOUTS[layout])) continue;
+          if (!layoutFits(dtype, importLayout(layout))) continue;
           const known = imp.known?.find((k) => covers(k, dtype, generation, layout));
           cases.push({
             peer,
@@ -847,7 +854,7 @@ function evalNumber(py: Python, expr: string): number {
 function expectRefusal(error: unknown, known: Known, what: string): { outcome: Outcome; detail: string } {
   if (!(error instanceof DLPackError) || !known.match.test(error.message)) throw error;
   assert.equal(error.code, "python", `${what}: the refusal arrives as a DLPackError with code "python"`);
-  const first = error.message.split("\n")[0].replace(/^exec: /, "");
+  const first = error.message.split("\n")[0]!.replace(/^exec: /, "");
   return { outcome: "refused", detail: `${known.detail}: ${first.slice(0, 160)}` };
 }
 
@@ -862,6 +869,7 @@ function exportCase(
 ): { outcome: Outcome; detail: string } {
   prepare(py, peer);
   const layout = exp.layouts[layoutName];
+  if (layout === undefined) throw new Error(`${peer.name} exports no layout named ${layoutName}`);
   const what = `${peer.name} → JS ${dtype} ${generation} ${layoutName}`;
   py.exec(`dt = '${dtype}'\nbase = ${pyValues(dtype)}\nexpect = ${layout.expect}`);
   let view: BufferView;
@@ -904,7 +912,7 @@ function deviation(
     checks();
   } catch (error) {
     if (!(error instanceof assert.AssertionError) || !known.match.test(error.message)) throw error;
-    const found = error.message.replace(what, "").replace(/^[: ]+/, "").split("\n")[0].slice(0, 100);
+    const found = error.message.replace(what, "").replace(/^[: ]+/, "").split("\n")[0]!.slice(0, 100);
     return { outcome: "deviates", detail: `${known.detail} (${found})` };
   }
   assert.fail(`${what}: the table says "${known.detail}", but every check passed`);
@@ -954,7 +962,7 @@ function importCase(
   known: Known | undefined,
 ): { outcome: Outcome; detail: string } {
   prepare(py, peer);
-  const layout = IMPORT_LAYOUTS[layoutName];
+  const layout = importLayout(layoutName);
   const what = `JS → ${peer.name} ${dtype} ${generation} ${layoutName}`;
   const source = importSource(dtype, layout, imp.alignedOnly !== undefined);
   using _keep = source.keep;
@@ -1029,7 +1037,7 @@ function verifyImport(
     sameValues(jsValues(mirror), pyFlat(py, imp.readback), what);
   }
   if (imp.check !== undefined) {
-    const readonly = IMPORT_LAYOUTS[layoutName].opts.readonly === true;
+    const readonly = importLayout(layoutName).opts.readonly === true;
     py.exec(
       `is_versioned = ${generation === "versioned" ? "True" : "False"}\nis_readonly = ${readonly ? "True" : "False"}`,
     );
