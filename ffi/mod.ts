@@ -220,8 +220,8 @@ const remoteHint = (baseUrlSet: boolean) => {
     ? `check that DLPACK_BASE_URL serves ${release}`
     : `set DLPACK_BASE_URL to a mirror that serves ${release}`;
   return importedByUrl()
-    ? `${baseUrlSet ? "Check" : "Set"}${mirror.slice(mirror.indexOf(" "))}, or set DLPACK_LIB to a libdlpack of ` +
-      `this version (built from a clone of the repository).`
+    ? `${mirror.charAt(0).toUpperCase()}${mirror.slice(1)}, or set DLPACK_LIB to a libdlpack of this version ` +
+      `(built from a clone of the repository).`
     : `Set DLPACK_LIB to a built libdlpack, build one with ${BUILD_COMMAND}, or ${mirror}.`;
 };
 
