@@ -12,19 +12,11 @@ import { I32, scratch, U32 } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
 import { checkShape, checkStrides, cStrides } from "../facts/layout.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
-import {
-  deferredCount,
-  deferredNumbers,
-  deferredObjectCount,
-  deferredObjects,
-  releaseDeferred,
-  retryQuietly,
-} from "../native/journal.ts";
+import { releaseDeferred, releaseTop } from "../native/journal.ts";
 import { pin } from "../native/pins.ts";
-import { importCapsule } from "./import.ts";
+import { importJournaled } from "./import.ts";
 import { EXPORT_ADOPT_OWNER, EXPORT_VERSIONED } from "../engines/exports.ts";
 import type { BufferView } from "../view/view.ts";
-import { Capsule } from "../native/capsule.ts";
 import { callWith, isArray } from "../facts/intrinsics.ts";
 
 /** The fields of an array interface (version 3). */
@@ -106,44 +98,31 @@ export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, 
     fields = checkFields(iface);
     owner = keepAlive === undefined ? 0 : pin(keepAlive, 0, () => releaseKeepAlive(keepAlive));
   } catch (error) {
-    // Nothing holds keepAlive yet (pin() gives back what it made when it throws).
+    // Nothing holds keepAlive yet (a pin() that throws recorded nothing to release it).
     if (keepAlive !== undefined) releaseKeepAlive(keepAlive);
     throw error;
   }
-  // From here on the pin owns keepAlive, and whatever throws releases the pin exactly once: the
-  // native export adopts it into a struct, the struct's deleter releases it, and the struct is
-  // held by a capsule until the import takes it. One frame, so the catch knows which holds it.
-  let adopted = false;
-  let address = 0;
-  let capsule: Capsule | undefined;
-  try {
-    const s = scratch;
-    s.setAddress(fields.address);
-    s.setOwner(owner);
-    s.setLayout(fields.shape, fields.strides);
-    s.i32[I32.deviceType] = fields.deviceType;
-    s.i32[I32.deviceId] = fields.deviceId;
-    s.u32[U32.code] = fields.info.dl.code;
-    s.u32[U32.bits] = fields.info.dl.bits;
-    s.u32[U32.flags] = fields.readonly ? 1 : 0;
-    const lib = core();
-    const at = s.at;
-    const status = lib.dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, at);
-    adopted = status === 0;
-    if (status !== 0) throw refusalError(status, s, null);
-    address = s.u32[U32.addressHi] * 0x1_0000_0000 + s.u32[U32.addressLo];
-    capsule = new Capsule(address, true);
-    // A refusal from here on releases the pin through the struct's deleter.
-    return importCapsule(capsule, producer, false, keepAlive);
-  } catch (error) {
-    // Parked without a call first: the stack may be exhausted here. A capsule the import took is
-    // left alone by its disposer.
-    if (capsule !== undefined) deferredObjects[deferredObjectCount[0]++] = capsule;
-    else if (adopted && address !== 0) deferredNumbers[deferredCount[0]++] = -(address * 2 + 1);
-    else if (!adopted && owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
-    retryQuietly();
+  // From here on the pin owns keepAlive, and is released exactly once: it is journaled (by pin())
+  // until the native export adopts it into a struct (which journals the struct instead), and the
+  // struct's deleter releases it once the import took or refused the struct. An exception in
+  // between leaves what is journaled to be released.
+  const s = scratch;
+  s.setAddress(fields.address);
+  s.setOwner(owner);
+  s.setLayout(fields.shape, fields.strides);
+  s.i32[I32.deviceType] = fields.deviceType;
+  s.i32[I32.deviceId] = fields.deviceId;
+  s.u32[U32.code] = fields.info.dl.code;
+  s.u32[U32.bits] = fields.info.dl.bits;
+  s.u32[U32.flags] = fields.readonly ? 1 : 0;
+  const status = core().dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, s.at);
+  if (status !== 0) {
+    const error = refusalError(status, s, null);
+    if (owner !== 0) releaseTop(owner); // the pin, never adopted: keepAlive is released now
     throw error;
   }
+  // A refusal from here on releases the pin through the struct's deleter.
+  return importJournaled(s.u32[U32.addressHi] * 0x1_0000_0000 + s.u32[U32.addressLo], producer, keepAlive);
 }
 
 interface Fields {

@@ -19,15 +19,8 @@ import {
   stateOf,
 } from "../view/view.ts";
 import type { Owner } from "../native/shares.ts";
-import {
-  deferredCount,
-  deferredNumbers,
-  deferredObjectCount,
-  deferredObjects,
-  releaseDeferred,
-  retryQuietly,
-} from "../native/journal.ts";
-import { Capsule, capsuleVersioned, isCapsule, takeCapsule } from "../native/capsule.ts";
+import { deferredObjectCount, deferredObjects, releaseDeferred, retryQuietly } from "../native/journal.ts";
+import { Capsule, capsuleVersioned, isCapsule, takeForImport } from "../native/capsule.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import { callWith } from "../facts/intrinsics.ts";
 import { ImportOption } from "../facts/abi.ts";
@@ -72,10 +65,9 @@ const BIGINT_EXACT = 9007199254740992n;
 // RangeError from an exhausted stack, above all) is only ever thrown before the import took the
 // tensor: it is still the caller's. Once the library has taken it (native code took the struct, or
 // a capsule was taken), the import returns the view or throws a DLPackError, and the tensor is
-// released (a refusal's deleter ran; what could not be handed over is parked and released at the
-// next call). So every catch block after the take parks what is owed without a call, then turns
-// whatever was thrown into a DLPackError, falling back to one made at load when even that call
-// cannot start.
+// released (a refusal's deleter ran; what could not be handed over is journaled and released at
+// the next call). So every catch block after the take turns whatever was thrown into a DLPackError,
+// falling back to one made at load when even that call cannot start.
 
 const STACK_MESSAGE = "the JS stack ran out after the import had taken the tensor, before it could return its view " +
   "or report its refusal: the library released the tensor (its deleter runs once), so there is nothing to release; " +
@@ -84,9 +76,9 @@ const STACK_MESSAGE = "the JS stack ran out after the import had taken the tenso
  * Made at load, and so shared by every such throw. */
 const EXHAUSTED = new DLPackError("stack", STACK_MESSAGE);
 
-/** The error an import throws for `error`, thrown after it took its tensor (whose release the
- * caller parked): a DLPackError as it is, anything else as a "stack" error. Releases what is
- * parked when the stack allows. */
+/** The error an import throws for `error`, thrown after it took its tensor (whose release is
+ * journaled): a DLPackError as it is, anything else as a "stack" error. Releases what is owed
+ * when the stack allows. */
 function afterTaking(error: unknown): unknown {
   retryQuietly();
   return isDLPackError(error) ? error : new DLPackError("stack", STACK_MESSAGE);
@@ -111,47 +103,24 @@ const TOOK = ((): Uint8Array => {
 })();
 
 /**
- * Imports one managed tensor: a raw address the caller hands over, or a capsule (taken here).
- * Refusals release the producer (deleter called once) and throw. Every exception after libdlpack
- * has taken the tensor (an exhausted stack included) releases it: the catch only writes what is
- * owed into the deferred buffers, which cannot throw, and throws a DLPackError.
+ * Imports one managed tensor held by a capsule (taken here). Refusals release the producer
+ * (deleter called once) and throw. From the take on, what the import holds is journaled (the
+ * struct by the take, then the owner record by the native import, which ends the struct's entry):
+ * an exception before the view holds it leaves it to be released, and turns into a DLPackError.
  */
-function importTensor(
-  source: number | Capsule,
-  versionedAddress: boolean,
-  strict: boolean,
-  producer: string | null,
-  keepAlive: unknown,
-): BufferView {
-  let address = 0;
-  let versioned = versionedAddress;
-  /** The library owns the struct itself (a taken capsule): deleted if libdlpack never saw it. */
-  let ownStruct = false;
-  /** libdlpack saw the address: it owns the tensor now, or already released it on a refusal. */
-  let seen = false;
-  let owner = 0;
+function importTensor(capsule: Capsule, strict: boolean, producer: string | null): BufferView {
+  let taken = false;
   try {
-    if (typeof source === "number") address = source;
-    else {
-      versioned = capsuleVersioned(source);
-      address = takeCapsule(source);
-      ownStruct = true;
-    }
+    const versioned = capsuleVersioned(capsule);
+    const address = takeForImport(capsule);
+    taken = true;
     const options = optionsOf(versioned, strict);
     const status = core().dlpk_import_keyed(address, options, scratch.at);
-    seen = true;
     if (status !== 0) throw refusalError(status, scratch, address !== 0);
-    owner = scratch.f64[KEY_OWNER];
-    if (keepAlive === undefined) return buildKeyed(scratch, owner, options, producer);
-    return buildKeyedKeeping(scratch, owner, options, producer, keepAlive);
+    return buildKeyed(scratch, scratch.f64[KEY_OWNER], options, producer);
   } catch (error) {
-    // No call before the deferred buffers hold what is owed: the stack may be exhausted here.
-    let owed = 0;
-    if (owner !== 0) owed = owner;
-    else if (!seen && ownStruct) owed = -(address * 2 + (versioned ? 1 : 0));
-    if (owed !== 0) deferredNumbers[deferredCount[0]++] = owed;
     // Nothing taken yet (the capsule is untouched): the caller keeps it.
-    if (!ownStruct) throw error;
+    if (!taken) throw error;
     let thrown: unknown = EXHAUSTED;
     try {
       thrown = afterTaking(error);
@@ -160,6 +129,14 @@ function importTensor(
     }
     throw thrown;
   }
+}
+
+/** Imports the struct at `address` that the caller journaled (an export of this library it just
+ * made, for `keepAlive`): the native import ends that entry and holds the struct, or releases it. */
+export function importJournaled(address: number, producer: string | null, keepAlive: unknown): BufferView {
+  const status = core().dlpk_import_keyed(address, IMPORT_VERSIONED, scratch.at);
+  if (status !== 0) throw refusalError(status, scratch, true);
+  return buildKeyedKeeping(scratch, scratch.f64[KEY_OWNER], IMPORT_VERSIONED, producer, keepAlive);
 }
 
 /** The native import options. */
@@ -184,13 +161,11 @@ export function importManaged(address: number, options: number, producer: string
   const status = options === IMPORT_VERSIONED
     ? core().dlpk_import_versioned(address)
     : core().dlpk_import_keyed(address, options, scratch.at);
-  const owner = status === 0 ? scratch.f64[KEY_OWNER] : 0;
   try {
     if (status !== 0) return managedRefused(status, address, options);
-    return buildKeyed(scratch, owner, options, producer);
+    return buildKeyed(scratch, scratch.f64[KEY_OWNER], options, producer);
   } catch (error) {
-    // No call before the owner is parked: the stack may be exhausted here.
-    if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    // What the import took is journaled natively, to be released at the next replay.
     if (TOOK[status] === 0) throw error;
     let thrown: unknown = EXHAUSTED;
     try {
@@ -219,14 +194,12 @@ function addressKey(options: number): string {
 function importPointer(pointer: object, options: number, producer: string | null): BufferView {
   const status = pointerImport(pointer, options);
   if (status === NOT_A_POINTER) return importConverted(pointer, options, producer);
-  const owner = status === 0 ? scratch.f64[KEY_OWNER] : 0;
   try {
     // A pointer object is never NULL (Deno hands out null for that), so a refusal released the tensor.
     if (status !== 0) return refused(status);
-    return buildKeyed(scratch, owner, options, producer);
+    return buildKeyed(scratch, scratch.f64[KEY_OWNER], options, producer);
   } catch (error) {
-    // No call before the owner is parked: the stack may be exhausted here.
-    if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    // What the import took is journaled natively, to be released at the next replay.
     if (TOOK[status] === 0) throw error;
     let thrown: unknown = EXHAUSTED;
     try {
@@ -285,13 +258,11 @@ function importConverted(address: unknown, options: number, producer: string | n
  * to a number costs more than the import's FFI call in Deno. */
 function importWord(address: bigint, options: number, producer: string | null): BufferView {
   const status = core().dlpk_import_word_keyed(address, options, scratch.at);
-  const owner = status === 0 ? scratch.f64[KEY_OWNER] : 0;
   try {
     if (status !== 0) throw refusalError(status, scratch, address !== 0n);
-    return buildKeyed(scratch, owner, options, producer);
+    return buildKeyed(scratch, scratch.f64[KEY_OWNER], options, producer);
   } catch (error) {
-    // No call before the owner is parked: the stack may be exhausted here.
-    if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    // What the import took is journaled natively, to be released at the next replay.
     if (TOOK[status] === 0) throw error;
     let thrown: unknown = EXHAUSTED;
     try {
@@ -303,14 +274,9 @@ function importWord(address: bigint, options: number, producer: string | null): 
   }
 }
 
-/** Takes and imports a capsule; if that fails after taking it, its struct is deleted. */
-export function importCapsule(
-  capsule: Capsule,
-  producer: string | null,
-  strict = false,
-  keepAlive?: unknown,
-): BufferView {
-  return importTensor(capsule, true, strict, producer, keepAlive);
+/** Takes and imports a capsule; if that fails after taking it, its struct is released. */
+export function importCapsule(capsule: Capsule, producer: string | null, strict = false): BufferView {
+  return importTensor(capsule, strict, producer);
 }
 
 function producerOf(opts: ImportOptions | undefined): string | null {

@@ -10,6 +10,7 @@ import { core } from "../../ffi/mod.ts";
 import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
 import { CUDA_COUNTERS, CudaCounter } from "../facts/abi.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
+import { releaseDeferred } from "../native/journal.ts";
 import { cudaCheck, driverAvailable, driverReason, ensureDriver } from "../native/cuda_driver.ts";
 import { type Elements, objectSlots, toBigInt } from "../facts/intrinsics.ts";
 import {
@@ -228,6 +229,8 @@ const statsOut = new Float64Array(CUDA_COUNTERS) as Elements<
 
 /** The live CUDA counts (all zero when nothing is held; needs no driver). */
 export function cudaStats(): CudaStats {
+  // What is owed is released first, as stats() does: a copy that threw may have left an allocation.
+  releaseDeferred();
   statsOut.fill(0);
   core().dlpk_cuda_stats(statsOut);
   return {

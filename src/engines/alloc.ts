@@ -13,7 +13,6 @@ import { ceil, copyNumbers } from "../facts/intrinsics.ts";
 import { refusalError } from "../native/refusals.ts";
 import { scratch, Status, U32 } from "../native/scratch.ts";
 import { allocateCuda, cudaAllocationError } from "../native/cuda_memory.ts";
-import { deferredCount, deferredNumbers, retryQuietly } from "../native/journal.ts";
 import { LIBRARY_NAME, type Owned, type ViewFacts, viewOrigin } from "./state.ts";
 
 /** The default alignment: a cache line, and what AVX-512 loads want. */
@@ -47,8 +46,8 @@ function sizeText(bytes: number): string {
 
 /**
  * Allocates a C-contiguous tensor of `shape` (an array the caller no longer changes) of `info`
- * where `p` says, zeroed on request. Once the native allocation exists it is owned here until
- * returned: any exception before that (an exhausted stack included) frees it.
+ * where `p` says, zeroed on request. The owner record is journaled until its holder (a view, or the
+ * engine releasing a temporary) ends the entry: an exception before that leaves it to be freed.
  */
 export function allocate(
   shape: number[],
@@ -59,33 +58,20 @@ export function allocate(
 ): Owned {
   const size = sizeOf(shape);
   const nbytes = ceil((size * info.bits) / 8);
-  let owner = 0;
-  try {
-    const status = p.kind < 0
-      ? core().dlpk_alloc(nbytes, align, zero ? 1 : 0, scratch.at)
-      : allocateCuda(p.kind, p.id, nbytes, zero);
-    if (status !== 0) {
-      throw p.kind < 0
-        ? status === Status.outOfMemory
-          ? new DLPackError("library", `allocating ${sizeText(nbytes)} failed: out of memory`)
-          : refusalError(status, scratch, null)
-        : cudaAllocationError(status, p.kind, p.id, nbytes);
-    }
-    owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
-    const address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
-    return {
-      owner,
-      address,
-      facts: contiguousFacts(info, shape, size, nbytes, deviceOfPlacement(p)),
-      access: "readwrite",
-    };
-  } catch (error) {
-    if (owner !== 0) {
-      deferredNumbers[deferredCount[0]++] = owner;
-      retryQuietly();
-    }
-    throw error;
+  const status = p.kind < 0
+    ? core().dlpk_alloc(nbytes, align, zero ? 1 : 0, scratch.at)
+    : allocateCuda(p.kind, p.id, nbytes, zero);
+  if (status !== 0) {
+    throw p.kind < 0
+      ? status === Status.outOfMemory
+        ? new DLPackError("library", `allocating ${sizeText(nbytes)} failed: out of memory`)
+        : refusalError(status, scratch, null)
+      : cudaAllocationError(status, p.kind, p.id, nbytes);
   }
+  const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
+  const address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
+  const facts = contiguousFacts(info, shape, size, nbytes, deviceOfPlacement(p));
+  return { owner, address, facts, access: "readwrite" };
 }
 
 /** The facts of a fresh C-contiguous allocation the library owns, wherever it lives. */

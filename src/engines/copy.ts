@@ -13,7 +13,7 @@ import { cStrides, hasZero, layoutOf, listText, reach } from "../facts/layout.ts
 import { abs, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { LAYOUT_C, scratch } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
-import { deferredCount, deferredNumbers, releaseOwner, retryQuietly } from "../native/journal.ts";
+import { releaseTop } from "../native/journal.ts";
 import { cudaCheck, driverAvailable, ensureDriver, missingDriver } from "../native/cuda_driver.ts";
 import { allocate, allocateHost, DEFAULT_ALIGNMENT } from "./alloc.ts";
 import { gather, packCodes, scatter, spanArray } from "./codec.ts";
@@ -159,13 +159,13 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 const UINT8 = dtypeInfo("uint8");
 const CPU_DEVICE = deviceOf(1, 0);
 
-/** Runs `body` with a library allocation the engine made, and releases it whatever happens. */
+/** Runs `body` with a library allocation the engine just made (journaled, the top entry), then
+ * releases it. An exception leaves it journaled, to be released at the next replay: temporaries
+ * end in the order they were made, each on top when it goes. */
 function withTemporary<T>(owned: Owned, body: (tmp: Owned) => T): T {
-  try {
-    return body(owned);
-  } finally {
-    releaseOwner(owned.owner);
-  }
+  const result = body(owned);
+  releaseTop(owned.owner);
+  return result;
 }
 
 /** The refusal of a copy into a view that may not be written. */
@@ -282,17 +282,11 @@ function copyFromDevice(dst: ViewState, to: Place, src: ViewState, stream: bigin
   });
 }
 
-/** Runs `fill` on a library allocation the engine just made and returns it, releasing it if
- * `fill` throws (an exhausted stack included). */
+/** Runs `fill` on a library allocation the engine just made (journaled: an exception leaves it to
+ * be released) and returns it, for the caller to hold. */
 function filled(owned: Owned, fill: (out: Owned) => void): Owned {
-  try {
-    fill(owned);
-    return owned;
-  } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owned.owner; // before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
-  }
+  fill(owned);
+  return owned;
 }
 
 /**

@@ -11,9 +11,9 @@ import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { F64, I32, type Scratch, scratch, Status, U32 } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
 import { checkShape, checkStrides, cStrides, listText, reach } from "../facts/layout.ts";
-import { deferredCount, deferredNumbers, releaseOwner, retryQuietly } from "../native/journal.ts";
-import { newPinId, realmAddress, recordPin } from "../native/pins.ts";
-import { Capsule } from "../native/capsule.ts";
+import { releaseTop } from "../native/journal.ts";
+import { newPinId, pinsRecorded, realmAddress, recordPin } from "../native/pins.ts";
+import { type Capsule, capsuleOf } from "../native/capsule.ts";
 import { offerBeyondRealm } from "../native/keepers.ts";
 import { copyOf } from "./copy.ts";
 import { typedArraySource } from "./arrays.ts";
@@ -189,41 +189,39 @@ function exportError(status: number, s: Scratch, what: string): DLPackError {
 
 /**
  * Builds the struct the scratch describes (pinning `pinned` when given: a TypedArray whose memory
- * it points into) and returns its capsule. The native call and the capsule happen in this one
- * frame: once the struct exists it is owned here, and any exception before the capsule holds it
- * (an exhausted stack included) deletes it (deferred when even that cannot run now), which also
- * releases what it pinned or retained.
+ * it points into; attaching `view`'s producer stream when it has one) and returns its capsule.
+ * The native call journals the struct until the capsule holds it: an exception in between (an
+ * exhausted stack included) leaves it to be deleted, which also releases what it pinned or
+ * retained.
  */
 function buildCapsule(
   options: number,
   pinned: AnyTypedArray | undefined,
   byteLength: number,
   versioned: boolean,
+  view: ViewState | undefined,
 ): Capsule {
   const lib = core();
   const at = scratch.at;
   const id = pinned === undefined ? 0 : newPinId();
   const realm = pinned === undefined ? 0 : realmAddress();
-  let address = 0;
-  try {
-    const status = pinned === undefined
-      ? lib.dlpk_export(options, at)
-      : lib.dlpk_export_buffer(pinned, realm, id, byteLength, options, at);
-    if (status !== 0) throw exportError(status, scratch, pinned === undefined ? "a view" : `${byteLength} bytes`);
-    address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
+  const status = pinned === undefined
+    ? lib.dlpk_export(options, at)
+    : lib.dlpk_export_buffer(pinned, realm, id, byteLength, options, at);
+  if (status !== 0) throw exportError(status, scratch, pinned === undefined ? "a view" : `${byteLength} bytes`);
+  const address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
+  if (pinned !== undefined) {
     // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
-    if (pinned !== undefined) {
-      recordPin(id, pinned);
-      offerBeyondRealm(pinned);
-    }
-    return new Capsule(address, versioned);
-  } catch (error) {
-    if (address !== 0) {
-      deferredNumbers[deferredCount[0]++] = -(address * 2 + (versioned ? 1 : 0));
-      retryQuietly();
-    }
-    throw error;
+    recordPin(id, pinned);
+    const capsule = capsuleOf(address, versioned);
+    // Caller code may run from here on (a release callback a sweep runs, a replaced postMessage).
+    offerBeyondRealm(pinned);
+    pinsRecorded();
+    return capsule;
   }
+  // CUDA data with a recorded producer stream: the export carries it and an event recorded on it.
+  if (view !== undefined) attachProducerStream(address, versioned, view);
+  return capsuleOf(address, versioned);
 }
 
 /** Writes the export spec into the scratch and builds the struct; returns its capsule. */
@@ -235,12 +233,14 @@ function build(
   layout: Layout,
   flags: number,
   versioned: boolean,
+  view?: ViewState,
 ): Capsule {
   const s = scratch;
   s.setAddress(data);
   s.setOwner(owner);
   writeLayout(s, device, layout, flags);
-  return buildCapsule((versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0), undefined, 0, versioned);
+  const options = (versioned ? EXPORT_VERSIONED : 0) | (adopt ? EXPORT_ADOPT_OWNER : 0);
+  return buildCapsule(options, undefined, 0, versioned, view);
 }
 
 /** The export of a TypedArray (`tag`: its checked type). */
@@ -271,8 +271,7 @@ export function exportTypedArray(
 
 /** The common export: a whole TypedArray, 1-D, no options. One native call takes its facts as
  * arguments (nothing goes through the scratch; the element count follows from the bytes) and
- * returns the struct's address; as in {@link buildCapsule}, once the struct exists it is owned
- * here until the capsule holds it. */
+ * returns the struct's address, journaled (as in {@link buildCapsule}) until the capsule holds it. */
 export function exportWholeArray(
   x: AnyTypedArray,
   info: DTypeInfo,
@@ -288,26 +287,21 @@ export function exportWholeArray(
   // The elements are the bytes' (whole arrays only); everything else in one word.
   const word = (info.dl.code | (info.dl.bits << ArrayWord.bitsShift) | (flags << ArrayWord.flagsShift) |
     ((versioned ? EXPORT_VERSIONED : 0) << ArrayWord.optionsShift)) >>> 0;
-  let address = 0;
-  try {
-    const made = core().dlpk_export_array(x, realm, id, byteLength, word);
-    // This entry writes no refusal details into the scratch: only out-of-memory is a caller's
-    // situation; anything else means the facts read here disagreed with each other.
-    if (made <= 0) {
-      if (-made === Status.outOfMemory) throw exportError(-made, scratch, `${byteLength} bytes`);
-      throw new DLPackError("library", `the native export refused the facts of ${byteLength} bytes (status ${-made})`);
-    }
-    address = made;
-    // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
-    recordPin(id, x);
-    return new Capsule(address, versioned);
-  } catch (error) {
-    if (address !== 0) {
-      deferredNumbers[deferredCount[0]++] = -(address * 2 + (versioned ? 1 : 0));
-      retryQuietly();
-    }
-    throw error;
-  }
+  const made = core().dlpk_export_array(x, realm, id, byteLength, word);
+  // This entry writes no refusal details into the scratch: only out-of-memory is a caller's
+  // situation; anything else means the facts read here disagreed with each other.
+  if (made <= 0) throw arrayRefusal(made, byteLength);
+  // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
+  recordPin(id, x);
+  const capsule = capsuleOf(made, versioned);
+  pinsRecorded();
+  return capsule;
+}
+
+/** The error of a whole-array export that made nothing (`made`: minus its status). */
+function arrayRefusal(made: number, byteLength: number): DLPackError {
+  if (-made === Status.outOfMemory) return exportError(-made, scratch, `${byteLength} bytes`);
+  return new DLPackError("library", `the native export refused the facts of ${byteLength} bytes (status ${-made})`);
 }
 
 /** {@link exportWholeArray} through the scratch (the pin's address is left there). */
@@ -334,7 +328,7 @@ function exportDescribedArray(
 /** Pins `x` and builds its struct from the spec in the scratch (`byteLength` read through the
  * intrinsics: the native side trusts it as the extent of the memory). */
 function exportBuffer(x: AnyTypedArray, byteLength: number, versioned: boolean): Capsule {
-  return buildCapsule(versioned ? EXPORT_VERSIONED : 0, x, byteLength, versioned);
+  return buildCapsule(versioned ? EXPORT_VERSIONED : 0, x, byteLength, versioned, undefined);
 }
 
 /** The export of a view's memory (its state taken after its options were read). */
@@ -362,10 +356,7 @@ export function exportView(view: ViewState, opts: Options | undefined, versioned
     data = data + spanStart + layout.byteOffset;
   }
   const exportFlags = flags | (readonly ? READ_ONLY : 0) | (padded && layout.info.bits < 8 ? SUBBYTE_PADDED : 0);
-  const capsule = build(data, view.owner, false, f.device, layout, exportFlags, versioned);
-  // CUDA data with a recorded producer stream: the export carries it and an event recorded on it.
-  attachProducerStream(capsule, view);
-  return capsule;
+  return build(data, view.owner, false, f.device, layout, exportFlags, versioned, view);
 }
 
 function legacyReadOnly(): DLPackError {
@@ -446,13 +437,13 @@ export function protocolExport(view: ViewState, o: ProtocolOptions): Capsule {
   // CUDA data: the consumer's stream waits for the view's producer stream (host data: None only).
   fenceForConsumer(view, o.stream);
   if (o.copy !== true) return exportView(view, undefined, o.versioned, 0);
+  // The copy is journaled until it is released, after the export (which holds its own reference
+  // on it) has its capsule; an exception in between leaves both to be released.
   const copied = copyOf(view);
-  try {
-    const state = { owner: copied.owner, address: copied.address, facts: copied.facts, access: copied.access };
-    return exportView({ ...state, key: copied }, undefined, o.versioned, IS_COPIED);
-  } finally {
-    releaseOwner(copied.owner);
-  }
+  const state = { owner: copied.owner, address: copied.address, facts: copied.facts, access: copied.access };
+  const capsule = exportView({ ...state, key: copied }, undefined, o.versioned, IS_COPIED);
+  releaseTop(copied.owner);
+  return capsule;
 }
 
 /** A caller's `[a, b]` of non-negative integers, read once into a fresh pair; else undefined. */

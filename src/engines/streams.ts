@@ -10,15 +10,10 @@ import type { Device } from "../facts/devices.ts";
 import { formatDevice } from "../facts/devices.ts";
 import { isCount, newWeakMap, toBigInt } from "../facts/intrinsics.ts";
 import type { ViewState } from "./state.ts";
-import {
-  type Capsule,
-  capsuleAddress,
-  capsuleOwned,
-  capsuleVersioned,
-  disposeCapsule,
-  isCapsule,
-} from "../native/capsule.ts";
-import { cudaCheck, ensureDriver, isCudaFamily } from "../native/cuda_driver.ts";
+import { type Capsule, capsuleAddress, capsuleOwned, capsuleVersioned, isCapsule } from "../native/capsule.ts";
+import { cudaCheck, cudaError, ensureDriver, isCudaFamily } from "../native/cuda_driver.ts";
+import { releaseTop } from "../native/journal.ts";
+import { structEntry } from "../facts/abi.ts";
 
 /** A `CUstream` / `cudaStream_t` handle, or 1 (legacy default stream) or 2 (per-thread default). */
 export type StreamHandle = bigint | number;
@@ -143,22 +138,19 @@ export function fenceExport(capsule: Capsule, stream: unknown): void {
   );
 }
 
-/** Exports of a view with a producer stream carry it (and an event recorded on it). */
-export function attachProducerStream(capsule: Capsule, view: ViewState): void {
+/** The export struct at `address` (just made, journaled as the top entry) of a view with a producer
+ * stream carries it, and an event recorded on it; the struct is released if that fails. */
+export function attachProducerStream(address: number, versioned: boolean, view: ViewState): void {
   const where = view.facts.device;
   // Only CUDA data has producer streams: host exports skip the lookup.
   if (!isCudaFamily(where.type)) return;
   const stream = producerStreams.get(view.key);
   if (stream === undefined) return;
   const device = ordinalOf(where);
-  const status = core().dlpk_cuda_export_attach_stream(
-    capsuleAddress(capsule),
-    capsuleVersioned(capsule) ? 1 : 0,
-    device,
-    stream,
-  );
+  const status = core().dlpk_cuda_export_attach_stream(address, versioned ? 1 : 0, device, stream);
   if (status !== 0) {
-    disposeCapsule(capsule);
-    cudaCheck(status, "attaching the producer stream to an export", device);
+    const error = cudaError(status, "attaching the producer stream to an export", device);
+    releaseTop(structEntry(address, versioned));
+    if (error !== undefined) throw error;
   }
 }

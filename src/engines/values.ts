@@ -8,7 +8,7 @@ import type { AnyTypedArray, DTypeInfo, Scalar } from "../facts/dtypes.ts";
 import { isHostAccessible } from "../facts/devices.ts";
 import { listText, nextOffset } from "../facts/layout.ts";
 import { ArrayBufferCtor, isArray, objectSlots, slots } from "../facts/intrinsics.ts";
-import { releaseOwner } from "../native/journal.ts";
+import { releaseTop } from "../native/journal.ts";
 import { decodeElement, encodeElement, gather, jsBuffer, slotBitsOf, spanArray, writeBits } from "./codec.ts";
 import { copyFromArray, refuseWrite, toHost } from "./copy.ts";
 import type { ViewFacts, ViewState } from "./state.ts";
@@ -47,14 +47,13 @@ export function toNested(view: ViewState): unknown {
   return build(0);
 }
 
-/** The elements of a device view in C order, through a host copy released before this returns. */
+/** The elements of a device view in C order, through a host copy released before this returns
+ * (journaled until then: an exception leaves it to be released). */
 function gatheredOnHost(view: ViewState): AnyTypedArray {
   const host = toHost(view, undefined);
-  try {
-    return gather(host.facts, spanArray(host.address, host.facts));
-  } finally {
-    releaseOwner(host.owner);
-  }
+  const values = gather(host.facts, spanArray(host.address, host.facts));
+  releaseTop(host.owner);
+  return values;
 }
 
 /** `value` checked as one element of `info`'s dtype, in the form of `toArray()` (read before any

@@ -9,7 +9,7 @@
  */
 
 /** `dlpk_abi_version()`: bumped whenever a symbol, a signature or a shared layout changes. */
-export const ABI_VERSION = 19;
+export const ABI_VERSION = 20;
 
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;
@@ -37,6 +37,9 @@ export const JOURNAL_CAPACITY = 4096;
 
 /** Byte offset of the journal's f64 entries; its i32 count is at 0. */
 export const JOURNAL_ENTRIES_BYTE = 8;
+
+/** The journal entry of a managed struct (an owner record's is its address): what `dlpk_journal_release` and `dlpk_export_dispose` take, and what the exports journal. */
+export const structEntry = (address: number, versioned: boolean): number => -(address * 2 + (versioned ? 1 : 0));
 
 /** The DLPack version this library speaks and writes into its versioned exports. */
 export const DLPACK_VERSION = {

@@ -66,6 +66,10 @@ export class LazyBackstop<T extends number> {
     this.#isLive = isLive;
     this.#flushLater = () => {
       this.#scheduled = false;
+      // Deferred releases first: they may run a release callback that adds a handle, which must
+      // belong to the epoch this flush registers. Only here, at a microtask checkpoint: a flush
+      // `add` makes runs while what a native call journaled may still wait for its holder.
+      releaseDeferred();
       this.flush();
     };
   }
@@ -152,13 +156,11 @@ export class LazyBackstop<T extends number> {
     }
   }
 
-  /** Registers every waiting handle that is still live. */
+  /** Registers every waiting handle that is still live (replays nothing: see the constructor). */
   flush(): void {
-    // Deferred releases first: they may run a release callback that adds a handle, which must
-    // belong to the epoch this flush registers. Then the epoch moves before anything is registered:
-    // every handle waiting now is one this flush may register, so its remove() must unregister it
-    // even if the flush is interrupted before reaching it.
-    releaseDeferred();
+    // The epoch moves before anything is registered: every handle waiting now is one this flush
+    // may register, so its remove() must unregister it even if the flush is interrupted before
+    // reaching it.
     this.#epoch++;
     while (this.#recentCount > 0) {
       this.#recentCount = this.#registerLast(this.#recent, this.#recentHelds, this.#recentCount);

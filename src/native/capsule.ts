@@ -7,33 +7,16 @@
 import { DLPackError } from "../facts/errors.ts";
 import { core } from "../../ffi/mod.ts";
 import { LazyBackstop } from "./backstop.ts";
-import { deferredCount, deferredNumbers, registerDisposer } from "./journal.ts";
+import { journalCount, journalEntries, registerDisposer, releaseStruct } from "./journal.ts";
+import { structEntry } from "../facts/abi.ts";
 import { dropFreedPin } from "./pins.ts";
-import { Float64ArrayCtor, floor, objectSlots, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
+import { Float64ArrayCtor, objectSlots, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
 
-// Held value: address * 2 + versioned, so nothing is allocated per capsule.
+// Held value: the struct's journal entry, so nothing is allocated per capsule.
 const backstop = new LazyBackstop<number>(
-  (held) => disposeExport(floor(held / 2), held % 2 === 1),
+  (entry) => dropFreedPin(releaseStruct(entry)),
   (holder) => owned(holder),
 );
-
-/** Disposes an export of this library its JS side still holds (a capsule nobody took), journaled
- * like a view's release: the struct is released as its deleter would, and a pin it held last is
- * dropped right here instead of at the next sweep. */
-function disposeExport(address: number, versioned: boolean): void {
-  const n = deferredCount[0];
-  const code = -(address * 2 + (versioned ? 1 : 0));
-  deferredNumbers[n] = code;
-  deferredCount[0] = n + 1;
-  disposeJournaled(code);
-}
-
-/** {@link disposeExport} for a caller that journaled the release itself, as the top entry
- * holding `code` (a capsule, before it marks itself disposed). The pin the native side freed (its
- * id returned, never queued) is dropped with no further call. */
-function disposeJournaled(code: number): void {
-  dropFreedPin(core().dlpk_export_dispose(code));
-}
 
 // The bigint of a struct address, remembered by address: export records are reused (a thread's
 // quarantine ring), so a consumer's `take()` mostly meets an address it converted before, and a
@@ -63,6 +46,7 @@ const DISPOSED = 2;
 let branded: (x: object) => boolean;
 let owned: (x: object) => boolean;
 let take: (capsule: Capsule) => number;
+let takeJournaled: (capsule: Capsule) => number;
 let dispose: (capsule: Capsule) => void;
 let addressOf: (capsule: Capsule) => number;
 let versionedOf: (capsule: Capsule) => boolean;
@@ -73,9 +57,25 @@ export function isCapsule(x: unknown): x is Capsule {
   return typeof x === "object" && x !== null && branded(x);
 }
 
-/** @internal Takes a capsule (what `takeAddress()` does, through nothing a caller can replace). */
+/** Takes a capsule for an import of this library (through nothing a caller can replace): its
+ * struct is journaled as it is taken, for the native import to end the entry as it takes the
+ * struct over. Returns the struct's address. */
+export function takeForImport(capsule: Capsule): number {
+  return takeJournaled(capsule);
+}
+
+/** Takes a capsule (what `takeAddress()` does, through nothing a caller can replace): the caller
+ * holds the struct from here on. */
 export function takeCapsule(capsule: Capsule): number {
   return take(capsule);
+}
+
+/** The capsule of the struct an export just made (`address`; the export journaled it): the capsule
+ * holds it from here on. */
+export function capsuleOf(address: number, versioned: boolean): Capsule {
+  const capsule = new Capsule(address, versioned);
+  journalCount[0]--;
+  return capsule;
 }
 
 /** @internal Disposes a capsule (idempotent), through nothing a caller can replace. */
@@ -114,6 +114,7 @@ export class Capsule {
     // register it and release the same address again when it is collected.
     owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#epoch !== undefined;
     take = (c) => c.#take();
+    takeJournaled = (c) => c.#takeJournaled();
     dispose = (c) => c.#dispose();
     addressOf = (c) => c.#address;
     versionedOf = (c) => c.#versioned;
@@ -129,7 +130,7 @@ export class Capsule {
   constructor(address: number, versioned: boolean) {
     this.#address = address;
     this.#versioned = versioned;
-    this.#epoch = backstop.add(this, address * 2 + (versioned ? 1 : 0));
+    this.#epoch = backstop.add(this, structEntry(address, versioned));
   }
 
   /** The managed struct's address (`DLManagedTensorVersioned*` or `DLManagedTensor*`). */
@@ -184,6 +185,19 @@ export class Capsule {
     return this.#address;
   }
 
+  /** {@link Capsule.#take} for an import: the struct journaled, with no call in between, before
+   * the state changes (an import that cannot even start leaves it to be released). */
+  #takeJournaled(): number {
+    const entry = structEntry(this.#address, this.#versioned);
+    if (this.#state !== OWNED) return this.#take();
+    backstop.remove(this, this.#epoch);
+    const n = journalCount[0];
+    journalEntries[n] = entry;
+    journalCount[0] = n + 1;
+    this.#state = TAKEN;
+    return this.#address;
+  }
+
   /** Releases the struct if nobody took it (runs its deleter). Idempotent. */
   dispose(): void {
     this.#dispose();
@@ -194,12 +208,13 @@ export class Capsule {
     backstop.remove(this, this.#epoch);
     // Journaled before the state changes, with no call in between: if the release below cannot even
     // start (an exhausted stack), the struct is released at the next call into the library.
-    const n = deferredCount[0];
-    const code = -(this.#address * 2 + (this.#versioned ? 1 : 0));
-    deferredNumbers[n] = code;
-    deferredCount[0] = n + 1;
+    const entry = structEntry(this.#address, this.#versioned);
+    const n = journalCount[0];
+    journalEntries[n] = entry;
+    journalCount[0] = n + 1;
     this.#state = DISPOSED;
-    disposeJournaled(code);
+    // The pin the native side freed (its id returned, never queued) is dropped with no further call.
+    dropFreedPin(core().dlpk_export_dispose(entry));
   }
 
   /** Same as {@link Capsule.dispose}, for `using`. */

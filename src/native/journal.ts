@@ -1,8 +1,19 @@
 /**
- * The journal of releases the JS side owes (this thread's, kept natively: zig/src/journal.zig),
- * and the library objects whose disposal waits: a release that must happen right after an
- * exception may itself fail the same way, so what is owed is written where it cannot be lost and
- * released at the next call into the library or microtask checkpoint.
+ * The journal of releases the JS side owes: this thread's, kept natively (zig/src/journal.zig) so
+ * that every copy of this module in the thread shares it, and viewed here. Each entry is an owner
+ * record or a managed struct (`structEntry`, generated from zig/src/abi.zig). Two ways in:
+ *
+ * - Every native call that hands JS an owned record or struct (imports, allocations, retains,
+ *   pins, exports) journals it before it returns. The JS holder (a view, a capsule, an owner
+ *   share) ends that entry with one store once it holds what the entry stands for; an exception
+ *   in between leaves the entry, to be released at the next replay. Between such a call and that
+ *   store no caller code runs (options are read before the call) and nothing replays the journal
+ *   (the public functions replay only as they start, before anything of theirs is pending).
+ * - A release JS makes is journaled before its native call (no call in between), so a release
+ *   that cannot even start (an exhausted stack) is replayed instead of lost.
+ *
+ * Views and capsules whose disposal must wait (an exception after a view existed) are parked in a
+ * list of their own, disposed at the same replays.
  * @module
  */
 import { core, runtime, whenLoaded } from "../../ffi/mod.ts";
@@ -16,33 +27,36 @@ import {
   startTimeout,
 } from "../facts/intrinsics.ts";
 
-// ---------------------------------------------------------------------------------------------
-// Deferred releases. A release that must happen right after an exception (the stack ran out
-// between taking native ownership and handing it to a view) may itself fail the same way, so the
-// catch blocks only write what is owed into these buffers (no call, nothing that can throw) and
-// try to release; whatever is left is released at the next import, export, allocation, stats()
-// or microtask checkpoint.
-
 /** Capacity of the deferred object list. */
 export const DEFERRED_CAPACITY = 4096;
 /** A one-element count. */
 export type Count = Elements<Int32Array, 0>;
 
-/** [0]: entries in {@link deferredNumbers}, the native journal's count. Until the library is
+/** [0]: entries in {@link journalEntries}, the native journal's count. Until the library is
  * loaded (nothing is owed before it is), a placeholder. */
-export let deferredCount: Count = new Int32Array(1) as Count;
-/** Owner records (> 0) and managed structs (`-(address * 2 + versioned)`) still to release: this
- * thread's journal, which the native side keeps (`dlpk_journal()`), so that every copy of this
- * module in the thread shares it and a release finds its entry without being told where it is.
- * A journaled release ends its entry natively before it calls anything (see releaseOwner). */
-export let deferredNumbers: Float64Array = new Float64Array(0);
+export let journalCount: Count = new Int32Array(1) as Count;
+/** The entries still to release, the last one on top. A release ends its entry natively before
+ * it calls anything (see {@link releaseOwner}). */
+export let journalEntries: Float64Array = new Float64Array(0);
 
 // Views of the journal from the moment the library is loaded, before any native value exists.
 whenLoaded((lib) => {
   const journal = runtime().arrayBuffer(lib.dlpk_journal(), JOURNAL_ENTRIES_BYTE + JOURNAL_CAPACITY * 8);
-  deferredCount = new Int32ArrayCtor(journal, 0, 1) as Count;
-  deferredNumbers = new Float64ArrayCtor(journal, JOURNAL_ENTRIES_BYTE, JOURNAL_CAPACITY);
+  journalCount = new Int32ArrayCtor(journal, 0, 1) as Count;
+  journalEntries = new Float64ArrayCtor(journal, JOURNAL_ENTRIES_BYTE, JOURNAL_CAPACITY);
 });
+
+/** The holder of what a native call just journaled took it: ends the top entry (the view layer
+ * and capsules write this store themselves, on their hot paths). */
+export function held(): void {
+  journalCount[0]--;
+}
+
+/** Releases what the top entry stands for (an owner record or struct a native call journaled and
+ * no holder took: an engine's temporary, or what a refusal gives back), ending that entry first. */
+export function releaseTop(entry: number): void {
+  core().dlpk_journal_release(entry);
+}
 
 /** [0]: entries in {@link deferredObjects}. */
 export const deferredObjectCount: Count = new Int32Array(1) as Count;
@@ -66,7 +80,7 @@ let releaseScheduled = false;
 
 /** Releases everything deferred (small enough to inline where nothing is). */
 export function releaseDeferred(): void {
-  if ((deferredCount[0] | deferredObjectCount[0]) !== 0) releaseAllDeferred();
+  if ((journalCount[0] | deferredObjectCount[0]) !== 0) releaseAllDeferred();
 }
 
 /** Each entry ends as its release starts (natively, for the journal of numbers). Nothing is
@@ -80,10 +94,10 @@ function releaseAllDeferred(): void {
     releaseAfterDeleter();
     return;
   }
-  for (let n = deferredCount[0]; n > 0; n = deferredCount[0]) {
+  for (let n = journalCount[0]; n > 0; n = journalCount[0]) {
     // Entries past the capacity were never stored (a leak, after 4096 failures in a row).
     if (n > JOURNAL_CAPACITY) {
-      deferredCount[0] = JOURNAL_CAPACITY;
+      journalCount[0] = JOURNAL_CAPACITY;
       continue;
     }
     // The native side ends the top entry as it starts; a deleter it calls may journal more.
@@ -121,9 +135,9 @@ function releaseAfterDeleter(): void {
   runtime().unrefTimer(timer);
 }
 
-/** Called by the catch blocks after they parked something (with no call before that, as the
- * stack may be exhausted there): releases it now if the stack allows, else at the next microtask
- * checkpoint or call into the library. Never throws once entered. */
+/** Releases what is owed now if the stack allows, else at the next microtask checkpoint or call
+ * into the library (for a catch block that parked something, or an import that took its tensor
+ * and throws). Never throws once entered. */
 export function retryQuietly(): void {
   try {
     if (!releaseScheduled) {
@@ -145,8 +159,17 @@ export function retryQuietly(): void {
  * callback and throws: the runtime rethrows that from this call).
  */
 export function releaseOwner(owner: number): void {
-  const n = deferredCount[0];
-  deferredNumbers[n] = owner;
-  deferredCount[0] = n + 1;
+  const n = journalCount[0];
+  journalEntries[n] = owner;
+  journalCount[0] = n + 1;
   core().dlpk_journal_release(owner);
+}
+
+/** Releases a capsule's struct (`entry`: its journal entry) as {@link releaseOwner} releases an
+ * owner record, through `dlpk_export_dispose`; returns the id of a pin it freed at once (0: none). */
+export function releaseStruct(entry: number): number {
+  const n = journalCount[0];
+  journalEntries[n] = entry;
+  journalCount[0] = n + 1;
+  return core().dlpk_export_dispose(entry);
 }

@@ -6,7 +6,7 @@
  * @module
  */
 import { core, loadedCore, runtime } from "../../ffi/mod.ts";
-import { markStray, newPinId, realmAddress, realmMade, recordPin } from "./pins.ts";
+import { markStray, newPinId, pinsRecorded, realmAddress, realmMade, recordPin } from "./pins.ts";
 import { scratch } from "./scratch.ts";
 import { objectSlots, slots, startInterval, stopInterval } from "../facts/intrinsics.ts";
 
@@ -117,8 +117,10 @@ function keepOffered(event: { readonly data: unknown }): void {
     const lib = core();
     const id = newPinId();
     const status = lib.dlpk_pin_keep(data.token, realmAddress(), id, applyFn(sabByteLength, buffer, []) as number);
-    if (status === 0) recordPin(id, buffer);
-    // 1: the consumer released it before the offer arrived: the keeper's id is already queued.
+    if (status === 0) {
+      recordPin(id, buffer);
+      pinsRecorded();
+    } // 1: the consumer released it before the offer arrived: the keeper's id is already queued.
     else markStray();
   } catch {
     // The library cannot be loaded in this realm (nothing here could release the keeper either),

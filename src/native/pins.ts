@@ -6,7 +6,6 @@
 import { core, runtime } from "../../ffi/mod.ts";
 import { DLPackError } from "../facts/errors.ts";
 import { scratch, U32 } from "./scratch.ts";
-import { deferredCount, deferredNumbers, retryQuietly } from "./journal.ts";
 import { objectSlots, startInterval, stopInterval } from "../facts/intrinsics.ts";
 
 // ids of released pins, and JS sweeps the queue.
@@ -48,20 +47,15 @@ export function realmAddress(): number {
 }
 
 /** Keeps `value` reachable until the returned native owner's last reference goes. `onRelease`
- * runs on the JS thread when that is noticed (for objects that need an explicit release). */
+ * runs on the JS thread when that is noticed (for objects that need an explicit release). The
+ * owner record is journaled (src/native/journal.ts) for its holder; if this throws, nothing was
+ * recorded for `value`, and whatever was made is journaled, to be released. */
 export function pin(value: unknown, bytes: number, onRelease?: () => void): number {
   const id = newPinId();
   const status = core().dlpk_pin_new(realmAddress(), id, bytes, scratch.at);
   if (status !== 0) throw new DLPackError("library", `could not pin memory (status ${status})`);
-  // Read without a call: from here on the pin owner is ours to release on any exception.
   const owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];
-  try {
-    recordPin(id, value, onRelease);
-  } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owner;
-    retryQuietly();
-    throw error;
-  }
+  recordPin(id, value, onRelease);
   return owner;
 }
 
@@ -96,8 +90,9 @@ export function markStray(): void {
   strayQueued = true;
 }
 
-/** Keeps `value` reachable under `id`, whose native pin owner now exists (its address is the
- * scratch's owner field: every caller records the pin right after the native call made it). */
+/** Keeps `value` reachable under `id`, whose native pin owner now exists. Runs nothing else (no
+ * sweep, whose release callbacks are caller code): call {@link pinsRecorded} once what the native
+ * call journaled is held. */
 export function recordPin(id: number, value: unknown, onRelease?: () => void): void {
   if (onRelease === undefined) pinned[id] = value;
   else {
@@ -105,7 +100,11 @@ export function recordPin(id: number, value: unknown, onRelease?: () => void): v
     withRelease[id] = 1;
   }
   pinCount++;
-  // Nothing below may throw: the pin is recorded, and a caller's catch must not undo it.
+}
+
+/** After pins were recorded and what they pin is held: sweeps now and then, and keeps the sweep
+ * timer running while pins exist. Never throws. */
+export function pinsRecorded(): void {
   try {
     // Sweep every so often on the export path too, so a busy loop releases memory promptly
     // without paying a native call per export.
@@ -115,8 +114,7 @@ export function recordPin(id: number, value: unknown, onRelease?: () => void): v
     }
     scheduleSweep();
   } catch {
-    // Swept by the next call, the timer, or stats(); an offer not made leaves the export as
-    // long-lived as this Worker, as for memory that is not shared.
+    // Swept by the next call, the timer, or stats().
   }
 }
 

@@ -5,7 +5,7 @@
 import { core } from "../../ffi/mod.ts";
 import { DLPackError } from "../facts/errors.ts";
 import { LazyBackstop } from "./backstop.ts";
-import { deferredCount, deferredNumbers, releaseOwner, retryQuietly } from "./journal.ts";
+import { held, releaseOwner } from "./journal.ts";
 
 /** Releases native owner shares whose holders were collected without `dispose()`. */
 const shares = new LazyBackstop<number>(
@@ -57,16 +57,12 @@ export class Owner {
     if (this.#holder !== undefined ? this.#holder.disposed : this.#address === 0) {
       throw new DLPackError("disposed", "cannot retain a released owner share");
     }
-    core().dlpk_owner_retain(this.#address);
-    // The new share owns a reference from here on: if making its handle fails, give it back.
+    // The new reference is journaled until the new share holds it (if making it fails, released).
     const address = this.#address;
-    try {
-      return new Owner(address, undefined);
-    } catch (error) {
-      deferredNumbers[deferredCount[0]++] = address;
-      retryQuietly();
-      throw error;
-    }
+    core().dlpk_owner_retain(address);
+    const share = new Owner(address, undefined);
+    held();
+    return share;
   }
 
   /** Releases this share (for a view's own share: disposes the view). Idempotent. */

@@ -23,15 +23,9 @@ import {
   type RequiredView,
   stateOf as viewState,
 } from "../view/view.ts";
-import {
-  deferredCount,
-  deferredNumbers,
-  deferredObjectCount,
-  deferredObjects,
-  retryQuietly,
-} from "../native/journal.ts";
+import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/journal.ts";
 import { takeCapsule } from "../native/capsule.ts";
-import { isArray, isInteger, isSafeInt } from "../facts/intrinsics.ts";
+import { callWith, isArray, isInteger, isSafeInt, Uint8ArrayCtor } from "../facts/intrinsics.ts";
 import {
   bridge,
   type BridgeState,
@@ -248,9 +242,8 @@ function importPython(
     nameAt(),
     NAME_BYTES,
   );
-  // Status 0: the import owns the tensor now. The owner is read without a call, and everything up
-  // to the view holding it runs inside the try, so no exception (an exhausted stack included)
-  // between the native call and the view can lose it.
+  // Status 0: the import owns the tensor now, its owner record journaled until the view holds it
+  // (an exception before that leaves it to be released). No caller code runs until then.
   const owner = status === 0 ? scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo] : 0;
   let view: BufferView | undefined;
   try {
@@ -293,10 +286,9 @@ function importPython(
     return view;
   } catch (error) {
     if (owner !== 0) {
-      // Parked before any call (the stack may be exhausted here): the view's own dispose, or the
-      // deferred release, gives the tensor back exactly once.
-      if (view === undefined) deferredNumbers[deferredCount[0]++] = owner;
-      else deferredObjects[deferredObjectCount[0]++] = view;
+      // A view made already is parked before any call (the stack may be exhausted here): its own
+      // dispose, or the journal's replay, gives the tensor back exactly once.
+      if (view !== undefined) deferredObjects[deferredObjectCount[0]++] = view;
       retryQuietly();
     }
     throw error;
@@ -313,8 +305,12 @@ const NAME_BYTES = 256;
 const nameBuffer = new Uint8Array(NAME_BYTES);
 let nameAddress = 0;
 const decoder = new TextDecoder();
+// Captured at load: the name is read while the import's owner waits for its view, when no caller
+// code (a replaced prototype method among it) may run.
+const decode = TextDecoder.prototype.decode as (bytes: Uint8Array) => string;
 let lastName = "";
 let lastNameBytes = new Uint8Array(0);
+let lastNameLength = 0;
 
 function nameAt(): number {
   return nameAddress ||= runtime().addressOf(nameBuffer);
@@ -324,13 +320,17 @@ function nameAt(): number {
  * compared byte by byte, terminator included, without allocating or searching the buffer). */
 function producerName(): string {
   const last = lastNameBytes;
-  const n = last.length;
+  const n = lastNameLength;
   let i = 0;
   while (i < n && nameBuffer[i] === last[i]) i++;
   if (i === n && (n === NAME_BYTES || nameBuffer[n] === 0)) return lastName;
-  const found = nameBuffer.indexOf(0);
-  lastNameBytes = nameBuffer.slice(0, found < 0 ? NAME_BYTES : found);
-  return lastName = decoder.decode(lastNameBytes);
+  let found = 0;
+  while (found < NAME_BYTES && nameBuffer[found] !== 0) found++;
+  const bytes = new Uint8ArrayCtor(found);
+  for (let k = 0; k < found; k++) bytes[k] = nameBuffer[k]!;
+  lastNameBytes = bytes;
+  lastNameLength = found;
+  return lastName = callWith(decode, decoder, bytes) as string;
 }
 
 /** Objects with only `__array_interface__`: read its fields, keep the object alive. */

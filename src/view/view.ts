@@ -28,9 +28,9 @@ import {
 } from "../facts/intrinsics.ts";
 import { listText } from "../facts/layout.ts";
 import { LazyBackstop } from "../native/backstop.ts";
-import { deferredCount, deferredNumbers, registerDisposer, releaseOwner, retryQuietly } from "../native/journal.ts";
+import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
 import { Owner, type Releasable } from "../native/shares.ts";
-import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
+import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
 import {
   type Access,
@@ -101,17 +101,14 @@ interface Friend {
 
 /**
  * The view of memory an engine made (an allocation, a copy): it takes over the one share of the
- * native owner record `owned` holds; if making the view fails, that share is released.
- * `keepAlive` is a JS value kept reachable while the view lives.
+ * native owner record `owned` holds, which the native call journaled as the top entry and the view
+ * ends (if making the view fails, the entry stays, to be released). `keepAlive` is a JS value kept
+ * reachable while the view lives.
  */
 export function newView(owned: Owned, keepAlive?: unknown): BufferView {
-  try {
-    return construct(owned.owner, owned.address, owned.facts, owned.access, keepAlive);
-  } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owned.owner; // before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
-  }
+  const view = construct(owned.owner, owned.address, owned.facts, owned.access, keepAlive);
+  journalCount[0]--;
+  return view;
 }
 
 /** A view's state for one engine call (throws "disposed" for a disposed view, and for one whose
@@ -145,10 +142,11 @@ export function viewArg(value: unknown, what: string): BufferView {
 
 /**
  * The view of a tensor `dlpk_import_keyed` (or another keyed import) just described into the
- * scratch, holding `owner`: the facts (and the access, which the flags and the generation of the
- * struct decide) built for the scratch's generation are reused after one word compare. Throws
- * only before the view holds the owner (the caller then still owns it): the view enters the GC
- * backstop as its very last step, and that step cannot throw once it has stored the view.
+ * scratch, holding `owner` (journaled by the import as the top entry, which the view ends): the
+ * facts (and the access, which the flags and the generation of the struct decide) built for the
+ * scratch's generation are reused after one word compare. Throws only before the view holds the
+ * owner, whose entry then stays: the view enters the GC backstop as the last step that can fail,
+ * and that step cannot throw once it has stored the view.
  */
 export let buildKeyed: (
   s: Scratch,
@@ -168,9 +166,19 @@ export function buildKeyedKeeping(
   keepAlive: unknown,
 ): BufferView {
   const address = s.f64[KEY_ADDRESS];
-  if (address < 0) throw s.beyondExact();
+  if (address < 0) throw beyondExact(s, owner);
   if (s.f64[KEY_GENERATION] !== keyed.generation || producer !== keyed.producer) keyed.refresh(s, producer, options);
-  return construct(owner, address, keyed.facts, keyed.access, keepAlive);
+  const view = construct(owner, address, keyed.facts, keyed.access, keepAlive);
+  journalCount[0]--;
+  return view;
+}
+
+/** The refusal of an empty tensor whose element 0 lies at or beyond 2^53 (no JS number holds it
+ * exactly), which an import took: its owner, the top entry, is released first. */
+function beyondExact(s: Scratch, owner: number): DLPackError {
+  const error = s.beyondExact();
+  releaseTop(owner);
+  return error;
 }
 
 /**
@@ -186,8 +194,11 @@ export function buildFromScratch(
 ): BufferView {
   // Element 0's address; an empty tensor may put it anywhere, beyond 2^53 too (no JS number holds
   // that exactly), so that is refused here.
+  if (s.u32[U32.addressHi] >= 0x200000) throw beyondExact(s, owner);
   const address = s.address();
-  return construct(owner, address, describedFacts(s, producer, ownerName), access, undefined);
+  const view = construct(owner, address, describedFacts(s, producer, ownerName), access, undefined);
+  journalCount[0]--;
+  return view;
 }
 
 /** Whether `x` really is a view this library made. `instanceof` is not enough: an object made with
@@ -226,11 +237,13 @@ export class BufferView {
     buildKeyed = (s, owner, options, producer) => {
       const f64 = s.f64;
       const address = f64[KEY_ADDRESS];
-      if (address < 0) throw s.beyondExact();
+      if (address < 0) throw beyondExact(s, owner);
       const cache = keyed;
       if (f64[KEY_GENERATION] !== cache.generation || producer !== cache.producer) cache.refresh(s, producer, options);
       const view = new BufferView(owner, address, cache.facts, cache.access);
       view.#epoch = views.add(view, owner);
+      // The view holds the owner record the import journaled: one store ends its entry.
+      journalCount[0]--;
       return view;
     };
     pinInstanceof(this);
@@ -274,23 +287,17 @@ export class BufferView {
     return { owner: this.#owner, address: this.#address, facts: this.#facts, access: this.#access, key: this };
   }
 
-  /** {@link derive}: the new view holds its own reference on the same owner record. */
+  /** {@link derive}: the new view holds its own reference on the same owner record (journaled by
+   * the retain until the view holds it: if building the view fails, it is released). */
   #derive(d: DerivedLayout): BufferView {
     this.#live();
     const owner = this.#owner;
+    // A broadcast repeats elements, so it is never writable, whatever the base's access.
+    const access = d.readonly ? "readonly" : this.#access;
+    const keepAlive = this.#extras?.keepAlive;
     core().dlpk_owner_retain(owner);
-    let derived: BufferView;
-    // The new reference is the new view's: if building it fails, give it back.
-    try {
-      // A broadcast repeats elements, so it is never writable, whatever the base's access.
-      const access = d.readonly ? "readonly" : this.#access;
-      const keepAlive = this.#extras?.keepAlive;
-      derived = construct(owner, this.#address + d.byteOffset, derivedFacts(this.#facts, d), access, keepAlive);
-    } catch (error) {
-      deferredNumbers[deferredCount[0]++] = owner;
-      retryQuietly();
-      throw error;
-    }
+    const derived = construct(owner, this.#address + d.byteOffset, derivedFacts(this.#facts, d), access, keepAlive);
+    journalCount[0]--;
     // CUDA data: later fences and copies of the derived view wait for the same producer work.
     inheritStream(this, derived);
     return derived;

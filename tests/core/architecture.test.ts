@@ -129,3 +129,13 @@ test("architecture: only src/view/view.ts constructs views", () => {
   const constructing = files.filter((f) => /new\s+BufferView\s*\(/.test(readFileSync(`${repoRoot}/${f}`, "utf8")));
   assert.deepEqual(constructing, ["src/view/view.ts"]);
 });
+
+test("architecture: at most 3 files write the journal by hand, and none spells its entry encoding", () => {
+  // The native calls journal what they hand JS; JS writes the journal only where a view, a capsule
+  // or the journal module itself ends or makes an entry (their hot paths), and a struct's entry
+  // comes from the generated `structEntry`.
+  const writers = files.filter((f) => /\bjournal(Count|Entries)\b/.test(readFileSync(`${repoRoot}/${f}`, "utf8")));
+  assert.deepEqual(writers.sort(), ["src/native/capsule.ts", "src/native/journal.ts", "src/view/view.ts"]);
+  const encodings = files.filter((f) => /\* 2 \+ \(?versioned/.test(readFileSync(`${repoRoot}/${f}`, "utf8")));
+  assert.deepEqual(encodings, ["src/facts/abi.ts"]);
+});

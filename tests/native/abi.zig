@@ -142,7 +142,21 @@ const raw = struct {
     extern fn dlpk_realm_new() f64;
     extern fn dlpk_pin_new(realm: f64, id: f64, bytes: f64, out_address: f64) i32;
     extern fn dlpk_pins_drain(realm: f64, out_address: f64, capacity: u32) u32;
+    extern fn dlpk_journal() f64;
 };
+
+/// This thread's journal of releases (zig/src/journal.zig): its count comes first.
+const Journal = extern struct { count: i32 };
+
+fn journal() *Journal {
+    return @ptrFromInt(@as(usize, @intFromFloat(raw.dlpk_journal())));
+}
+
+/// Ends what the call since `count` journaled for its holder (the harness, here), as a JS view
+/// that holds it does: the library journals every owner record and struct it hands out.
+fn held(count: i32) void {
+    journal().count = count;
+}
 
 /// An address as the ABI carries it. Values at or above 2^53 round: the library refuses those as
 /// impossible addresses (no user space reaches there), which is what the fuzzer expects of them.
@@ -154,21 +168,29 @@ pub fn dlpk_description_size() u32 {
     return raw.dlpk_description_size();
 }
 pub fn dlpk_import(managed: usize, options: u32, out_address: usize) i32 {
+    const count = journal().count;
+    defer held(count);
     return raw.dlpk_import(f(managed), options, f(out_address));
 }
 pub fn dlpk_export(options: u32, spec_address: usize) i32 {
+    const count = journal().count;
+    defer held(count);
     return raw.dlpk_export(options, f(spec_address));
 }
 pub fn dlpk_managed_delete(managed: usize, versioned: u32) void {
     raw.dlpk_managed_delete(f(managed), versioned);
 }
 pub fn dlpk_owner_retain(address: usize) void {
+    const count = journal().count;
+    defer held(count);
     raw.dlpk_owner_retain(f(address));
 }
 pub fn dlpk_owner_release(address: usize) void {
     raw.dlpk_owner_release(f(address));
 }
 pub fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: usize) i32 {
+    const count = journal().count;
+    defer held(count);
     return raw.dlpk_alloc(bytes, alignment, zero, f(out_address));
 }
 pub fn dlpk_stats(out: *[stats_count]f64) u32 {
@@ -178,6 +200,8 @@ pub fn dlpk_realm_new() usize {
     return @intFromFloat(raw.dlpk_realm_new());
 }
 pub fn dlpk_pin_new_in(realm: usize, id: f64, bytes: f64, out_address: usize) i32 {
+    const count = journal().count;
+    defer held(count);
     return raw.dlpk_pin_new(f(realm), id, bytes, f(out_address));
 }
 pub fn dlpk_pins_drain_in(realm: usize, out: [*]f64, capacity: u32) u32 {

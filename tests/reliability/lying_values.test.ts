@@ -737,8 +737,9 @@ out.producerDeleted = deleted() - deletedBefore;
 });
 
 test("a release callback that imports while the backstop flushes: that view is released once", () => {
-  // flush() first runs releases deferred earlier; one of them may run caller code that imports
-  // (and disposes) a view. The backstop must register that view as it does any other.
+  // The flush at a microtask checkpoint first runs releases deferred earlier; one of them may run
+  // caller code that imports (and disposes) a view. The backstop must register that view as it
+  // does any other.
   const out = child(`
 import { LazyBackstop } from "${repoRoot}/src/native/backstop.ts";
 import { deferredObjectCount, deferredObjects, registerDisposer } from "${repoRoot}/src/native/journal.ts";
@@ -757,9 +758,9 @@ registerDisposer((x) => {
   innerEpoch = backstop.add(inner, 2);
   return true;
 });
-backstop.add(new Handle(1), 1); // dropped undisposed: the collector releases it
+backstop.add(new Handle(1), 1); // dropped undisposed: the collector releases it; schedules the flush
 deferredObjects[deferredObjectCount[0]++] = marker;
-backstop.flush();
+await Promise.resolve(); // the checkpoint: the deferred releases (the marker's adds a handle), then the flush
 backstop.remove(inner, innerEpoch); // its owner disposed it
 inner.live = false;
 inner = null;

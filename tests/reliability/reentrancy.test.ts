@@ -285,11 +285,13 @@ onDelete = (address) => {
 };
 const view = importDLPack(withJsDeleter().source);
 const record = Number(view.keepAlive.address);
+// A retain journals the reference it makes until a holder takes it: none does here, so it is owed.
+const owedBefore = journal.journalCount[0];
 core().dlpk_owner_retain(record);
+assert.equal(journal.journalCount[0], owedBefore + 1, "the new reference is journaled");
+assert.equal(journal.journalEntries[owedBefore], record);
 view.dispose();
 assert.equal(calls, 0, "the retained share keeps the tensor");
-journal.deferredNumbers[journal.deferredCount[0]] = record;
-journal.deferredCount[0]++;
 const good = make({ shape: [2] });
 const deletedAtImport = deleted();
 let imported;
@@ -303,7 +305,7 @@ try {
   imported = importDLPack(good.source);
 }
 assert.equal(calls, 1, "the owed release ran, once");
-assert.equal(journal.deferredCount[0], 0, "nothing is owed any more");
+assert.equal(journal.journalCount[0], 0, "nothing is owed any more");
 imported.dispose();
 assert.equal(deleted() - deletedAtImport, 1);
 `);
@@ -315,8 +317,8 @@ const first = await import("${repoRoot}/src/native/journal.ts");
 const second = await import("${repoRoot}/src/native/journal.ts?second-instance");
 assert.notEqual(first.releaseOwner, second.releaseOwner, "two instances");
 importDLPack(make({ shape: [2] }).source).dispose();
-assert.equal(second.deferredNumbers.length, first.deferredNumbers.length);
-assert.equal(second.deferredCount[0], 0);
+assert.equal(second.journalEntries.length, first.journalEntries.length);
+assert.equal(second.journalCount[0], 0);
 `);
 });
 

@@ -1,7 +1,8 @@
 //! libdlpack's own C ABI, every fact of it the TypeScript side relies on written once: the ABI
-//! version, option bits, statuses, the `Description` record with its detail codes, and how
-//! addresses cross as f64. src/abi.ts is generated from these declarations and dlpack.zig's
-//! (`zig build abi`; `zig build abi-check` fails while it is stale). Nothing here acts.
+//! version, option bits, statuses, the `Description` record with its detail codes, what a journal
+//! entry stands for, and how addresses cross as f64. src/facts/abi.ts is generated from these
+//! declarations and dlpack.zig's (`zig build abi`; `zig build abi-check` fails while it is stale).
+//! Nothing here acts.
 
 const std = @import("std");
 const assert = std.debug.assert;
@@ -9,7 +10,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 19;
+pub const version: u32 = 20;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -254,6 +255,51 @@ comptime {
     assert(@offsetOf(KeyedDescription, "address") == @sizeOf(Description) + 16);
     assert(@offsetOf(Description, "layout") + 4 == @offsetOf(Description, "address_lo"));
     assert(@offsetOf(Description, "max_offset") + 8 == @offsetOf(Description, "shape"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Journal entries (journal.zig): one f64 per release JS owes. An owner record is its address
+// (> 0); a managed struct is minus (its address times `struct_entry.scale`, plus 1 when it is
+// versioned), so the sign says which release an entry stands for and nothing else is stored.
+
+pub const struct_entry = struct {
+    /// A struct's entry is `-(address * scale + versioned)`.
+    pub const scale: u32 = 2;
+};
+
+/// The journal entry of an owner record.
+pub fn ownerEntry(address: usize) f64 {
+    assert(address != 0);
+    return @floatFromInt(address);
+}
+
+/// The journal entry of a managed struct (exact below 2^52, as every user-space address is).
+pub fn structEntry(address: usize, versioned: bool) f64 {
+    const encoded = address * struct_entry.scale + @intFromBool(versioned);
+    return -@as(f64, @floatFromInt(encoded));
+}
+
+/// What a struct's journal entry stands for.
+pub const EntryStruct = struct { address: usize, versioned: bool };
+
+/// The managed struct an entry stands for (address 0 for -0 or -1, which no caller treats as a
+/// struct); null for an owner record or a fraction.
+pub fn structOfEntry(entry: f64) ?EntryStruct {
+    const encoded = addressFromF64(-entry) orelse return null;
+    const scale = struct_entry.scale;
+    return .{ .address = encoded / scale, .versioned = encoded % scale == 1 };
+}
+
+test "journal entries: owner records and structs of both generations" {
+    const testing = std.testing;
+    try testing.expectEqual(@as(f64, 4096), ownerEntry(4096));
+    try testing.expectEqual(@as(f64, -8193), structEntry(4096, true));
+    try testing.expectEqual(@as(f64, -8192), structEntry(4096, false));
+    const back = structOfEntry(structEntry(0x7f00_1234_5678, true)).?;
+    try testing.expectEqual(@as(usize, 0x7f00_1234_5678), back.address);
+    try testing.expect(back.versioned);
+    try testing.expectEqual(@as(?EntryStruct, null), structOfEntry(4096));
+    try testing.expectEqual(@as(?EntryStruct, null), structOfEntry(-0.5));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -90,6 +90,9 @@ const entries = .{
         "(`dlpk_journal()`)." },
     .{ "JOURNAL_ENTRIES_BYTE", @offsetOf(journal.Journal, "entries"), "Byte offset of the " ++
         "journal's f64 entries; its i32 count is at 0." },
+    .{ "structEntry", writeStructEntry, "The journal entry of a managed struct (an owner " ++
+        "record's is its address): what `dlpk_journal_release` and `dlpk_export_dispose` take, " ++
+        "and what the exports journal." },
     .{ "DLPACK_VERSION", writeVersion, "The DLPack version this library speaks and writes into " ++
         "its versioned exports." },
     .{ "ImportOption", abi.import_option, "Option bits of `dlpk_import`, `dlpk_describe`, " ++
@@ -202,6 +205,14 @@ fn property(w: *Writer, comptime snake: []const u8, integer: anytype, big: bool)
     try w.writeAll("  " ++ comptime camel(snake) ++ ": ");
     try number(w, integer, big);
     try w.writeAll(",\n");
+}
+
+fn writeStructEntry(w: *Writer) !void {
+    const signature = "(address: number, versioned: boolean): number";
+    const body = " => -(address * {d} + (versioned ? 1 : 0))";
+    try w.print(signature ++ body, .{abi.struct_entry.scale});
+    // The function written is the one abi.zig computes.
+    assert(abi.structEntry(8, true) == -@as(f64, 8 * abi.struct_entry.scale + 1));
 }
 
 fn writeVersion(w: *Writer) !void {

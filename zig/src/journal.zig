@@ -1,10 +1,14 @@
-//! The journal of releases the JS side owes, one per thread. JS writes an entry (an owner record
-//! `> 0`, or a managed struct `-(address * 2 + versioned)`) and raises the count before it calls
-//! a release, with no call in between: if the call cannot even start (an exhausted stack), the
-//! entry stays and is replayed later. The release ends its entry here before anything else,
-//! because a producer's deleter may be a JS callback that throws, and the runtime rethrows that
-//! from the release call itself: JS never sees it return, and an entry it had to end would be
-//! replayed, releasing twice.
+//! The journal of releases the JS side owes, one per thread; an entry is an owner record or a
+//! managed struct (abi.zig's `ownerEntry`, `structEntry`). Two ways in:
+//! - Every C entry that hands JS an owner record or a struct (imports, allocations, retains, pins,
+//!   exports) pushes it here before it returns. JS ends the entry with one store once a view, a
+//!   capsule or a share holds it; an exception in between leaves it to be replayed. Between such a
+//!   call and that store no caller code runs and nothing replays the journal (docs/internals/).
+//! - JS writes an entry and raises the count before it calls a release, with no call in between:
+//!   if the call cannot even start (an exhausted stack), the entry stays and is replayed later.
+//! A release ends its entry here before anything else, because a producer's deleter may be a JS
+//! callback that throws, and the runtime rethrows that from the release call itself: JS never sees
+//! it return, and an entry it had to end would be replayed, releasing twice.
 //!
 //! It lives here, per thread, rather than in each copy of the JS module: a program may load the
 //! module twice (two versions, two URLs) into one realm, and each release then finds the journal
@@ -37,6 +41,15 @@ threadlocal var journal: Journal = std.mem.zeroes(Journal);
 /// This thread's journal.
 pub fn local() *Journal {
     return &journal;
+}
+
+/// Pushes `value` as the top entry of `j`: what a C entry hands JS, owed until JS ends the entry.
+/// Past capacity only the count moves (the entry is lost, as a JS write past it would be).
+pub fn push(j: *Journal, value: f64) void {
+    const n = j.count;
+    if (n < 0) return;
+    if (n < capacity) j.entries[@intCast(n)] = value;
+    j.count = n +| 1;
 }
 
 /// Ends the top entry of `j` if it holds `value` (the release it stands for is starting); above
@@ -81,6 +94,23 @@ test "end removes only the top entry it is told about" {
     j.count = -3;
     end(&j, 1);
     try testing.expectEqual(@as(i32, -3), j.count);
+}
+
+test "push stores below capacity and counts past it" {
+    const testing = std.testing;
+    var j = std.mem.zeroes(Journal);
+    push(&j, 5);
+    try testing.expectEqual(@as(i32, 1), j.count);
+    try testing.expectEqual(@as(f64, 5), j.entries[0]);
+    end(&j, 5);
+    try testing.expectEqual(@as(i32, 0), j.count);
+    j.count = capacity;
+    push(&j, 7);
+    try testing.expectEqual(@as(i32, capacity + 1), j.count);
+    try testing.expectEqual(@as(?f64, null), pop(&j));
+    j.count = -1;
+    push(&j, 7);
+    try testing.expectEqual(@as(i32, -1), j.count);
 }
 
 test "pop hands out stored entries only" {

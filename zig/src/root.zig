@@ -73,6 +73,13 @@ fn code(status: Status) i32 {
     return @intFromEnum(status);
 }
 
+/// Hands JS what `entry` stands for (an owner record or a struct this call made or took): pushed
+/// onto this thread's journal before the call returns, so that until a JS holder ends the entry an
+/// exception leaves it to be replayed (journal.zig).
+fn owed(entry: f64) void {
+    journal.push(journal.local(), entry);
+}
+
 /// Whether an address could be a managed tensor (aligned, outside the first page, in user space).
 fn isStruct(address: usize) bool {
     return abi.plausible(dlpack.ManagedTensorVersioned, address);
@@ -85,7 +92,9 @@ fn isStruct(address: usize) bool {
 export fn dlpk_import(managed_address: f64, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
     const managed = abi.addressFromF64(managed_address) orelse return refuseInexact(out);
-    return importAt(managed, options, out);
+    const status = importAt(managed, options, out);
+    if (status == 0) owed(abi.ownerEntry(@as(usize, out.owner_hi) << 32 | out.owner_lo));
+    return status;
 }
 
 /// The refusal of an address no f64 carries exactly (negative, fractional, 2^53 and up): it cannot
@@ -166,7 +175,7 @@ fn dimsOf(spec: *const Description, shape: []i64, strides: []i64) ?Status {
 /// into address_lo/hi. The TS side has checked the layout against the memory it points into.
 export fn dlpk_export(options: u32, spec_address: f64) i32 {
     const spec = descriptionAt(spec_address) orelse return invalid;
-    return code(exportDescribed(spec, options));
+    return code(exportOwed(spec, options));
 }
 
 fn exportDescribed(spec: *Description, options: u32) Status {
@@ -196,6 +205,19 @@ fn exportDescribed(spec: *Description, options: u32) Status {
         .owner = if (owner_address == 0) null else @ptrFromInt(owner_address),
     });
     spec.setAddress(managed);
+    return .ok;
+}
+
+/// The export of `dlpk_export`: an adopted owner record's entry (JS journaled it) ends, the
+/// struct's is pushed.
+fn exportOwed(spec: *Description, options: u32) Status {
+    const status = exportDescribed(spec, options);
+    if (status != .ok) return status;
+    const owner_address = @as(usize, spec.owner_hi) << 32 | spec.owner_lo;
+    if (options & export_option.adopt_owner != 0 and owner_address != 0) {
+        journal.end(journal.local(), abi.ownerEntry(owner_address));
+    }
+    owed(abi.structEntry(@intCast(spec.address()), options & export_option.versioned != 0));
     return .ok;
 }
 
@@ -230,7 +252,11 @@ export fn dlpk_export_buffer(
     const status = code(exportDescribed(spec, options | export_option.adopt_owner));
     // A failed export leaves the pin's only reference with us: releasing it queues the id, which
     // JS never recorded, so the sweep drops nothing.
-    if (status != 0) owner.release(pin);
+    if (status != 0) {
+        owner.release(pin);
+        return status;
+    }
+    owed(abi.structEntry(@intCast(spec.address()), options & export_option.versioned != 0));
     return status;
 }
 
@@ -264,6 +290,7 @@ export fn dlpk_export_array(
         .bits = @intCast(bits),
         .lanes = 1,
     }, flags, options) catch return -@as(f64, @floatFromInt(code(.out_of_memory)));
+    owed(abi.structEntry(managed, options & export_option.versioned != 0));
     return @floatFromInt(managed);
 }
 
@@ -335,11 +362,11 @@ fn deleteChecked(managed: usize, versioned: bool) bool {
 /// Disposes an export of this library that its JS side made and never handed out (a capsule
 /// disposed from JS): the struct is released as its deleter would, and a pin it held the last
 /// reference to is freed at once. Returns that pin's id (JS then drops the pinned object itself)
-/// or 0; does nothing for anything but a live export of this library. `entry` is
-/// `-(address * 2 + versioned)`, which JS journaled as the top entry (ended here first).
+/// or 0; does nothing for anything but a live export of this library. `entry` is the struct's
+/// journal entry, which JS journaled as the top entry (ended here first).
 export fn dlpk_export_dispose(entry: f64) f64 {
     journal.end(journal.local(), entry);
-    const managed = (structOfEntry(entry) orelse return 0).address;
+    const managed = (abi.structOfEntry(entry) orelse return 0).address;
     if (!isStruct(managed)) return 0;
     // A live export is a whole record: anything shorter is refused by this one check.
     if (!mappings.readable(managed, exports.record_bytes)) return 0;
@@ -366,6 +393,7 @@ export fn dlpk_alloc(bytes: f64, alignment: f64, zero: u32, out_address: f64) i3
         return code(.out_of_memory);
     out.setAddress(created.payload);
     out.setOwner(@intFromPtr(created));
+    owed(abi.ownerEntry(@intFromPtr(created)));
     return 0;
 }
 
@@ -396,8 +424,11 @@ fn ownerAt(value: f64) ?*owner.Owner {
     return @ptrFromInt(address);
 }
 
+/// A new reference on the owner record at `address`, journaled for the JS holder it is for.
 export fn dlpk_owner_retain(address: f64) void {
-    owner.retain(ownerAt(address) orelse return);
+    const record = ownerAt(address) orelse return;
+    owner.retain(record);
+    owed(abi.ownerEntry(@intFromPtr(record)));
 }
 
 export fn dlpk_owner_release(address: f64) void {
@@ -409,8 +440,8 @@ export fn dlpk_journal() f64 {
     return @floatFromInt(@intFromPtr(journal.local()));
 }
 
-/// Releases what JS journaled as the top entry, `value`: an owner record (> 0) or a managed
-/// struct (`-(address * 2 + versioned)`). The entry ends before anything else (journal.zig).
+/// Releases what the top entry, `value`, stands for (an owner record or a managed struct: abi.zig's
+/// journal entries). The entry ends before anything else (journal.zig).
 export fn dlpk_journal_release(value: f64) void {
     journal.end(journal.local(), value);
     releaseEntry(value);
@@ -428,15 +459,8 @@ fn releaseEntry(value: f64) void {
         @call(.always_inline, owner.release, .{ownerAt(value) orelse return});
         return;
     }
-    const managed = structOfEntry(value) orelse return;
+    const managed = abi.structOfEntry(value) orelse return;
     _ = deleteChecked(managed.address, managed.versioned);
-}
-
-/// The managed struct a journal entry `-(address * 2 + versioned)` stands for (address 0 for
-/// -0 or -1, which no caller treats as a struct); null for an owner record or a fraction.
-fn structOfEntry(value: f64) ?struct { address: usize, versioned: bool } {
-    const encoded = abi.addressFromF64(-value) orelse return null;
-    return .{ .address = encoded / 2, .versioned = encoded % 2 == 1 };
 }
 
 /// 1 while this thread runs a producer's deleter (which may be a JS callback calling back into
@@ -472,6 +496,7 @@ export fn dlpk_pin_new(realm_address: f64, id: f64, bytes: f64, out_address: f64
         pin_bytes,
     ) catch return code(.out_of_memory);
     out.setOwner(@intFromPtr(created));
+    owed(abi.ownerEntry(@intFromPtr(created)));
     return 0;
 }
 
@@ -585,6 +610,7 @@ export fn dlpk_py_consume(capsule_address: f64, options: u32, out_address: f64) 
     if (capsule == 0) return code(.null_managed);
     const strict = options & import_option.strict_offset != 0;
     python.consume(capsule, strict, out) catch |err| return importFailure(err, out);
+    owed(abi.ownerEntry(@as(usize, out.owner_hi) << 32 | out.owner_lo));
     return 0;
 }
 
@@ -701,6 +727,7 @@ export fn dlpk_py_from(
         .stream = stream_value,
         .strict_offset = options & import_option.strict_offset != 0,
     }, out, name[0..name_capacity]) catch |err| return importFailure(err, out);
+    owed(abi.ownerEntry(@as(usize, out.owner_hi) << 32 | out.owner_lo));
     return 0;
 }
 
@@ -802,6 +829,7 @@ export fn dlpk_cuda_alloc(kind: u32, ordinal: i32, bytes: f64, zero: u32, out_ad
         return cudaStatusOf(err);
     out.setAddress(created.payload);
     out.setOwner(@intFromPtr(created));
+    owed(abi.ownerEntry(@intFromPtr(created)));
     return 0;
 }
 
@@ -907,9 +935,12 @@ test "CUDA errors map to ABI statuses" {
 
 /// `dlpk_import` into a `KeyedDescription` (every check the same); on success the generation
 /// changes unless the facts equal the last keyed import's into the same record.
+/// A struct JS journaled (a capsule it took for this import) is the import's from here on: its
+/// entry ends before anything else, and the import releases or holds the struct.
 export fn dlpk_import_keyed(managed_address: f64, options: u32, out_address: f64) i32 {
     const out = descriptionAt(out_address) orelse return invalid;
     const managed = abi.addressFromF64(managed_address) orelse return refuseInexact(out);
+    journal.end(journal.local(), abi.structEntry(managed, options & import_option.versioned != 0));
     return importKeyed(managed, options, out);
 }
 
@@ -960,7 +991,11 @@ inline fn importKeyed(managed: usize, options: u32, out: *Description) i32 {
     const status = @call(.always_inline, importAt, .{ managed, options, out });
     // A keyed record starts with its description (abi.zig); the caller passed a whole record.
     comptime assert(@offsetOf(abi.KeyedDescription, "description") == 0);
-    if (status == 0) keyFacts(@ptrCast(out));
+    if (status == 0) {
+        const keyed: *abi.KeyedDescription = @ptrCast(out);
+        keyFacts(keyed);
+        owed(keyed.owner);
+    }
     return status;
 }
 
@@ -1046,7 +1081,12 @@ test "one-argument imports write this thread's scratch" {
         try testing.expectEqual(element, thread_scratch.address);
         try testing.expectEqual(@as(f64, 3), thread_scratch.description.shape[0]);
         try testing.expect(thread_scratch.owner > 0);
+        // The owner record is journaled for the JS view, and the release ends that entry.
+        const j = journal.local();
+        try testing.expectEqual(thread_scratch.owner, j.entries[@intCast(j.count - 1)]);
+        const count = j.count;
         dlpk_journal_release(thread_scratch.owner);
+        try testing.expectEqual(count - 1, j.count);
         try testing.expectEqual(before + round + 1, one_argument_deletes);
     }
     // Refusals are reported there too: no address an f64 holds exactly, then NULL.
@@ -1124,9 +1164,15 @@ test "a whole array exported in one call: its struct, its pin, and the refusals"
     try testing.expectEqual(bad, dlpk_export_array(null, realm_f, 5, 16, float32 | versioned));
     try testing.expectEqual(bad, dlpk_export_array(base, realm_f, -1, 16, float32 | versioned));
     try testing.expectEqual(pins_before, stats.get(.pins));
+    const j = journal.local();
+    const count_before = j.count;
     const made = dlpk_export_array(base, realm_f, 5, 16, float32 | read_only | versioned);
     try testing.expect(made > 0);
     const managed: usize = @intFromFloat(made);
+    // Journaled for the JS holder, which ends the entry once its capsule holds the struct.
+    try testing.expectEqual(count_before + 1, j.count);
+    try testing.expectEqual(abi.structEntry(managed, true), j.entries[@intCast(count_before)]);
+    j.count = count_before;
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(managed);
     try testing.expectEqual(@as(?*anyopaque, @ptrCast(&values)), m.dl_tensor.data);
     try testing.expectEqual(@as(i32, 1), m.dl_tensor.ndim);
@@ -1145,9 +1191,8 @@ test "a whole array exported in one call: its struct, its pin, and the refusals"
     // A legacy one, disposed by its JS holder: the pin is freed at once.
     const legacy: usize = @intFromFloat(dlpk_export_array(base, realm_f, 6, 8, float32));
     try testing.expect(exports.isOwnExport(legacy, false));
-    // Journaled as the top entry, which ends first.
-    const entry = -@as(f64, @floatFromInt(legacy * 2));
-    const j = journal.local();
+    // Its capsule's journal entry (pushed by the export) is the top entry, which ends first.
+    const entry = abi.structEntry(legacy, false);
     j.entries[0] = entry;
     j.count = 1;
     try testing.expectEqual(@as(f64, 6), dlpk_export_dispose(entry));
