@@ -28,6 +28,8 @@ export const symbols = {
   dlpk_inside_deleter: { args: [], returns: "u32" },
   dlpk_realm_new: { args: [], returns: "f64" },
   dlpk_pin_new: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },
+  // A TypedArray pinned for a view over its memory: the runtime passes its data pointer.
+  dlpk_pin_buffer: { args: ["buffer", "f64", "f64", "f64"], returns: "i32" },
   dlpk_pins_drain: { args: ["f64", "f64", "u32"], returns: "u32" },
   dlpk_pin_share: { args: ["f64"], returns: "f64" },
   dlpk_pin_keep: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },

@@ -10,8 +10,8 @@ import type { AnyTypedArray } from "../facts/dtypes.ts";
 import { typedArrayByteLength, typedArrayTag } from "../facts/intrinsics.ts";
 import { releaseDeferred } from "../native/journal.ts";
 import type { Capsule } from "../native/capsule.ts";
-import { type ExportOptions, exportTypedArray, exportView, exportWholeArray, readOptions } from "../engines/exports.ts";
-import { wholeArrays } from "../engines/arrays.ts";
+import { type ExportOptions, exportTypedArray, exportView, exportWholeArray } from "../engines/exports.ts";
+import { readOptions, wholeArrays } from "../engines/arrays.ts";
 import { type BufferView, isBufferView, stateOf } from "../view/view.ts";
 
 export type { DLPackProtocolOptions, ExportOptions } from "../engines/exports.ts";

@@ -1,15 +1,16 @@
 /**
- * `fromArray`: a zero-copy view over a TypedArray's own memory.
+ * `fromArray`: a zero-copy view over a TypedArray's own memory, made from a pin record (one native
+ * call), not through an export and an import.
  * @module
  */
 import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
 import type { AnyTypedArray, DTypeOfArray } from "../facts/dtypes.ts";
 import { typedArrayTag } from "../facts/intrinsics.ts";
-import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/journal.ts";
-import { LIBRARY_NAME } from "../engines/state.ts";
-import type { TypedView } from "../view/view.ts";
-import { exportDLPack } from "./export.ts";
-import { importCapsule } from "./import.ts";
+import { releaseDeferred } from "../native/journal.ts";
+import { pinsRecorded } from "../native/pins.ts";
+import { offerBeyondRealm } from "../native/keepers.ts";
+import { arrayView, readOptions } from "../engines/arrays.ts";
+import { newView, type TypedView } from "../view/view.ts";
 
 /** Options of {@link fromArray}. */
 export interface FromArrayOptions<S extends readonly number[] = readonly number[]> {
@@ -33,23 +34,21 @@ export function fromArray<T extends AnyTypedArray, const S extends readonly numb
   array: T,
   opts?: FromArrayOptions<S>,
 ): TypedView<DTypeOfArray<T>, S["length"]> {
-  if (typedArrayTag(array) === undefined) {
-    throw new DLPackError("argument", `fromArray takes a TypedArray, got ${shown(array)}`);
-  }
+  releaseDeferred();
+  const tag = typedArrayTag(array);
+  if (tag === undefined) throw new DLPackError("argument", `fromArray takes a TypedArray, got ${shown(array)}`);
   const o = optionsObject(opts as FromArrayOptions, "fromArray options");
-  // Each option read once, handed on in an object of our own.
-  const capsule = exportDLPack(array, {
+  // Each option read once, before anything is pinned: no caller code runs once it is.
+  const options = readOptions({
     shape: o.shape,
     strides: o.strides,
     offset: o.offset,
     readonly: optionalBoolean(o.readonly, "readonly"),
-  });
-  try {
-    return importCapsule(capsule, LIBRARY_NAME) as TypedView<DTypeOfArray<T>, S["length"]>;
-  } catch (error) {
-    // Disposed unless the import took it (the disposer checks).
-    deferredObjects[deferredObjectCount[0]++] = capsule;
-    retryQuietly();
-    throw error;
-  }
+  })!;
+  const owned = arrayView(array, tag, options);
+  const view = newView(owned);
+  // Caller code may run from here on (a replaced postMessage, a release callback a sweep runs).
+  offerBeyondRealm(array, owned.owner);
+  pinsRecorded();
+  return view as TypedView<DTypeOfArray<T>, S["length"]>;
 }

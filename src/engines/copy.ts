@@ -5,11 +5,11 @@
  * are released before the copy returns.
  * @module
  */
-import { core, runtime } from "../../ffi/mod.ts";
+import { core } from "../../ffi/mod.ts";
 import { DLPackError } from "../facts/errors.ts";
-import { type Device, deviceOf, formatDevice, isHostAccessible } from "../facts/devices.ts";
+import { type Device, formatDevice, isHostAccessible } from "../facts/devices.ts";
 import { type AnyTypedArray, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
-import { cStrides, hasZero, layoutOf, listText, reach } from "../facts/layout.ts";
+import { hasZero, listText, reach } from "../facts/layout.ts";
 import { abs, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { LAYOUT_C, scratch } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
@@ -17,9 +17,9 @@ import { releaseTop } from "../native/journal.ts";
 import { cudaCheck, driverAvailable, ensureDriver, missingDriver } from "../native/cuda_driver.ts";
 import { allocate, allocateHost, DEFAULT_ALIGNMENT } from "./alloc.ts";
 import { gather, packCodes, scatter, spanArray } from "./codec.ts";
-import { typedArraySource } from "./arrays.ts";
+import { stagedArray, typedArraySource } from "./arrays.ts";
 import { handleOf, producerStreams, type StreamHandle } from "./streams.ts";
-import { LIBRARY_NAME, type Owned, type ViewFacts, viewOrigin, type ViewState } from "./state.ts";
+import type { Owned, ViewState } from "./state.ts";
 
 /** Options of copies between host and device memory. */
 export interface CopyOptions {
@@ -157,7 +157,6 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 }
 
 const UINT8 = dtypeInfo("uint8");
-const CPU_DEVICE = deviceOf(1, 0);
 
 /** Runs `body` with a library allocation the engine just made (journaled, the top entry), then
  * releases it. An exception leaves it journaled, to be released at the next replay: temporaries
@@ -402,27 +401,6 @@ export function copyFromArray(
     });
     return;
   }
-  // The TypedArray's own memory, C-contiguous: no caller code runs during the copy, so it stays
-  // where it is.
-  copyInto(dst, arrayState(src, d), stream);
-}
-
-/** The state of a TypedArray's own memory, laid out C-contiguous like `like` (owner 0: nothing
- * to release, and only for the length of one copy). */
-function arrayState(src: AnyTypedArray, like: ViewFacts): ViewState {
-  const shape = copyShape(like.shape);
-  const strides = cStrides(shape);
-  const facts: ViewFacts = {
-    info: like.info,
-    shape,
-    strides,
-    size: like.size,
-    nbytes: like.nbytes,
-    minOffset: 0,
-    maxOffset: like.size - 1,
-    layout: layoutOf(shape, strides),
-    device: CPU_DEVICE,
-    origin: viewOrigin(LIBRARY_NAME, LIBRARY_NAME, -1, -1, 0, true),
-  };
-  return { owner: 0, address: runtime().addressOf(src), facts, access: "readonly", key: src };
+  // A view of the TypedArray's own memory, pinned (and journaled) until the copy is done.
+  withTemporary(stagedArray(src, tag, d), (staged) => copyInto(dst, stateOfOwned(staged), stream));
 }

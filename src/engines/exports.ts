@@ -6,38 +6,33 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
-import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
+import type { AnyTypedArray, DTypeInfo } from "../facts/dtypes.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { F64, I32, type Scratch, scratch, Status, U32 } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
-import { checkShape, checkStrides, cStrides, listText, reach } from "../facts/layout.ts";
+import { reach } from "../facts/layout.ts";
 import { releaseTop } from "../native/journal.ts";
 import { newPinId, pinsRecorded, realmAddress, recordPin } from "../native/pins.ts";
 import { type Capsule, capsuleOf } from "../native/capsule.ts";
 import { offerBeyondRealm } from "../native/keepers.ts";
 import { copyOf } from "./copy.ts";
-import { typedArraySource } from "./arrays.ts";
+import {
+  type ExportOptions,
+  type Layout,
+  NO_OPTIONS,
+  type Options,
+  reshapes,
+  resolveLayout,
+  typedArraySource,
+} from "./arrays.ts";
 import { attachProducerStream, fenceForConsumer } from "./streams.ts";
 import type { ViewState } from "./state.ts";
-import { ceil, floor, isArray, isCount, objectSlots } from "../facts/intrinsics.ts";
-import { ArrayWord, ExportOption, Flag, MAX_RANK } from "../facts/abi.ts";
+import { ceil, floor, isArray, isCount } from "../facts/intrinsics.ts";
+import { ArrayWord, ExportOption, Flag } from "../facts/abi.ts";
+
+export type { ExportOptions };
 
 const onMainThread = runtime().mainThread;
-
-/** Options of the export functions. */
-export interface ExportOptions {
-  /** Extents of the exported tensor (default: the source's shape; 1-D for a TypedArray). */
-  readonly shape?: readonly number[] | undefined;
-  /** Strides in elements (default: C order). */
-  readonly strides?: readonly number[] | undefined;
-  /** Reinterpret the bytes as this dtype (checked against the source's byte length). */
-  readonly dtype?: DType | undefined;
-  /** Elements (of the exported dtype) from the start of the source to element 0; needed when
-   * strides are negative. Default 0. */
-  readonly offset?: number | undefined;
-  /** Export read-only even if the source is writable. */
-  readonly readonly?: boolean | undefined;
-}
 
 const READ_ONLY = Flag.readOnly;
 const IS_COPIED = Flag.isCopied;
@@ -46,128 +41,6 @@ const SUBBYTE_PADDED = Flag.isSubbyteTypePadded;
 export const EXPORT_VERSIONED = ExportOption.versioned;
 /** The export takes over the caller's owner reference. */
 export const EXPORT_ADOPT_OWNER = ExportOption.adoptOwner;
-
-/** An export's layout. */
-export interface Layout {
-  info: DTypeInfo;
-  shape: readonly number[];
-  strides: readonly number[];
-  /** Byte offset of element 0 from the source's first byte. */
-  byteOffset: number;
-}
-
-/** Export options as read from the caller's object: each field exactly once, the shape already
- * copied and checked, the strides copied (a getter or Proxy sees one read and cannot change what
- * was validated, and no caller code runs once the options are read). */
-export interface Options {
-  shape: number[] | undefined;
-  /** Checked against the rank when the layout is resolved: an array of our own by then. */
-  strides: unknown;
-  info: DTypeInfo | undefined;
-  /** Checked when the layout is resolved; null means the default. */
-  offset: unknown;
-  readonly: boolean;
-}
-
-const NO_OPTIONS: Options = {
-  shape: undefined,
-  strides: undefined,
-  info: undefined,
-  offset: undefined,
-  readonly: false,
-};
-
-/** Reads the caller's export options once (undefined when there are none). */
-export function readOptions(options: ExportOptions | null | undefined): Options | undefined {
-  if (options === undefined || options === null) return undefined;
-  const o = optionsObject(options, "export options");
-  const shape: unknown = o.shape;
-  const strides: unknown = o.strides;
-  const dtype: unknown = o.dtype;
-  const offset: unknown = o.offset;
-  const readonly = optionalBoolean(o.readonly, "readonly") === true;
-  return {
-    shape: shape === undefined ? undefined : checkShape(shape),
-    strides: ownList(strides),
-    info: dtype === undefined ? undefined : dtypeInfo(dtype as DType),
-    offset,
-    readonly,
-  };
-}
-
-/** A caller's array copied element by element (each read once), as checkStrides later reads it;
- * anything else as it is (checkStrides refuses it). */
-function ownList(value: unknown): unknown {
-  if (!isArray(value)) return value;
-  const n: unknown = value.length;
-  if (!isCount(n) || n > MAX_RANK) {
-    throw new DLPackError("strides", `strides must list at most ${MAX_RANK} integers, got ${shown(n)}`);
-  }
-  const out = objectSlots<unknown>(n);
-  for (let i = 0; i < n; i++) out[i] = value[i];
-  return out;
-}
-
-/** Whether the options change the layout (else the source's own layout is exported). */
-function reshapes(opts: Options | undefined): opts is Options {
-  return opts !== undefined &&
-    (opts.shape !== undefined || opts.strides !== undefined || opts.info !== undefined ||
-      (opts.offset !== undefined && opts.offset !== null));
-}
-
-/** Resolves shape/strides/dtype/offset options against a source of `byteLength` bytes whose
- * natural layout is given, and checks every element stays inside those bytes. */
-function resolveLayout(
-  natural: { info: DTypeInfo; shape: readonly number[]; strides: readonly number[] | undefined; zeroAt: number },
-  byteLength: number,
-  padded: boolean,
-  opts: Options,
-): Layout {
-  const info = opts.info ?? natural.info;
-  const bits = info.bits < 8 && padded ? 8 : info.bits;
-  let shape: readonly number[];
-  if (opts.shape !== undefined) shape = opts.shape;
-  else if (opts.info === undefined || info === natural.info) shape = natural.shape;
-  else {
-    // A new dtype without a shape: 1-D over all the bytes, which must divide evenly.
-    if ((byteLength * 8) % bits !== 0) {
-      throw new DLPackError("dtype", `${info.name} (${bits} bits) does not divide the source's ${byteLength} bytes`);
-    }
-    if (natural.strides !== undefined && natural.zeroAt !== 0) {
-      throw new DLPackError("strides", `reinterpreting as ${info.name} needs a contiguous source`);
-    }
-    shape = [(byteLength * 8) / bits];
-  }
-  let strides: readonly number[];
-  if (opts.strides !== undefined) strides = checkStrides(opts.strides, shape.length);
-  else if (opts.shape === undefined && opts.info === undefined && natural.strides !== undefined) {
-    strides = natural.strides;
-  } else strides = cStrides(shape);
-  const given = opts.offset;
-  const offset: unknown = given === undefined || given === null
-    ? (opts.shape === undefined && opts.info === undefined ? natural.zeroAt : 0)
-    : given;
-  if (!isCount(offset)) {
-    throw new DLPackError(
-      "byte_offset",
-      `offset must be a non-negative integer number of elements, got ${shown(offset)}`,
-    );
-  }
-  const r = reach(shape, strides);
-  if (r.hi >= r.lo) {
-    const first = (offset + r.lo) * bits;
-    const end = (offset + r.hi + 1) * bits;
-    if (first < 0 || end > byteLength * 8) {
-      throw new DLPackError(
-        "shape",
-        `shape ${listText(shape)} with strides ${listText(strides)} and offset ${offset} reaches ` +
-          `${first < 0 ? `${-first / 8} bytes before` : `byte ${ceil(end / 8)} of`} a ${byteLength}-byte source`,
-      );
-    }
-  }
-  if ((offset * bits) % 8 !== 0) throw new DLPackError("byte_offset", `element 0 must start on a byte boundary`);
-  return { info, shape, strides, byteOffset: (offset * bits) / 8 };
-}
 
 /** Writes layout, device, dtype and flags of an export spec into the scratch. */
 function writeLayout(s: Scratch, device: { type: DeviceType; id: number }, layout: Layout, flags: number): void {
@@ -211,11 +84,13 @@ function buildCapsule(
   if (status !== 0) throw exportError(status, scratch, pinned === undefined ? "a view" : `${byteLength} bytes`);
   const address = scratch.u32[U32.addressHi] * 0x1_0000_0000 + scratch.u32[U32.addressLo];
   if (pinned !== undefined) {
+    // The export left the pin record it made in the scratch's owner field.
+    const pinOwner = scratch.owner();
     // The pin keeps the TypedArray (and its buffer) reachable until the consumer releases the export.
     recordPin(id, pinned);
     const capsule = capsuleOf(address, versioned);
     // Caller code may run from here on (a release callback a sweep runs, a replaced postMessage).
-    offerBeyondRealm(pinned);
+    offerBeyondRealm(pinned, pinOwner);
     pinsRecorded();
     return capsule;
   }

@@ -7,7 +7,6 @@
  */
 import { core, loadedCore, runtime } from "../../ffi/mod.ts";
 import { markStray, newPinId, pinsRecorded, realmAddress, realmMade, recordPin } from "./pins.ts";
-import { scratch } from "./scratch.ts";
 import { objectSlots, slots, startInterval, stopInterval } from "../facts/intrinsics.ts";
 
 const KEEPER_CHANNEL = "dlpack-ts/keep";
@@ -41,16 +40,16 @@ let offerCount = 0;
 let repeatTimer: unknown;
 
 /**
- * On a Worker, offers the SharedArrayBuffer under `value` (a TypedArray just pinned, whose pin
- * owner the export left in the scratch) to the main thread, so that its memory outlives this
- * Worker while a consumer holds the export. Nothing on the main thread or for memory that is not
- * shared. Never throws: an offer not made leaves the export as long-lived as this Worker, as for
- * memory that is not shared.
+ * On a Worker, offers the SharedArrayBuffer under `value` (a TypedArray just pinned by the pin
+ * record `pinOwner`) to the main thread, so that its memory outlives this Worker while a consumer
+ * holds an export of it. Nothing on the main thread or for memory that is not shared. Never throws:
+ * an offer not made leaves the export as long-lived as this Worker, as for memory that is not
+ * shared.
  */
-export function offerBeyondRealm(value: unknown): void {
+export function offerBeyondRealm(value: unknown, pinOwner: number): void {
   if (onMainThread) return;
   try {
-    offer(value, scratch.owner());
+    offer(value, pinOwner);
   } catch {
     // As for an offer the main thread never takes.
   }

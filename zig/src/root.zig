@@ -500,6 +500,25 @@ export fn dlpk_pin_new(realm_address: f64, id: f64, bytes: f64, out_address: f64
     return 0;
 }
 
+/// Pins JS memory for a view over it (`fromArray`, and a copy's staged source): `buffer` is the
+/// TypedArray's data (passed by the runtime's FFI, so JS never computes the address; NULL only for
+/// an empty one), pinned as `pin_id` of `realm` (`pin_bytes` bytes, the TypedArray's extent) for as
+/// long as the owner record lives. Writes the owner record and the data address into this thread's
+/// scratch as the imports do (`KeyedDescription.owner`, `.address`) and journals the owner.
+export fn dlpk_pin_buffer(buffer: ?[*]u8, realm_address: f64, pin_id: f64, pin_bytes: f64) i32 {
+    const realm = realmAt(realm_address) orelse return invalid;
+    const id = countFromF64(pin_id) orelse return invalid;
+    const bytes = countFromF64(pin_bytes) orelse return invalid;
+    if (buffer == null and bytes != 0) return invalid;
+    const pin = owner.createIn(realm, .pin, id, bytes) catch return code(.out_of_memory);
+    const data: usize = @intFromPtr(buffer);
+    assert(data < abi.exact_max);
+    thread_scratch.owner = abi.ownerEntry(@intFromPtr(pin));
+    thread_scratch.address = @floatFromInt(data);
+    owed(thread_scratch.owner);
+    return 0;
+}
+
 /// Makes the pin owner at `pin_address` attachable from another realm (an export of a
 /// SharedArrayBuffer made on a Worker); returns its token, or 0 when that is not possible.
 export fn dlpk_pin_share(pin_address: f64) f64 {
@@ -1198,6 +1217,36 @@ test "a whole array exported in one call: its struct, its pin, and the refusals"
     try testing.expectEqual(@as(f64, 6), dlpk_export_dispose(entry));
     try testing.expectEqual(@as(i32, 0), j.count);
     try testing.expectEqual(@as(usize, 0), owner.drainRealm(&realm, &out));
+}
+
+test "a buffer pinned for a view: its owner journaled, its address in the scratch, its id queued" {
+    const testing = std.testing;
+    var realm: owner.Realm = .{};
+    const realm_f: f64 = @floatFromInt(@intFromPtr(&realm));
+    var values = [_]f32{ 1, 2, 3, 4 };
+    const base: [*]u8 = @ptrCast(&values);
+    const pins_before = stats.get(.pins);
+    try testing.expectEqual(invalid, dlpk_pin_buffer(null, realm_f, 3, 16));
+    try testing.expectEqual(invalid, dlpk_pin_buffer(base, realm_f, -1, 16));
+    const j = journal.local();
+    const count = j.count;
+    try testing.expectEqual(@as(i32, 0), dlpk_pin_buffer(base, realm_f, 3, 16));
+    try testing.expectEqual(@as(f64, @floatFromInt(@intFromPtr(base))), thread_scratch.address);
+    try testing.expectEqual(count + 1, j.count);
+    try testing.expectEqual(thread_scratch.owner, j.entries[@intCast(count)]);
+    try testing.expectEqual(pins_before + 1, stats.get(.pins));
+    // The view's release ends the entry; the id comes back to its realm once.
+    dlpk_journal_release(thread_scratch.owner);
+    try testing.expectEqual(count, j.count);
+    var out: [4]f64 = undefined;
+    try testing.expectEqual(@as(usize, 1), owner.drainRealm(&realm, &out));
+    try testing.expectEqual(@as(f64, 3), out[0]);
+    // An empty TypedArray may come as NULL: a pin of nothing.
+    try testing.expectEqual(@as(i32, 0), dlpk_pin_buffer(null, realm_f, 4, 0));
+    try testing.expectEqual(@as(f64, 0), thread_scratch.address);
+    dlpk_journal_release(thread_scratch.owner);
+    try testing.expectEqual(@as(usize, 1), owner.drainRealm(&realm, &out));
+    try testing.expectEqual(pins_before, stats.get(.pins));
 }
 
 test "journaled releases end their entry, whatever it holds" {
