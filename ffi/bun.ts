@@ -51,10 +51,25 @@ export function bunRuntime(): Runtime {
   return {
     name: "bun",
     open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
+      // bun:ffi binds a symbol by its own name only: each further binding of one (other parameter
+      // types, or a binding of its own per JS type) comes from a handle of its own on the library.
       const defs: Record<string, { args: readonly string[]; returns: string }> = {};
-      for (const [name, spec] of Object.entries(table)) defs[name] = { args: spec.args, returns: spec.returns };
+      for (const [name, spec] of Object.entries(table)) {
+        if (spec.symbol === undefined) defs[name] = { args: spec.args, returns: spec.returns };
+      }
       const lib = ffi.dlopen(path, defs);
-      return { path, symbols: bindSymbols(lib.symbols, table), close: () => lib.close() };
+      const handles = [lib];
+      const raw: Record<string, (...args: unknown[]) => unknown> = { ...lib.symbols };
+      for (const [name, spec] of Object.entries(table)) {
+        if (spec.symbol === undefined) continue;
+        const alias = ffi.dlopen(path, { [spec.symbol]: { args: spec.args, returns: spec.returns } });
+        handles.push(alias);
+        raw[name] = alias.symbols[spec.symbol]!;
+      }
+      const close = () => {
+        for (const handle of handles) handle.close();
+      };
+      return { path, symbols: bindSymbols(raw, table), close };
     },
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
       return toArrayBuffer(address, 0, byteLength);

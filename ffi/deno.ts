@@ -18,6 +18,8 @@ type PermissionDescriptor =
   | { readonly name: "read" | "write" | "ffi"; readonly path?: string | undefined };
 
 interface ForeignFunction {
+  /** The symbol's name in the library, when it is not the key. */
+  readonly name?: string;
   readonly parameters: readonly string[];
   readonly result: string;
   readonly optional: boolean;
@@ -123,6 +125,7 @@ export function denoRuntime(): Runtime {
       const defs: Record<string, ForeignFunction> = {};
       for (const [name, spec] of Object.entries(table)) {
         defs[name] = {
+          ...(spec.symbol === undefined ? {} : { name: spec.symbol }),
           parameters: spec.args,
           result: spec.returns,
           optional: spec.optional ?? false,

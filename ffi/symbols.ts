@@ -1,6 +1,8 @@
 /**
  * The one symbol table of libdlpack, shared by the Deno and Bun bindings. It lists exactly the
- * functions zig/src/root.zig exports; `ABI_VERSION` must match the library's `dlpk_abi_version()`.
+ * functions the library exports (zig/src/c_core.zig, c_cuda.zig, c_python.zig), one of them twice
+ * with other parameter types (`symbol` names the function then); `ABI_VERSION` must match the
+ * library's `dlpk_abi_version()`.
  * @module
  */
 import type { SymbolTable } from "./types.ts";
@@ -17,8 +19,6 @@ export const symbols = {
   dlpk_abi_version: { args: [], returns: "u32" },
   dlpk_description_size: { args: [], returns: "u32" },
   dlpk_retain_library: { args: [], returns: "i32" },
-  dlpk_import: { args: ["f64", "u32", "f64"], returns: "i32" },
-  dlpk_describe: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_owner_retain: { args: ["f64"], returns: "void" },
   dlpk_owner_release: { args: ["f64"], returns: "void" },
   // The release journal (zig/src/journal.zig): this thread's, its top entry, and a replay of it.
@@ -53,7 +53,6 @@ export const symbols = {
   dlpk_py_load_error: { args: ["buffer", "u32"], returns: "u32" },
   dlpk_py_none: { args: [], returns: "usize" },
   dlpk_py_take_error: { args: ["buffer", "u32"], returns: "i32" },
-  dlpk_py_consume: { args: ["f64", "u32", "f64"], returns: "i32" },
   dlpk_py_install: { args: ["f64"], returns: "i32" },
   dlpk_py_attach_thread: { args: [], returns: "i32" },
   dlpk_py_burst: { args: [], returns: "i32" },
@@ -63,8 +62,9 @@ export const symbols = {
   dlpk_py_wrap: { args: ["f64", "u32"], returns: "f64" },
   dlpk_py_wrap_as: { args: ["f64", "f64"], returns: "f64" },
   dlpk_py_check_object: { args: ["f64"], returns: "i32" },
+  // Into this thread's scratch, as the imports write it.
   dlpk_py_from: {
-    args: ["f64", "i32", "i32", "i32", "i32", "i32", "f64", "u32", "f64", "f64", "u32"],
+    args: ["f64", "i32", "i32", "i32", "i32", "i32", "f64", "u32", "f64", "u32"],
     returns: "i32",
   },
 
@@ -93,19 +93,18 @@ export const symbols = {
   dlpk_cuda_export_fence: { args: ["usize", "u32", "usize"], returns: "i32" },
   dlpk_cuda_stats: { args: ["buffer"], returns: "u32" },
 
-  // dlpk_import into a KeyedDescription (src/native/scratch.ts's scratch): its generation
-  // tells the view layer in one word whether the facts it built last still apply.
-  dlpk_import_keyed: { args: ["f64", "u32", "f64"], returns: "i32" },
-  // For an address the runtime hands out as a pointer object (Deno's PointerObject): the runtime
-  // passes the pointer, so JS never converts it to a number.
-  dlpk_import_pointer_keyed: { args: ["pointer", "u32", "f64"], returns: "i32" },
-  // For a bigint address, passed as it is (converting it to a number costs more than the call).
-  dlpk_import_word_keyed: { args: ["usize", "u32", "f64"], returns: "i32" },
-  // This thread's keyed description, which src/native/scratch.ts views as its scratch, and
-  // the versioned imports into it with one argument (each argument costs Bun's FFI about 1 ns).
+  // The imports, into this thread's KeyedDescription, which src/native/scratch.ts views as its
+  // scratch (its generation tells the view layer in one word whether the facts it built last still
+  // apply). The one-argument versioned door takes the address as an f64 (each argument costs Bun's
+  // FFI about 1 ns); the general door takes it as a 64-bit word, bound once per JS form of it, so
+  // that each binding converts one type (Bun's slows down when one binding gets numbers and
+  // bigints): a bigint passed as it is (converting it costs more than the call in Deno), a number,
+  // and a pointer object of Deno's FFI, so JS never converts it to a number.
   dlpk_scratch: { args: [], returns: "f64" },
   dlpk_import_versioned: { args: ["f64"], returns: "i32" },
-  dlpk_import_pointer_versioned: { args: ["pointer"], returns: "i32" },
+  dlpk_import: { args: ["usize", "u32"], returns: "i32" },
+  dlpk_import_number: { symbol: "dlpk_import", args: ["usize", "u32"], returns: "i32" },
+  dlpk_import_pointer: { symbol: "dlpk_import", args: ["pointer", "u32"], returns: "i32" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

@@ -21,6 +21,8 @@ export interface SymbolSpec {
   readonly returns: NativeType;
   /** The library may lack it (older builds, optional features). */
   readonly optional?: boolean;
+  /** The native function's name when the key is a second binding of it (other parameter types). */
+  readonly symbol?: string;
 }
 
 /** A whole library's symbols. */

@@ -58,6 +58,8 @@ const IMPORT_STRICT_OFFSET = ImportOption.strictOffset;
 const VERSIONED_STRICT = IMPORT_VERSIONED | IMPORT_STRICT_OFFSET;
 /** Whether the runtime's FFI hands out pointer objects (Deno), which go to native code as they are. */
 const POINTER_OBJECTS = runtime().pointerObjects;
+/** 2^53: the addresses below it are the ones a number holds exactly. */
+const EXACT = 2 ** 53;
 /** 2^53 as a bigint: the addresses below it are the ones a number holds exactly too. */
 const BIGINT_EXACT = 9007199254740992n;
 
@@ -115,7 +117,7 @@ function importTensor(capsule: Capsule, strict: boolean, producer: string | null
     const address = takeForImport(capsule);
     taken = true;
     const options = optionsOf(versioned, strict);
-    const status = core().dlpk_import_keyed(address, options, scratch.at);
+    const status = core().dlpk_import_number(address, options);
     if (status !== 0) throw refusalError(status, scratch, address !== 0);
     return buildKeyed(scratch, scratch.f64[KEY_OWNER], options, producer);
   } catch (error) {
@@ -134,7 +136,7 @@ function importTensor(capsule: Capsule, strict: boolean, producer: string | null
 /** Imports the struct at `address` that the caller journaled (an export of this library it just
  * made, for `keepAlive`): the native import ends that entry and holds the struct, or releases it. */
 export function importJournaled(address: number, producer: string | null, keepAlive: unknown): BufferView {
-  const status = core().dlpk_import_keyed(address, IMPORT_VERSIONED, scratch.at);
+  const status = core().dlpk_import_number(address, IMPORT_VERSIONED);
   if (status !== 0) throw refusalError(status, scratch, true);
   return buildKeyedKeeping(scratch, scratch.f64[KEY_OWNER], IMPORT_VERSIONED, producer, keepAlive);
 }
@@ -145,11 +147,10 @@ function optionsOf(versioned: boolean, strict: boolean): number {
 }
 
 // The three raw-address imports below (number, pointer object, bigint word) each keep the FFI call
-// of their address type, so each call site sees one type; each reads the owner the import made
-// with no call in between and builds the view inside a `try` whose catch parks the owner before
-// any call, as an exhausted stack may throw anywhere from here on. They are kept small: V8 inlines
-// the whole import into the caller's loop only while the chain fits its inlining budget, and a
-// view built out of line cost 25 bytes more per import in allocations.
+// of their address type, so each call site sees one type; each builds the view inside a `try`
+// whose catch only turns what was thrown after the import took its tensor into a DLPackError (the
+// owner record is journaled natively until the view holds it). perf(import+dispose): they are kept
+// small, so that the whole import inlines into the caller's loop (see docs/internals/hacking.md).
 
 /**
  * Imports one managed tensor at a raw address the caller hands over (the hot path: no
@@ -160,7 +161,9 @@ export function importManaged(address: number, options: number, producer: string
   // knows its own scratch.
   const status = options === IMPORT_VERSIONED
     ? core().dlpk_import_versioned(address)
-    : core().dlpk_import_keyed(address, options, scratch.at);
+    : address >= 0 && address < EXACT && address % 1 === 0
+    ? core().dlpk_import_number(address, options)
+    : Status.badAddress; // no 64-bit word stands for it: refused as native code refuses it
   try {
     if (status !== 0) return managedRefused(status, address, options);
     return buildKeyed(scratch, scratch.f64[KEY_OWNER], options, producer);
@@ -215,13 +218,11 @@ function importPointer(pointer: object, options: number, producer: string | null
  * ran (no import status is negative). */
 const NOT_A_POINTER = -1;
 
-/** `dlpk_import_pointer_keyed`, or {@link NOT_A_POINTER} when the runtime did not take `pointer`
- * as a pointer (it throws before calling: nothing was taken). */
+/** `dlpk_import` of a pointer object (its second binding), or {@link NOT_A_POINTER} when the
+ * runtime did not take `pointer` as a pointer (it throws before calling: nothing was taken). */
 function pointerImport(pointer: object, options: number): number {
   try {
-    return options === IMPORT_VERSIONED
-      ? core().dlpk_import_pointer_versioned(pointer)
-      : core().dlpk_import_pointer_keyed(pointer, options, scratch.at);
+    return core().dlpk_import_pointer(pointer, options);
   } catch {
     return NOT_A_POINTER;
   }
@@ -257,7 +258,7 @@ function importConverted(address: unknown, options: number, producer: string | n
 /** `importManaged` for a bigint in [0, 2^53), passed to native code as a 64-bit word: converting it
  * to a number costs more than the import's FFI call in Deno. */
 function importWord(address: bigint, options: number, producer: string | null): BufferView {
-  const status = core().dlpk_import_word_keyed(address, options, scratch.at);
+  const status = core().dlpk_import(address, options);
   try {
     if (status !== 0) throw refusalError(status, scratch, address !== 0n);
     return buildKeyed(scratch, scratch.f64[KEY_OWNER], options, producer);

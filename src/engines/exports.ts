@@ -37,7 +37,7 @@ const onMainThread = runtime().mainThread;
 const READ_ONLY = Flag.readOnly;
 const IS_COPIED = Flag.isCopied;
 const SUBBYTE_PADDED = Flag.isSubbyteTypePadded;
-/** `dlpk_export` option bits (zig/src/root.zig). */
+/** `dlpk_export` option bits (zig/src/abi.zig). */
 export const EXPORT_VERSIONED = ExportOption.versioned;
 /** The export takes over the caller's owner reference. */
 export const EXPORT_ADOPT_OWNER = ExportOption.adoptOwner;

@@ -9,12 +9,12 @@
  */
 
 /** `dlpk_abi_version()`: bumped whenever a symbol, a signature or a shared layout changes. */
-export const ABI_VERSION = 21;
+export const ABI_VERSION = 22;
 
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;
 
-/** Bytes of the native `KeyedDescription` record `dlpk_import_keyed` writes (a `Description` first). */
+/** Bytes of the native `KeyedDescription` record the imports write (a `Description` first). */
 export const KEYED_DESCRIPTION_BYTES = 2312;
 
 /** Index of `KeyedDescription.generation` in a Float64Array view of the record. */

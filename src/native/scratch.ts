@@ -58,7 +58,7 @@ export const U32 = {
 } as const;
 export const I64 = { found: DescriptionI64.detailFound, limit: DescriptionI64.detailLimit } as const;
 export const F64 = DescriptionF64;
-/** What a keyed import writes after the description (see `dlpk_import_keyed`), as indices of
+/** What a keyed import writes after the description (see `dlpk_import`), as indices of
  * `scratch.f64`: the facts' generation, the owner record, element 0 (-1 beyond 2^53). */
 export const KEY_GENERATION = KEY_GENERATION_F64;
 export const KEY_OWNER = KEY_OWNER_F64;

@@ -7,8 +7,8 @@
 import { core, runtime } from "../../ffi/mod.ts";
 import type { PointerObject } from "../../ffi/types.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
-import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, Flag, PythonStatus } from "../facts/abi.ts";
-import { I32, I64, scratch, U32 } from "../native/scratch.ts";
+import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, ImportOption, PythonStatus } from "../facts/abi.ts";
+import { I32, I64, KEY_OWNER, scratch } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
 import { type ArrayInterface, importArrayInterface } from "../api/array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../api/export.ts";
@@ -16,13 +16,7 @@ import { checkImported, requirementsOf } from "../api/import.ts";
 import type { Requirements } from "../engines/requirements.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
-import {
-  type BufferView,
-  buildFromScratch,
-  isBufferView,
-  type RequiredView,
-  stateOf as viewState,
-} from "../view/view.ts";
+import { type BufferView, buildKeyed, isBufferView, type RequiredView, stateOf as viewState } from "../view/view.ts";
 import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/journal.ts";
 import { takeCapsule } from "../native/capsule.ts";
 import { callWith, isArray, isInteger, isSafeInt, Uint8ArrayCtor } from "../facts/intrinsics.ts";
@@ -67,7 +61,6 @@ const STATUS_CONSUMED = PythonStatus.consumed;
 const STATUS_CAPSULE_NAME = PythonStatus.capsuleName;
 const STATUS_INTERFACE = PythonStatus.arrayInterface;
 const STATUS_RAISED = PythonStatus.raised;
-const READ_ONLY = Flag.readOnly;
 const INT32_MAX = 0x7fff_ffff;
 const isView = ArrayBuffer.isView;
 const parseJson = JSON.parse;
@@ -238,13 +231,12 @@ function importPython(
     o.deviceId,
     o.stream,
     0,
-    scratch.at,
     nameAt(),
     NAME_BYTES,
   );
   // Status 0: the import owns the tensor now, its owner record journaled until the view holds it
   // (an exception before that leaves it to be released). No caller code runs until then.
-  const owner = status === 0 ? scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo] : 0;
+  const owner = status === 0 ? scratch.f64[KEY_OWNER] : 0;
   let view: BufferView | undefined;
   try {
     if (status === STATUS_RAISED) throw pythonError("__dlpack__");
@@ -264,19 +256,14 @@ function importPython(
     }
     if (status !== 0) throw refusalError(status, scratch, false);
     const versioned = scratch.i32[I32.major] >= 0;
-    const flags = scratch.u32[U32.flags];
     // CUDA data from a producer's C exchange table is ready in the order of the producer's current
     // work stream, which the native side asked for: later exports of the view fence on it.
     const exchangeStream = isCudaFamilyCode(scratch.i32[I32.deviceType]) && scratch.i64[I64.limit] === EXCHANGE_MARK
       ? scratch.i64[I64.found]
       : 0n;
-    view = buildFromScratch(
-      scratch,
-      owner,
-      versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
-      producer,
-      "external",
-    );
+    // Keyed as the imports are: the facts (and the access the flags decide) built for the native
+    // generation are reused.
+    view = buildKeyed(scratch, owner, versioned ? ImportOption.versioned : 0, producer);
     // The producer ordered its work before our stream: later exports of this view fence on it.
     // -1 asked for no ordering, so there is nothing to record.
     const producerStream = o.stream > 0 ? o.stream : exchangeStream !== 0n ? exchangeStream : 0;

@@ -30,7 +30,7 @@ import { listText } from "../facts/layout.ts";
 import { LazyBackstop } from "../native/backstop.ts";
 import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
 import { Owner, type Releasable } from "../native/shares.ts";
-import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch, U32 } from "../native/scratch.ts";
+import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
 import {
   type Access,
@@ -43,7 +43,7 @@ import {
   type ViewFacts,
   type ViewState,
 } from "../engines/state.ts";
-import { describedFacts, keyed } from "../engines/facts.ts";
+import { keyed } from "../engines/facts.ts";
 import { elementAt, gather, readElement, requireHost, spanBytes, spanStart, writeElement } from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
 import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
@@ -141,7 +141,7 @@ export function viewArg(value: unknown, what: string): BufferView {
 }
 
 /**
- * The view of a tensor `dlpk_import_keyed` (or another keyed import) just described into the
+ * The view of a tensor `dlpk_import`, `dlpk_import_versioned` or `dlpk_py_from` just described into the
  * scratch, holding `owner` (journaled by the import as the top entry, which the view ends): the
  * facts (and the access, which the flags and the generation of the struct decide) built for the
  * scratch's generation are reused after one word compare. Throws only before the view holds the
@@ -179,26 +179,6 @@ function beyondExact(s: Scratch, owner: number): DLPackError {
   const error = s.beyondExact();
   releaseTop(owner);
   return error;
-}
-
-/**
- * The view of the description a native call other than a keyed import just wrote (the Python
- * bridge's), holding `owner`. Throws only before the view holds the owner, as {@link buildKeyed}.
- */
-export function buildFromScratch(
-  s: Scratch,
-  owner: number,
-  access: Access,
-  producer: string | null,
-  ownerName: string,
-): BufferView {
-  // Element 0's address; an empty tensor may put it anywhere, beyond 2^53 too (no JS number holds
-  // that exactly), so that is refused here.
-  if (s.u32[U32.addressHi] >= 0x200000) throw beyondExact(s, owner);
-  const address = s.address();
-  const view = construct(owner, address, describedFacts(s, producer, ownerName), access, undefined);
-  journalCount[0]--;
-  return view;
 }
 
 /** Whether `x` really is a view this library made. `instanceof` is not enough: an object made with

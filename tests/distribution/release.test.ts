@@ -28,8 +28,10 @@ const TARGETS = [
   { os: "windows", arch: "x86_64", format: "PE" },
 ] as const;
 
-const required = Object.entries(symbols).filter(([, spec]) => !("optional" in spec && spec.optional)).map(([n]) => n);
-const declared = new Set(Object.keys(symbols));
+/** The native name a table entry binds (a second binding of one names it in `symbol`). */
+const nativeName = ([name, spec]: [string, object]) => (spec as { readonly symbol?: string }).symbol ?? name;
+const required = Object.entries(symbols).filter(([, spec]) => !("optional" in spec && spec.optional)).map(nativeName);
+const declared = new Set(Object.entries(symbols).map(nativeName));
 const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
 
 test("release: one artifact per target, named after deno.json's version", () => {

@@ -132,7 +132,8 @@ pub const stats_count = 7;
 /// see zig/src/describe.zig). The wrappers below keep the harnesses in terms of addresses.
 const raw = struct {
     extern fn dlpk_description_size() u32;
-    extern fn dlpk_import(managed: f64, options: u32, out_address: f64) i32;
+    extern fn dlpk_import(managed: usize, options: u32) i32;
+    extern fn dlpk_scratch() f64;
     extern fn dlpk_export(options: u32, spec_address: f64) i32;
     extern fn dlpk_managed_delete(managed: f64, versioned: u32) void;
     extern fn dlpk_owner_retain(address: f64) void;
@@ -167,10 +168,17 @@ fn f(address: usize) f64 {
 pub fn dlpk_description_size() u32 {
     return raw.dlpk_description_size();
 }
+/// `dlpk_import` (the library's general door, which writes this thread's scratch), its description
+/// copied to `out_address` as the harnesses read it.
 pub fn dlpk_import(managed: usize, options: u32, out_address: usize) i32 {
     const count = journal().count;
     defer held(count);
-    return raw.dlpk_import(f(managed), options, f(out_address));
+    const status = raw.dlpk_import(managed, options);
+    const scratch: [*]const u8 = @ptrFromInt(@as(usize, @intFromFloat(raw.dlpk_scratch())));
+    const out: [*]u8 = @ptrFromInt(out_address);
+    const bytes = raw.dlpk_description_size();
+    @memcpy(out[0..bytes], scratch[0..bytes]);
+    return status;
 }
 pub fn dlpk_export(options: u32, spec_address: usize) i32 {
     const count = journal().count;

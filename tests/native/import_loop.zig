@@ -1,30 +1,25 @@
 //! `zig build bench-import [-- --count N --rounds R]`: the native cost of one import + release of
 //! a foreign tensor, without any JS: the shipped library (zig-out/lib, opened as the runtimes open
-//! it) imports the test producer's static float32 tensor through `dlpk_import` and releases the
-//! owner through `dlpk_owner_release`, N times a round. Prints the median and the best round in
-//! thread CPU time (ns per import + release, the producer's counting deleter included, as numpy's
-//! import is timed with its own), then the same through `dlpk_import_keyed` (what the JS imports
-//! call: from the second import on, the validator has the last import's facts to compare with),
-//! then the one-argument `dlpk_import_versioned` into the thread's own scratch released through
-//! `dlpk_journal_release` (the native calls of a JS import + dispose), then `dlpk_describe` alone.
+//! it) imports the test producer's static float32 tensor, N times a round, and prints the median
+//! and the best round in thread CPU time (ns per import + release, the producer's counting deleter
+//! included, as numpy's import is timed with its own). First through the general door `dlpk_import`
+//! released through `dlpk_owner_release`; then the native calls of a JS import + dispose: the
+//! one-argument `dlpk_import_versioned`, which journals the owner record, released through
+//! `dlpk_journal_release`, which ends that entry (JS ends it when the view holds the record and
+//! journals the release again: one store each way on the JS side).
 
 const std = @import("std");
 const abi = @import("abi");
 
-const Import = *const fn (f64, u32, f64) callconv(.c) i32;
+const Import = *const fn (usize, u32) callconv(.c) i32;
 const Release = *const fn (f64) callconv(.c) void;
 const ImportOne = *const fn (f64) callconv(.c) i32;
 const Scratch = *const fn () callconv(.c) f64;
+const Journal = *const fn () callconv(.c) f64;
 const Size = *const fn () callconv(.c) u32;
 const Static = *const fn (f64, u32) callconv(.c) usize;
 
 const versioned_option = abi.import_option.versioned;
-/// The owner address's 32-bit halves in the description, as 32-bit word indices.
-const owner_lo_word = @offsetOf(abi.Description, "owner_lo") / 4;
-comptime {
-    const lo = @offsetOf(abi.Description, "owner_lo");
-    std.debug.assert(@offsetOf(abi.Description, "owner_hi") == lo + 4);
-}
 
 fn threadNs() u64 {
     const ts = std.posix.clock_gettime(.THREAD_CPUTIME_ID) catch return 0;
@@ -40,35 +35,29 @@ fn symbol(comptime T: type, lib: *std.DynLib, name: [:0]const u8) !T {
 
 const Entries = struct {
     import: Import,
-    keyed: Import,
-    describe: Import,
     release: Release,
     versioned: ImportOne,
     journal_release: Release,
     scratch: *const abi.KeyedDescription,
+    /// This thread's journal count (zig/src/journal.zig: the first word).
+    journal_count: *i32,
 };
 
-const Mode = enum { import, keyed, versioned, describe };
+const Mode = enum { import, versioned };
 
-/// One round: ns per call (pair). `.describe`: `dlpk_describe` alone.
-fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, mode: Mode) !f64 {
-    const words: [*]const u32 = @ptrCast(out.ptr);
-    const out_address: f64 = @floatFromInt(@intFromPtr(out.ptr));
-    const import = if (mode == .keyed) e.keyed else e.import;
+/// One round: ns per import + release.
+fn round(e: Entries, managed: usize, count: usize, mode: Mode) !f64 {
     const began = threadNs();
     for (0..count) |_| {
-        if (mode == .describe) {
-            if (e.describe(managed, versioned_option, out_address) != 0) return error.Refused;
-            continue;
-        }
         if (mode == .versioned) {
-            if (e.versioned(managed) != 0) return error.Refused;
+            if (e.versioned(@floatFromInt(managed)) != 0) return error.Refused;
             e.journal_release(e.scratch.owner);
             continue;
         }
-        if (import(managed, versioned_option, out_address) != 0) return error.Refused;
-        const owner = @as(u64, words[owner_lo_word + 1]) << 32 | words[owner_lo_word];
-        e.release(@floatFromInt(owner));
+        if (e.import(managed, versioned_option) != 0) return error.Refused;
+        // The holder of the record takes the journal entry the import made, as a JS view does.
+        e.journal_count.* -= 1;
+        e.release(e.scratch.owner);
     }
     const elapsed: f64 = @floatFromInt(threadNs() - began);
     return elapsed / @as(f64, @floatFromInt(count));
@@ -103,37 +92,27 @@ pub fn main() !void {
     defer lib.close();
     var producer = try std.DynLib.open(args[2]);
     defer producer.close();
-    var e: Entries = .{
+    const scratch = (try symbol(Scratch, &lib, "dlpk_scratch"))();
+    const journal = (try symbol(Journal, &lib, "dlpk_journal"))();
+    const e: Entries = .{
         .import = try symbol(Import, &lib, "dlpk_import"),
-        .keyed = try symbol(Import, &lib, "dlpk_import_keyed"),
-        .describe = try symbol(Import, &lib, "dlpk_describe"),
         .release = try symbol(Release, &lib, "dlpk_owner_release"),
         .versioned = try symbol(ImportOne, &lib, "dlpk_import_versioned"),
         .journal_release = try symbol(Release, &lib, "dlpk_journal_release"),
-        .scratch = undefined,
+        .scratch = @ptrFromInt(@as(usize, @intFromFloat(scratch))),
+        .journal_count = @ptrFromInt(@as(usize, @intFromFloat(journal))),
     };
-    const scratch = (try symbol(Scratch, &lib, "dlpk_scratch"))();
-    e.scratch = @ptrFromInt(@as(usize, @intFromFloat(scratch)));
     // A library built from other sources would read and write another layout.
     if ((try symbol(Size, &lib, "dlpk_description_size"))() != @sizeOf(abi.Description)) {
         return error.StaleLibrary;
     }
-    // A keyed record (the keyed import writes past the description), zeroed as the library's is.
-    const out = try allocator.alignedAlloc(u8, .@"8", @sizeOf(abi.KeyedDescription));
-    defer allocator.free(out);
-    @memset(out, 0);
     const managed = (try symbol(Static, &producer, "tp_static_tensor"))(4096, 1);
     if (managed == 0) return error.OutOfMemory;
     var times: [64]f64 = undefined;
-    const names = [_][]const u8{
-        "import + release",
-        "keyed import + release",
-        "versioned import + journal release",
-        "describe alone",
-    };
-    for ([_]Mode{ .import, .keyed, .versioned, .describe }, names) |mode, name| {
-        _ = try round(e, @floatFromInt(managed), out, count / 10 + 1, mode);
-        for (times[0..rounds]) |*t| t.* = try round(e, @floatFromInt(managed), out, count, mode);
+    const names = [_][]const u8{ "import + release", "versioned import + journal release" };
+    for ([_]Mode{ .import, .versioned }, names) |mode, name| {
+        _ = try round(e, managed, count / 10 + 1, mode);
+        for (times[0..rounds]) |*t| t.* = try round(e, managed, count, mode);
         report(name, times[0..rounds]);
     }
 }

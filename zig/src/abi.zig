@@ -10,7 +10,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 21;
+pub const version: u32 = 22;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -227,9 +227,9 @@ comptime {
     assert(@alignOf(Description) == 8);
 }
 
-/// What `dlpk_import_keyed` writes into: the `Description`, then a generation that changes
-/// whenever the facts a view is built from (everything but the status, the details, the byte
-/// offset and the addresses) differ from the last keyed import's into the same record, the owner
+/// What the imports write into (this thread's scratch): the `Description`, then a generation that
+/// changes whenever the facts a view is built from (everything but the status, the details, the
+/// byte offset and the addresses) differ from the last import's into the same record, the owner
 /// record's and element 0's addresses as single f64 words, then those last facts. A caller that
 /// remembers what it built for a generation compares one word.
 pub const KeyedDescription = extern struct {

@@ -74,7 +74,7 @@ const entries = .{
     .{ "DESCRIPTION_BYTES", @sizeOf(abi.Description), "Bytes of the native `Description` record " ++
         "every native call reads or writes." },
     .{ "KEYED_DESCRIPTION_BYTES", @sizeOf(abi.KeyedDescription), "Bytes of the native " ++
-        "`KeyedDescription` record `dlpk_import_keyed` writes (a `Description` first)." },
+        "`KeyedDescription` record the imports write (a `Description` first)." },
     .{ "KEY_GENERATION_F64", @offsetOf(abi.KeyedDescription, "generation") / 8, "Index of " ++
         "`KeyedDescription.generation` in a Float64Array view of the record." },
     .{ "KEY_OWNER_F64", @offsetOf(abi.KeyedDescription, "owner") / 8, "Index of " ++

@@ -1,10 +1,11 @@
-//! The steps of every import, in the order the entries that import take them (root.zig's
-//! `dlpk_import` and `dlpk_describe`, python.zig's capsules, exchange.zig's tables):
+//! The steps of every import, in the order each entry that imports takes them (`sequence`: the C
+//! imports of c_core.zig, python.zig's capsules, exchange.zig's tables):
 //! 1. validate the struct (describe.zig: reads memory, calls nothing);
 //! 2. check its device claim (verify.zig: may open the CUDA driver);
 //! 3. take it when it is one of this library's exports (one export, one import);
 //! 4. record the owner that will call its deleter (owner.zig).
-//! What a refusal does to the producer differs per entry, so each entry handles refusals itself.
+//! What a refusal does to the producer differs per entry (`Refusal`); and a struct that is not
+//! imported at all is deleted with the same checks (`deleteChecked`).
 
 const std = @import("std");
 const assert = std.debug.assert;
@@ -12,6 +13,7 @@ const abi = @import("abi.zig");
 const describe = @import("describe.zig");
 const dlpack = @import("dlpack.zig");
 const exports = @import("exports.zig");
+const mappings = @import("mappings.zig");
 const owner = @import("owner.zig");
 const stats = @import("stats.zig");
 const verify = @import("verify.zig");
@@ -20,6 +22,48 @@ const Description = abi.Description;
 const Status = abi.Status;
 
 pub const Options = describe.Options;
+
+/// What an import that refuses a tensor does with it.
+pub const Refusal = enum {
+    /// Hands it back to its producer (deleter called once, where that is safe).
+    release,
+    /// Leaves it to the caller (a capsule's destructor frees it): an export of this library that
+    /// the import took goes back to live.
+    keep,
+};
+
+/// The one sequence every import takes: validate -> verify -> take this library's own export ->
+/// record the owner, whose address `out` then holds. A refusal is written into `out` and the
+/// tensor released or kept as `refusal` says; returns the status to report (a lost race for an
+/// export of this library turns into `already_imported`). Inlined into each entry: its own frame,
+/// and the owner record's in it, cost the imports 3-4 ns (`zig build bench-import`).
+pub inline fn sequence(
+    managed: usize,
+    options: Options,
+    out: *Description,
+    refusal: Refusal,
+) Status {
+    var own: ?exports.Own = null;
+    var status = @call(.always_inline, inspect, .{ managed, options, out, &own });
+    var claimed = false;
+    if (status == .ok) {
+        if (own) |found| {
+            status = take(managed, found, out);
+            claimed = status == .ok;
+        }
+    }
+    if (status == .ok) {
+        _ = @call(.always_inline, record, .{ managed, options.versioned, out }) catch {
+            status = .out_of_memory;
+        };
+        if (status == .ok) return .ok;
+    }
+    if (refusal == .keep) {
+        if (claimed) exports.unclaim(managed);
+        return status;
+    }
+    return releaseRefused(managed, options.versioned, status, out, claimed);
+}
 
 /// Steps 1 and 2: validates `managed` and checks its device claim, filling `out`. Sets `own` when
 /// the struct is one of this library's exports (steps 3 and 4 need it).
@@ -97,6 +141,26 @@ pub fn releaseRefused(
     }
     stats.add(.deleters_called, 1);
     return status;
+}
+
+/// Calls a managed tensor's deleter (a struct no import took: a capsule disposed before anyone
+/// took it, a journal entry replayed), with the checks of an import: nothing happens for a struct
+/// that is not readable, a deleter that is not code, or an export of this library that an import
+/// took or that was released already. Returns whether the deleter ran.
+pub fn deleteChecked(managed: usize, versioned: bool) bool {
+    if (!abi.plausible(dlpack.ManagedTensorVersioned, managed)) return false;
+    if (!mappings.readable(managed, dlpack.managedSize(versioned))) return false;
+    if (exports.recognize(managed)) |own| {
+        if (own.state != .live or !exports.claim(managed)) return false;
+        dlpack.deleteManaged(managed, own.versioned);
+        return true;
+    }
+    const deleter = @as(*const usize, @ptrFromInt(managed + dlpack.deleterOffset(versioned))).*;
+    if (deleter != 0 and (exports.isExportDeleter(deleter) or !mappings.executable(deleter))) {
+        return false;
+    }
+    dlpack.deleteManaged(managed, versioned);
+    return true;
 }
 
 /// Calls a refused tensor's deleter with the refusal's description kept as it was: the deleter may

@@ -481,6 +481,44 @@ fn describe(managed: usize, options: Options, out: *Description) Status {
 
 const f32_t = dlpack.DataType{ .code = 2, .bits = 32, .lanes = 1 };
 
+/// What an import into a `KeyedDescription` (this thread's scratch) adds to the description it
+/// wrote: the owner record's and element 0's addresses as f64 words, and a generation that moves
+/// on, with the facts remembered, unless they equal the remembered ones.
+pub fn keyFacts(keyed: *abi.KeyedDescription) void {
+    const now = &keyed.description;
+    const owner_record: u64 = @as(u64, now.owner_hi) << 32 | now.owner_lo;
+    keyed.owner = @floatFromInt(owner_record);
+    const element = now.address();
+    keyed.address = if (element < abi.exact_max) @floatFromInt(element) else -1;
+    assert(now.ndim >= 0 and now.ndim <= dlpack.rank_max);
+    if (sameFacts(now, &keyed.last)) return;
+    const rank: usize = @intCast(now.ndim);
+    const now_bytes = std.mem.asBytes(now);
+    const last_bytes = std.mem.asBytes(&keyed.last);
+    const words_at, const words_end = abi.facts_words;
+    const numbers_at, const numbers_end = abi.facts_numbers;
+    @memcpy(last_bytes[words_at..words_end], now_bytes[words_at..words_end]);
+    @memcpy(last_bytes[numbers_at..numbers_end], now_bytes[numbers_at..numbers_end]);
+    @memcpy(keyed.last.shape[0..rank], now.shape[0..rank]);
+    @memcpy(keyed.last.strides[0..rank], now.strides[0..rank]);
+    keyed.generation += 1;
+}
+
+/// Whether two descriptions agree on every fact a view is built from (compared as bytes: -0 and 0
+/// differ, which only costs a rebuild).
+fn sameFacts(a: *const Description, b: *const Description) bool {
+    if (a.ndim != b.ndim) return false;
+    const rank: usize = @intCast(a.ndim);
+    const a_bytes = std.mem.asBytes(a);
+    const b_bytes = std.mem.asBytes(b);
+    const words_at, const words_end = abi.facts_words;
+    const numbers_at, const numbers_end = abi.facts_numbers;
+    return std.mem.eql(u8, a_bytes[words_at..words_end], b_bytes[words_at..words_end]) and
+        std.mem.eql(u8, a_bytes[numbers_at..numbers_end], b_bytes[numbers_at..numbers_end]) and
+        std.mem.eql(f64, a.shape[0..rank], b.shape[0..rank]) and
+        std.mem.eql(f64, a.strides[0..rank], b.strides[0..rank]);
+}
+
 test "C-contiguous float32 with NULL strides" {
     var f: Fixture = undefined;
     f.init(f32_t, &.{ 2, 3 }, null);
@@ -839,4 +877,49 @@ test "this library's exports: the real generation, taken and released ones are r
         );
         dlpack.deleteManaged(managed, versioned);
     }
+}
+
+test "keyed facts: the generation moves only when a fact changes" {
+    var keyed = std.mem.zeroes(abi.KeyedDescription);
+    keyed.description.ndim = 2;
+    keyed.description.device_type = 1;
+    keyed.description.shape[0] = 3;
+    keyed.description.shape[1] = 4;
+    keyed.description.strides[0] = 4;
+    keyed.description.strides[1] = 1;
+    keyed.description.size = 12;
+    keyed.description.setOwner(0x1234_5678_9abc);
+    keyed.description.setAddress(abi.exact_max);
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 1), keyed.generation);
+    try testing.expectEqual(@as(f64, 0x1234_5678_9abc), keyed.owner);
+    try testing.expectEqual(@as(f64, -1), keyed.address);
+    // Addresses, the owner and the details are not facts of the layout.
+    keyed.description.setAddress(64);
+    keyed.description.owner_lo = 128;
+    keyed.description.byte_offset = 8;
+    keyed.description.detail_found = 5;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 1), keyed.generation);
+    try testing.expectEqual(@as(f64, 64), keyed.address);
+    // Each fact, in either range or the extents, moves it.
+    keyed.description.dtype_bits = 64;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 2), keyed.generation);
+    keyed.description.max_offset = 11;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 3), keyed.generation);
+    keyed.description.strides[1] = -0.0;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 4), keyed.generation);
+    keyed.description.shape[1] = 5;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 5), keyed.generation);
+    // Entries past ndim are not compared.
+    keyed.description.shape[2] = 9;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 5), keyed.generation);
+    keyed.description.ndim = 1;
+    keyFacts(&keyed);
+    try testing.expectEqual(@as(f64, 6), keyed.generation);
 }

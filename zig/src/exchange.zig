@@ -724,24 +724,10 @@ fn adopt(
 /// owner that will call its deleter, or null with `out` saying why it was refused (then released
 /// once, where that is safe; never one of this library's exports that another import took).
 fn takeOver(managed: usize, strict_offset: bool, out: *Description) ?*owner_mod.Owner {
-    var own: ?exports.Own = null;
     const options: admit.Options = .{ .versioned = true, .strict_offset = strict_offset };
-    var status = admit.inspect(managed, options, out, &own);
-    var claimed = false;
-    if (status == .ok) {
-        if (own) |found| {
-            status = admit.take(managed, found, out);
-            claimed = status == .ok;
-        }
-    }
-    if (status == .ok) {
-        if (admit.record(managed, true, out)) |created| return created else |_| {
-            status = .out_of_memory;
-        }
-    }
-    const reported = admit.releaseRefused(managed, true, status, out, claimed);
-    assert(reported != .ok);
-    return null;
+    if (admit.sequence(managed, options, out, .release) != .ok) return null;
+    const created = @as(usize, out.owner_hi) << 32 | out.owner_lo;
+    return @ptrFromInt(created);
 }
 
 /// For CUDA-family data, the producer's current work stream (the data is ready in its order);

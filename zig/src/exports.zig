@@ -6,6 +6,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
+const abi = @import("abi.zig");
 const dlpack = @import("dlpack.zig");
 const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
@@ -559,6 +560,83 @@ pub fn fenceForConsumer(managed: usize, versioned: bool, consumer_value: usize) 
 // Tests
 
 const testing = std.testing;
+
+/// Builds an export from a description (`dlpk_export`): data address, owner, device, dtype, flags,
+/// ndim, shape and strides; on success writes the managed struct's address into the address
+/// fields. The JS side has checked the layout against the memory it points into.
+pub fn fromDescription(spec: *abi.Description, options: u32) abi.Status {
+    if (spec.ndim < 0 or spec.ndim > dlpack.rank_max) return .rank;
+    // The shape and strides are decoded straight into the export's record (a stack copy of the
+    // largest rank would cost more than the export).
+    const started = draft(@intCast(spec.ndim)) catch return .out_of_memory;
+    const refused = memory.dimsOf(spec, started.shape(), started.strides()) orelse checkDtype(spec);
+    if (refused) |status| {
+        abandon(started);
+        return status;
+    }
+    const owner_address = @as(usize, spec.owner_hi) << 32 | spec.owner_lo;
+    const managed = finish(started, .{
+        .data = spec.address(),
+        .device = .{ .device_type = spec.device_type, .device_id = spec.device_id },
+        .dtype = .{
+            .code = @intCast(spec.dtype_code),
+            .bits = @intCast(spec.dtype_bits),
+            .lanes = 1,
+        },
+        .shape = started.shape(),
+        .strides = started.strides(),
+        .flags = spec.flags,
+        .versioned = options & abi.export_option.versioned != 0,
+        .adopt_owner = options & abi.export_option.adopt_owner != 0,
+        .owner = if (owner_address == 0) null else @ptrFromInt(owner_address),
+    });
+    spec.setAddress(managed);
+    return .ok;
+}
+
+fn checkDtype(spec: *const abi.Description) ?abi.Status {
+    if (spec.dtype_code > std.math.maxInt(u8) or spec.dtype_bits > std.math.maxInt(u8)) {
+        return .dtype;
+    }
+    return null;
+}
+
+/// The export of a whole TypedArray (`dlpk_export_array`): `extent` elements of `dtype` from
+/// `base`, 1-D and contiguous on the CPU, pinned as `id` of `realm` (`bytes` bytes) for as long as
+/// the export lives. Returns the managed struct's address.
+pub fn ofArray(
+    base: [*]u8,
+    realm: *owner_mod.Realm,
+    id: usize,
+    bytes: usize,
+    extent: i64,
+    dtype: dlpack.DataType,
+    flags: u32,
+    options: u32,
+) error{OutOfMemory}!usize {
+    assert(extent >= 0);
+    // Inlined, as `finish` below: in a shared library each function that touches thread-local
+    // state (spare records, counters, the export pool) looks its block up once, in a call.
+    const pin = try @call(.always_inline, owner_mod.createIn, .{ realm, .pin, id, bytes });
+    // Not exported: releasing the pin's only reference queues the id, which JS never recorded.
+    errdefer owner_mod.release(pin);
+    const started = try draft(1);
+    started.shape()[0] = extent;
+    started.strides()[0] = 1;
+    const managed = @call(.always_inline, finish, .{ started, Spec{
+        .data = @intFromPtr(base),
+        .device = .{ .device_type = @intFromEnum(dlpack.DeviceType.cpu), .device_id = 0 },
+        .dtype = dtype,
+        .shape = started.shape(),
+        .strides = started.strides(),
+        .flags = flags,
+        .versioned = options & abi.export_option.versioned != 0,
+        .adopt_owner = true,
+        .owner = pin,
+    } });
+    assert(managed != 0);
+    return managed;
+}
 
 test "an export holds its owner until the consumer calls the deleter" {
     const o = try owner_mod.createNative(64, 64, false);

@@ -4,6 +4,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
+const abi = @import("abi.zig");
 const dlpack = @import("dlpack.zig");
 const transpose = @import("transpose.zig");
 
@@ -247,6 +248,54 @@ fn copyRun(dst: [*]u8, src: [*]const u8, itemsize: usize, count: usize, stride_b
 }
 
 const testing = std.testing;
+
+/// The shape and strides of a description as integers (`copyDescribed`): extents not negative,
+/// every value exact; a refusal status otherwise.
+const Layout = struct {
+    ndim: usize,
+    shape: [dlpack.rank_max]i64,
+    strides: [dlpack.rank_max]i64,
+};
+
+fn layoutOf(spec: *const abi.Description, layout: *Layout) ?abi.Status {
+    if (spec.ndim < 0 or spec.ndim > dlpack.rank_max) return .rank;
+    layout.ndim = @intCast(spec.ndim);
+    return dimsOf(spec, layout.shape[0..layout.ndim], layout.strides[0..layout.ndim]);
+}
+
+/// Decodes the description's first `shape.len` extents and strides into `shape` and `strides`
+/// (an export's record takes them straight from here).
+pub fn dimsOf(spec: *const abi.Description, shape: []i64, strides: []i64) ?abi.Status {
+    assert(shape.len == strides.len and shape.len <= dlpack.rank_max);
+    for (shape, strides, 0..) |*extent_out, *stride_out, d| {
+        const extent = abi.integerFromF64(spec.shape[d]) orelse return .shape;
+        if (extent < 0) return .shape;
+        extent_out.* = extent;
+        stride_out.* = abi.integerFromF64(spec.strides[d]) orelse return .strides;
+    }
+    return null;
+}
+
+/// Copies the strided tensor `spec` describes (address, ndim, shape, strides) into `dst` in C
+/// order, `itemsize` bytes per element (`dlpk_copy`).
+pub fn copyDescribed(spec: *const abi.Description, dst: usize, itemsize: u32) abi.Status {
+    if (spec.ndim < 0 or spec.ndim > dlpack.rank_max or itemsize == 0 or dst == 0) {
+        return .invalid_argument;
+    }
+    var layout: Layout = undefined;
+    if (layoutOf(spec, &layout)) |refused| return refused;
+    // The copy engine assumes at most 2^53 elements (what any view can hold).
+    var elements: u64 = 1;
+    for (layout.shape[0..layout.ndim]) |extent| {
+        elements = std.math.mul(u64, elements, @intCast(extent)) catch return .overflow;
+    }
+    if (elements > abi.exact_max) return .overflow;
+    const src = spec.address();
+    const shape = layout.shape[0..layout.ndim];
+    const strides = layout.strides[0..layout.ndim];
+    copyStrided(@ptrFromInt(dst), @ptrFromInt(src), itemsize, shape, strides);
+    return .ok;
+}
 
 test "allocation is aligned and zeroed on request" {
     for ([_]usize{ 1, 8, 256, alignment_max_bytes }) |alignment| {

@@ -11,7 +11,6 @@ const admit = @import("admit.zig");
 const cpython = @import("cpython.zig");
 const exchange = @import("exchange.zig");
 const dlpack = @import("dlpack.zig");
-const exports = @import("exports.zig");
 const guards = @import("guards.zig");
 const mappings = @import("mappings.zig");
 const templates = @import("templates.zig");
@@ -45,18 +44,11 @@ pub fn consume(capsule_address: usize, strict_offset: bool, out: *Description) I
     const versioned = try capsuleGeneration(a, capsule);
     const name = if (versioned) templates.name_versioned else templates.name_legacy;
     const managed = @intFromPtr(a.PyCapsule_GetPointer(capsule, name));
-    var own: ?exports.Own = null;
     const options: admit.Options = .{ .versioned = versioned, .strict_offset = strict_offset };
-    if (admit.inspect(managed, options, out, &own) != .ok) return error.Refused;
     // One of this library's exports goes to one import only, whichever way it arrives: a raw
-    // import of the same struct must not take it a second time (the capsule keeps a refused one).
-    if (own) |found| {
-        if (admit.take(managed, found, out) != .ok) return error.Refused;
-    }
-    _ = admit.record(managed, versioned, out) catch {
-        if (own != null) exports.unclaim(managed);
-        return error.Refused;
-    };
+    // import of the same struct must not take it a second time. A refused one stays the
+    // capsule's, whose destructor frees it.
+    if (admit.sequence(managed, options, out, .keep) != .ok) return error.Refused;
     // Cannot fail: the capsule was just checked valid. From here on our owner calls the deleter.
     const used = if (versioned) templates.name_used_versioned else templates.name_used_legacy;
     const renamed = a.PyCapsule_SetName(capsule, used);
