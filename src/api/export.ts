@@ -24,11 +24,12 @@ function exportAny(x: Exportable, options: ExportOptions | undefined, versioned:
   // No options (the common case) stays undefined: the whole-array export takes a fast path then.
   const opts = readOptions(options);
   if (opts === undefined) {
-    // An array exported before: still a TypedArray of that dtype over the same fixed-length buffer.
+    // An array exported before: still a TypedArray of that dtype over the same fixed-length,
+    // unshared buffer.
     const known = wholeArrays.get(x);
     if (known !== undefined) {
       const byteLength = typedArrayByteLength(x as AnyTypedArray);
-      if (byteLength > 0) return exportWholeArray(x as AnyTypedArray, known, byteLength, versioned, 0);
+      if (byteLength > 0) return exportWholeArray(x as AnyTypedArray, known, byteLength, versioned, 0, false);
     }
   }
   // The engine's brand, not instanceof or .constructor: own properties and prototypes can lie.

@@ -176,8 +176,12 @@ export function resolveLayout(
  */
 export const wholeArrays = newWeakMap<object, DTypeInfo>();
 
-/** The TypedArray facts every export needs, read through the intrinsics. */
-export function typedArraySource(x: AnyTypedArray, tag: string): { info: DTypeInfo; byteLength: number } {
+/** The TypedArray facts every export needs, read through the intrinsics (`shared`: over a
+ * SharedArrayBuffer). */
+export function typedArraySource(
+  x: AnyTypedArray,
+  tag: string,
+): { info: DTypeInfo; byteLength: number; shared: boolean } {
   // The buffer first: in Bun that also moves a small array's storage out of the GC heap, so the
   // pointer the runtime passes stays valid.
   const buffer = typedArrayBuffer(x);
@@ -195,7 +199,7 @@ export function typedArraySource(x: AnyTypedArray, tag: string): { info: DTypeIn
     throw new DLPackError("disposed", "the TypedArray's ArrayBuffer is detached");
   }
   if (state === 0 && byteLength > 0) wholeArrays.set(x, info);
-  return { info, byteLength };
+  return { info, byteLength, shared: (state & SHARED) !== 0 };
 }
 
 /** Pins `x` (`byteLength`: its extent, read through the intrinsics, which the native side trusts)

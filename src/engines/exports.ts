@@ -126,8 +126,8 @@ export function exportTypedArray(
   versioned: boolean,
   flags: number,
 ): Capsule {
-  const { info, byteLength } = typedArraySource(x, tag);
-  if (opts === undefined && byteLength > 0) return exportWholeArray(x, info, byteLength, versioned, flags);
+  const { info, byteLength, shared } = typedArraySource(x, tag);
+  if (opts === undefined && byteLength > 0) return exportWholeArray(x, info, byteLength, versioned, flags, shared);
   const natural = { info, shape: [byteLength / info.slotBytes], strides: undefined, zeroAt: 0 };
   const layout = resolveLayout(natural, byteLength, false, opts ?? NO_OPTIONS);
   const readonly = opts !== undefined && opts.readonly;
@@ -144,19 +144,22 @@ export function exportTypedArray(
   return exportBuffer(x, byteLength, versioned);
 }
 
-/** The common export: a whole TypedArray, 1-D, no options. One native call takes its facts as
- * arguments (nothing goes through the scratch; the element count follows from the bytes) and
- * returns the struct's address, journaled (as in {@link buildCapsule}) until the capsule holds it. */
+/** The common export: a whole TypedArray, 1-D, no options (`shared`: over a SharedArrayBuffer).
+ * One native call takes its facts as arguments (nothing goes through the scratch; the element
+ * count follows from the bytes) and returns the struct's address, journaled (as in
+ * {@link buildCapsule}) until the capsule holds it. */
 export function exportWholeArray(
   x: AnyTypedArray,
   info: DTypeInfo,
   byteLength: number,
   versioned: boolean,
   flags: number,
+  shared: boolean,
 ): Capsule {
-  // A Worker's pin may be offered to the main thread (shared memory), which needs the pin's native
-  // address: recordPin reads it from the scratch, which the described export writes.
-  if (!onMainThread) return exportDescribedArray(x, info, byteLength, versioned, flags);
+  // A Worker's pin of shared memory is offered to the main thread, which needs the pin's native
+  // address: the described export leaves it in the scratch. Memory that is not shared is never
+  // offered, so a Worker exports it the main thread's way.
+  if (shared && !onMainThread) return exportDescribedArray(x, info, byteLength, versioned, flags);
   const id = newPinId();
   const realm = realmAddress();
   // The elements are the bytes' (whole arrays only); everything else in one word.

@@ -7,25 +7,34 @@
  */
 import { core, loadedCore, runtime } from "../../ffi/mod.ts";
 import { markStray, newPinId, pinsRecorded, realmAddress, realmMade, recordPin } from "./pins.ts";
-import { objectSlots, slots, startInterval, stopInterval } from "../facts/intrinsics.ts";
+import {
+  bufferState,
+  objectSlots,
+  SHARED,
+  slots,
+  startInterval,
+  stopInterval,
+  typedArrayBuffer,
+  typedArrayTag,
+} from "../facts/intrinsics.ts";
 
 const KEEPER_CHANNEL = "dlpack-ts/keep";
 const onMainThread = runtime().mainThread;
 const sabByteLength = Object.getOwnPropertyDescriptor(SharedArrayBuffer.prototype, "byteLength")!.get!;
-const typedArrayBuffer = Object.getOwnPropertyDescriptor(
-  Object.getPrototypeOf(Uint8Array.prototype) as object,
-  "buffer",
-)!.get!;
 const applyFn = Reflect.apply;
 
-/** The SharedArrayBuffer under a TypedArray or DataView, read through intrinsics; else undefined. */
+/** The SharedArrayBuffer under a TypedArray, or a SharedArrayBuffer itself; else undefined. The
+ * intrinsics' brand checks decide (the prototype only picks which one runs first), so no own
+ * `buffer`, replaced prototype or Proxy passes memory off as shared or unshared, and nothing throws
+ * for a TypedArray over either kind of buffer with its own prototype: this runs on every export a
+ * Worker makes. */
 function sharedBufferOf(value: unknown): SharedArrayBuffer | undefined {
-  let buffer: unknown = value;
   try {
-    if (!(value instanceof SharedArrayBuffer)) buffer = applyFn(typedArrayBuffer, value, []);
-    applyFn(sabByteLength, buffer, []); // throws unless buffer really is a SharedArrayBuffer
-    return buffer as SharedArrayBuffer;
+    const buffer = typedArrayTag(value) === undefined ? value : typedArrayBuffer(value as ArrayBufferView);
+    if (buffer === null || typeof buffer !== "object") return undefined;
+    return (bufferState(buffer as ArrayBufferLike) & SHARED) !== 0 ? buffer as SharedArrayBuffer : undefined;
   } catch {
+    // Neither kind of buffer.
     return undefined;
   }
 }
