@@ -3,7 +3,7 @@
  * type declarations.
  * @module
  */
-import type { OpenLibrary, Runtime, SymbolTable } from "./types.ts";
+import type { MemoryReads, OpenLibrary, Runtime, SymbolTable } from "./types.ts";
 import { typedArrayBuffer } from "../src/facts/intrinsics.ts";
 import { bindSymbols } from "./results.ts";
 
@@ -14,6 +14,8 @@ interface BunFFI {
   ): { symbols: Record<string, (...args: unknown[]) => unknown>; close(): void };
   toArrayBuffer(address: number, byteOffset: number, byteLength: number): ArrayBuffer;
   ptr(view: ArrayBufferView): number;
+  /** Each takes an address and an optional byte offset. */
+  read: MemoryReads;
   CString: new (address: number) => { toString(): string };
 }
 
@@ -48,6 +50,8 @@ export function bunRuntime(): Runtime {
   // Captured now: the pointer functions every import and export calls must not be replaceable
   // by a caller afterwards (bun:ffi's exports are plain properties).
   const { toArrayBuffer, ptr, CString } = ffi;
+  const { u8, i8, u16, i16, u32, i32, f32, f64, i64, u64 } = ffi.read;
+  const reads: MemoryReads = Object.freeze({ u8, i8, u16, i16, u32, i32, f32, f64, i64, u64 });
   return {
     name: "bun",
     open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
@@ -73,6 +77,9 @@ export function bunRuntime(): Runtime {
     },
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
       return toArrayBuffer(address, 0, byteLength);
+    },
+    reads(): MemoryReads {
+      return reads;
     },
     addressOf(view: ArrayBufferView): number {
       // Small arrays may move out of the GC heap the first time their buffer is touched; do it

@@ -5,7 +5,7 @@
  * @module
  */
 import { DLPackError } from "../src/facts/errors.ts";
-import type { OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
+import type { MemoryReads, OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 import { bindSymbols } from "./results.ts";
 
 declare const pointerBrand: unique symbol;
@@ -25,6 +25,20 @@ interface ForeignFunction {
   readonly optional: boolean;
 }
 
+/** The reads of an `UnsafePointerView`, each at a byte offset from its pointer. */
+interface PointerView {
+  getUint8(offset: number): number;
+  getInt8(offset: number): number;
+  getUint16(offset: number): number;
+  getInt16(offset: number): number;
+  getUint32(offset: number): number;
+  getInt32(offset: number): number;
+  getFloat32(offset: number): number;
+  getFloat64(offset: number): number;
+  getBigInt64(offset: number): bigint;
+  getBigUint64(offset: number): bigint;
+}
+
 interface CommandOutput {
   readonly code: number;
   readonly stdout: Uint8Array;
@@ -39,6 +53,8 @@ interface DenoNamespace {
     value(pointer: Pointer | null): number | bigint;
   };
   readonly UnsafePointerView: {
+    new (pointer: Pointer): PointerView;
+    readonly prototype: PointerView;
     getArrayBuffer(pointer: Pointer, byteLength: number, offset?: number): ArrayBuffer;
     getCString(pointer: Pointer, offset?: number): string;
   };
@@ -115,10 +131,53 @@ export function denoRuntime(): Runtime {
   // caller afterwards (they are writable static methods). None of them uses `this`.
   const { create, of, value: pointerValueOf } = Deno.UnsafePointer;
   const { getArrayBuffer, getCString } = Deno.UnsafePointerView;
+  const PointerViewCtor = Deno.UnsafePointerView;
+  const {
+    getUint8,
+    getInt8,
+    getUint16,
+    getInt16,
+    getUint32,
+    getInt32,
+    getFloat32,
+    getFloat64,
+    getBigInt64,
+    getBigUint64,
+  } = PointerViewCtor.prototype;
   // One pointer object made at load, which getArrayBuffer offsets: making a pointer object per
   // call costs more than the ArrayBuffer itself. Nothing is ever mapped below BASE.
   const BASE = 4096;
   let base: Pointer | null | undefined;
+  let reads: MemoryReads | undefined;
+  /** The scalar reads, over one pointer view of BASE that each offsets (a view per read would cost
+   * a pointer object each): made on first use, as making the pointer needs the FFI permission. */
+  const makeReads = (): MemoryReads => {
+    let view: PointerView;
+    try {
+      view = new PointerViewCtor(base ??= create(BASE)!);
+    } catch (error) {
+      throw refused(error);
+    }
+    const at = <T>(get: (this: PointerView, offset: number) => T) => (address: number): T => {
+      try {
+        return applyFn(get, view, [address - BASE]);
+      } catch (error) {
+        throw refused(error);
+      }
+    };
+    return Object.freeze({
+      u8: at(getUint8),
+      i8: at(getInt8),
+      u16: at(getUint16),
+      i16: at(getInt16),
+      u32: at(getUint32),
+      i32: at(getInt32),
+      f32: at(getFloat32),
+      f64: at(getFloat64),
+      i64: at(getBigInt64),
+      u64: at(getBigUint64),
+    });
+  };
   return {
     name: "deno",
     open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
@@ -148,6 +207,9 @@ export function denoRuntime(): Runtime {
       } catch (error) {
         throw refused(error);
       }
+    },
+    reads(): MemoryReads {
+      return reads ??= makeReads();
     },
     addressOf(view: ArrayBufferView): number {
       try {

@@ -53,12 +53,30 @@ export interface OpenLibrary<T extends SymbolTable> {
 /** The kinds of permission Deno asks for (`--allow-<kind>`). */
 export type PermissionKind = "env" | "read" | "write" | "net" | "ffi";
 
+/** Reads of one scalar of host memory in place, through the runtime's own pointer reads (nothing
+ * is made over the memory): the caller guarantees the bytes at `address` are readable. Any
+ * alignment; 64-bit integers come as bigints. */
+export interface MemoryReads {
+  u8(address: number): number;
+  i8(address: number): number;
+  u16(address: number): number;
+  i16(address: number): number;
+  u32(address: number): number;
+  i32(address: number): number;
+  f32(address: number): number;
+  f64(address: number): number;
+  i64(address: number): bigint;
+  u64(address: number): bigint;
+}
+
 /** What each runtime binding provides; nothing outside ffi/ knows which runtime is running. */
 export interface Runtime {
   readonly name: "deno" | "bun";
   open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T>;
   /** A zero-copy ArrayBuffer over native memory. The caller guarantees the memory outlives it. */
   arrayBuffer(address: number, byteLength: number): ArrayBuffer;
+  /** The scalar reads of host memory (made on first use: they may need the FFI permission). */
+  reads(): MemoryReads;
   /** The address of a TypedArray's first byte (stable while the array is reachable). */
   addressOf(view: ArrayBufferView): number;
   /** Whether the runtime's FFI hands out addresses as pointer objects (Deno's `PointerObject`), which

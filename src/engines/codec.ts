@@ -6,12 +6,21 @@
  * @module
  */
 import { runtime } from "../../ffi/mod.ts";
+import type { MemoryReads } from "../../ffi/types.ts";
 import { DLPackError, shown } from "../facts/errors.ts";
-import type { AnyTypedArray, Complex, DType, DTypeInfo, MiniFloatDType, Scalar } from "../facts/dtypes.ts";
+import {
+  type AnyTypedArray,
+  type Complex,
+  type DType,
+  type DTypeInfo,
+  dtypeInfo,
+  type MiniFloatDType,
+  type Scalar,
+} from "../facts/dtypes.ts";
 import { ArrayBufferCtor, ceil, floor, isArray, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 import { nextOffset } from "../facts/layout.ts";
-import { Flag } from "../facts/abi.ts";
+import { Flag, TypeCode } from "../facts/abi.ts";
 import type { ViewFacts } from "./state.ts";
 import { formatDevice, isHostAccessible } from "../facts/devices.ts";
 
@@ -325,6 +334,70 @@ export function readElement(facts: ViewFacts, a: AnyTypedArray, at: number): Sca
         readBits(a as Uint8Array, at, slotBitsOf(facts), facts.minOffset),
       );
   }
+}
+
+let reads: MemoryReads | undefined;
+// A float16 element's bits become what array() holds for it (the number where the runtime has
+// Float16Array, else the bits themselves, as its Uint16Array holds them).
+const halfBuffer = new ArrayBufferCtor(2);
+const half = new (dtypeInfo("float16").array)(halfBuffer);
+const halfBits = new Uint16Array(halfBuffer);
+
+function float16Of(bits: number): number {
+  halfBits[0] = bits;
+  return half[0] as number;
+}
+
+/**
+ * The element at `at` ({@link elementAt}'s position) of a live view of host memory whose element
+ * 0 is at `address`, read in place (no ArrayBuffer is made), as `get` returns it: what
+ * {@link readElement} gives from the view's `array()`.
+ */
+export function readElementAt(facts: ViewFacts, address: number, at: number): Scalar {
+  const info = facts.info;
+  const m = reads ??= runtime().reads();
+  // Elements from element 0 (negative strides put some before it).
+  const e = at + facts.minOffset;
+  const bits = info.bits;
+  const p = address + e * (bits >> 3);
+  switch (info.kind) {
+    case "float":
+      return bits === 32 ? m.f32(p) : bits === 64 ? m.f64(p) : float16Of(m.u16(p));
+    case "int": {
+      const signed = info.dl.code === TypeCode.int;
+      if (bits === 8) return signed ? m.i8(p) : m.u8(p);
+      if (bits === 16) return signed ? m.i16(p) : m.u16(p);
+      return signed ? m.i32(p) : m.u32(p);
+    }
+    case "bigint":
+      return info.dl.code === TypeCode.int ? m.i64(p) : m.u64(p);
+    case "bool":
+      return m.u8(p) !== 0;
+    case "bfloat16":
+      return bfloat16ToNumber(m.u16(p));
+    case "complex": {
+      const part = bits >> 4;
+      const q = p + part;
+      if (bits === 64) return [m.f32(p), m.f32(q)] as Complex;
+      if (bits === 128) return [m.f64(p), m.f64(q)] as Complex;
+      return [float16Of(m.u16(p)), float16Of(m.u16(q))] as Complex;
+    }
+    case "minifloat":
+      return decodeMiniFloat(info.name as MiniFloatDType, readCode(m, facts, address, e));
+  }
+}
+
+/** The code of the sub-byte float `e` elements from element 0 (at `address`, on a byte boundary):
+ * its byte, and the next only when the element's bits reach into it (it may lie past the span). */
+function readCode(m: MemoryReads, facts: ViewFacts, address: number, e: number): number {
+  const slot = slotBitsOf(facts);
+  if (slot === 8) return m.u8(address + e);
+  const bit = e * slot;
+  const byte = floor(bit / 8);
+  const shift = bit - byte * 8;
+  let word = m.u8(address + byte);
+  if (shift + slot > 8) word |= m.u8(address + byte + 1) << 8;
+  return (word >>> shift) & ((1 << slot) - 1);
 }
 
 /** Checks `value` as an element of the view's dtype and stores it at `at` of its span `a`. */

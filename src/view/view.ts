@@ -44,7 +44,16 @@ import {
   type ViewState,
 } from "../engines/state.ts";
 import { keyed } from "../engines/facts.ts";
-import { elementAt, gather, readElement, requireHost, spanBytes, spanStart, writeElement } from "../engines/codec.ts";
+import {
+  elementAt,
+  gather,
+  readElement,
+  readElementAt,
+  requireHost,
+  spanBytes,
+  spanStart,
+  writeElement,
+} from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
 import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
@@ -477,7 +486,12 @@ export class BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "get()");
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "get");
-    const a = this.#extras?.array ?? this.#makeArray();
+    const a = this.#extras?.array;
+    if (a === undefined) {
+      // Read in place: nothing is made over the memory, so nothing needs detaching on dispose.
+      requireHost(this.#facts, "get()");
+      return readElementAt(this.#facts, this.#address, at);
+    }
     // An array detached under the view (its buffer transferred by other code) has length 0 and
     // reads undefined without touching memory: that is checked after the read, not before.
     if (a[at] === undefined) this.#live();
