@@ -11,7 +11,7 @@ import { typedArrayByteLength, typedArrayTag } from "../facts/intrinsics.ts";
 import { releaseDeferred } from "../native/journal.ts";
 import type { Capsule } from "../native/capsule.ts";
 import { type ExportOptions, exportTypedArray, exportView, exportWholeArray } from "../engines/exports.ts";
-import { readOptions, wholeArrays } from "../engines/arrays.ts";
+import { knownWholeArray, readOptions } from "../engines/arrays.ts";
 import { type BufferView, isBufferView, stateOf } from "../view/view.ts";
 
 export type { DLPackProtocolOptions, ExportOptions } from "../engines/exports.ts";
@@ -26,7 +26,7 @@ function exportAny(x: Exportable, options: ExportOptions | undefined, versioned:
   if (opts === undefined) {
     // An array exported before: still a TypedArray of that dtype over the same fixed-length,
     // unshared buffer.
-    const known = wholeArrays.get(x);
+    const known = knownWholeArray(x);
     if (known !== undefined) {
       const byteLength = typedArrayByteLength(x as AnyTypedArray);
       if (byteLength > 0) return exportWholeArray(x as AnyTypedArray, known, byteLength, versioned, 0, false);

@@ -17,7 +17,7 @@ import {
   isArray,
   isCount,
   isDetached,
-  newWeakMap,
+  isExtensible,
   objectSlots,
   RESIZABLE,
   SHARED,
@@ -166,15 +166,46 @@ export function resolveLayout(
   return { info, shape, strides, byteOffset: (offset * bits) / 8 };
 }
 
+/** Returns the object it is given: a class extending it adds its private fields to that object. */
+class Identity {
+  constructor(target: object) {
+    return target as Identity;
+  }
+}
+
 /**
- * TypedArrays already exported whole, by identity, with their dtype: only arrays over a
- * fixed-length, non-shared ArrayBuffer. Everything such an export checks (the brand, the element
- * type, the buffer and whether it can resize or is shared) is fixed for the life of the array,
- * except detachment, which the byte length shows (0) and which sends the export the full way. An
- * identity can be neither forged nor proxied, and a WeakMap keeps no array alive: exporting the
- * same array again reads one getter instead of five.
+ * The dtype of a TypedArray already exported whole, as a private field of the array itself (the
+ * constructor returns the array it is given, so `new WholeArray(x, info)` adds the field to `x`):
+ * only arrays over a fixed-length, non-shared ArrayBuffer. Everything such an export checks (the
+ * brand, the element type, the buffer and whether it can resize or is shared) is fixed for the life
+ * of the array, except detachment, which the byte length shows (0) and which sends the export the
+ * full way. A private field can be neither forged nor reached through a Proxy, keeps nothing alive
+ * and is invisible to the caller's code, and adding one costs an array's first export next to
+ * nothing, where an entry in a WeakMap costs about as much as making the array: exporting the same
+ * array again reads one getter instead of five.
  */
-export const wholeArrays = newWeakMap<object, DTypeInfo>();
+class WholeArray extends Identity {
+  readonly #info: DTypeInfo;
+
+  private constructor(target: AnyTypedArray, info: DTypeInfo) {
+    super(target);
+    this.#info = info;
+  }
+
+  /** Remembers `x`'s dtype (once: a second field would throw). An array that is not extensible
+   * is not remembered (engines that apply extensibility to private fields would refuse it). */
+  static remember(x: AnyTypedArray, info: DTypeInfo): void {
+    if (!(#info in x) && isExtensible(x)) new WholeArray(x, info);
+  }
+
+  /** The dtype remembered for `x`, or undefined (also for anything that is not an object). */
+  static known(x: unknown): DTypeInfo | undefined {
+    return typeof x === "object" && x !== null && #info in x ? (x as WholeArray).#info : undefined;
+  }
+}
+
+/** The dtype of a TypedArray exported whole before ({@link WholeArray}), or undefined. */
+export const knownWholeArray: (x: unknown) => DTypeInfo | undefined = WholeArray.known;
 
 /** The TypedArray facts every export needs, read through the intrinsics (`shared`: over a
  * SharedArrayBuffer). */
@@ -198,7 +229,7 @@ export function typedArraySource(
   if (byteLength === 0 && (state & SHARED) === 0 && isDetached(buffer as ArrayBuffer)) {
     throw new DLPackError("disposed", "the TypedArray's ArrayBuffer is detached");
   }
-  if (state === 0 && byteLength > 0) wholeArrays.set(x, info);
+  if (state === 0 && byteLength > 0) WholeArray.remember(x, info);
   return { info, byteLength, shared: (state & SHARED) !== 0 };
 }
 

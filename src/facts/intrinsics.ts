@@ -32,6 +32,8 @@ export const isArray: (value: unknown) => value is unknown[] = Array.isArray;
 export const getPrototypeOf: (value: object) => object | null = Object.getPrototypeOf;
 /** `Object.freeze`. */
 export const freeze: <T>(value: T) => Readonly<T> = Object.freeze;
+/** `Object.isExtensible`. */
+export const isExtensible: (value: object) => boolean = Object.isExtensible;
 /** `Object.hasOwn`. */
 export const hasOwn: (value: object, key: PropertyKey) => boolean = Object.hasOwn;
 /** `Object.prototype`, to recognise object literals. */
