@@ -1,0 +1,123 @@
+// get() reads one element in place (the runtime's pointer reads, no ArrayBuffer); once array() was
+// handed out it reads through that array. Both paths over the same bytes must give the same value
+// for every dtype and layout (negative strides, transposes, packed and padded sub-byte types), and
+// keep every check: indices, a disposed view, device memory, an array detached under the view.
+import assert from "node:assert/strict";
+import { type BufferView, DLPackError, DTYPES, type DType, importDLPack, type Scalar } from "../../mod.ts";
+import { dtypeInfo } from "../../src/facts/dtypes.ts";
+import { make } from "../support/producer.ts";
+import { test } from "../support/harness.ts";
+
+const SHAPE = [3, 5];
+const COUNT = 15;
+
+/** A tensor of `dtype` (shape [3, 5], `flags`) whose bytes are a fixed pseudo-random pattern. */
+function filled(dtype: DType, flags = 0): ReturnType<typeof make> {
+  const made = make({ dtype, shape: SHAPE, flags });
+  const info = dtypeInfo(dtype);
+  const slot = info.bits < 8 && flags !== 0 ? 8 : info.bits;
+  const bytes = made.bytes(Math.ceil((COUNT * slot) / 8));
+  let x = 0x9e3779b9 ^ info.dl.code * 131 ^ info.bits;
+  for (let i = 0; i < bytes.length; i++) {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    bytes[i] = x >>> 24;
+  }
+  return made;
+}
+
+/** Every index of a view, in C order. */
+function indices(shape: readonly number[]): number[][] {
+  const out: number[][] = [[]];
+  for (const extent of shape) {
+    const next: number[][] = [];
+    for (const prefix of out) for (let i = 0; i < extent; i++) next.push([...prefix, i]);
+    out.splice(0, out.length, ...next);
+  }
+  return out;
+}
+
+function same(a: Scalar, b: Scalar): boolean {
+  if (Array.isArray(a) && Array.isArray(b)) return Object.is(a[0], b[0]) && Object.is(a[1], b[1]);
+  return Object.is(a, b);
+}
+
+/** The layouts each dtype is read through: the view itself, reversed, transposed, stepped. */
+const LAYOUTS: Record<string, (v: BufferView) => BufferView> = {
+  whole: (v) => v.slice(),
+  reversed: (v) => v.slice("::-1", "::-1"),
+  transposed: (v) => v.transpose(),
+  stepped: (v) => v.slice({ start: -1, step: -2 }, { step: 2 }),
+};
+
+for (const dtype of DTYPES) {
+  const subbyte = dtypeInfo(dtype).bits < 8;
+  for (const flags of subbyte ? [0, 4] : [0]) {
+    test(`get() in place equals get() through array() for ${dtype}${flags ? " (padded)" : ""}`, () => {
+      const made = filled(dtype, flags);
+      using base = importDLPack(made.source);
+      // Packed data cannot be sliced to start inside a byte (slice() refuses it).
+      const layouts = subbyte && flags === 0 ? ["whole", "transposed"] : Object.keys(LAYOUTS);
+      for (const name of layouts) {
+        const derive = LAYOUTS[name]!;
+        using inPlace = derive(base);
+        using through = derive(base);
+        through.array();
+        for (const index of indices(inPlace.shape)) {
+          const a = inPlace.get(...index);
+          const b = through.get(...index);
+          assert.ok(same(a, b), `${dtype} ${name} [${index}]: in place ${a}, through array() ${b}`);
+        }
+      }
+    });
+  }
+}
+
+test("get() in place returns the library's types: bigints for 64-bit ints, pairs for complex", () => {
+  const made = make({ dtype: "int64", shape: [2] });
+  new DataView(made.bytes(16).buffer).setBigInt64(8, -(2n ** 63n), true);
+  using v = importDLPack(made.source);
+  assert.equal(v.get(1), -(2n ** 63n));
+  const c = make({ dtype: "complex64", shape: [1] });
+  new Float32Array(c.bytes(8).buffer).set([1.5, -2]);
+  using z = importDLPack(c.source);
+  assert.deepEqual(z.get(0), [1.5, -2]);
+  const b = make({ dtype: "bool", shape: [2] });
+  b.bytes(2).set([0, 3]);
+  using t = importDLPack(b.source);
+  assert.deepEqual([t.get(0), t.get(1)], [false, true]);
+});
+
+test("get() in place keeps its checks: indices, disposed, device memory", () => {
+  const made = filled("float32");
+  const v = importDLPack(made.source);
+  const code = (c: string) => (e: unknown) => e instanceof DLPackError && e.code === c;
+  assert.throws(() => v.get(3, 0), code("shape"));
+  assert.throws(() => v.get(0, -1), code("shape"));
+  assert.throws(() => v.get(0, 1.5), code("shape"));
+  assert.throws(() => v.get(0), code("shape"));
+  assert.throws(() => v.get(0, "1" as unknown as number), code("argument"));
+  v.dispose();
+  assert.throws(() => v.get(0, 0), code("disposed"));
+  const device = make({ dtype: "float32", shape: [2], device: [2, 0], data: 4096 });
+  using d = importDLPack(device.source, { verifyDevice: false } as never);
+  assert.throws(() => d.get(0), code("device"));
+});
+
+test("get() through an array() detached by other code is refused, not read", () => {
+  const made = filled("float32");
+  using v = importDLPack(made.source);
+  const a = v.array();
+  const before = v.get(1, 1);
+  assert.equal(before, a[6]);
+  structuredClone(a.buffer, { transfer: [a.buffer as ArrayBuffer] });
+  assert.throws(() => v.get(1, 1), (e: unknown) => e instanceof DLPackError && e.code === "disposed");
+});
+
+test("get() in place reads what set() wrote and what the producer writes later", () => {
+  const made = make({ dtype: "float64", shape: [2, 2] });
+  using v = importDLPack(made.source);
+  v.set(2.5, 1, 0);
+  assert.equal(v.get(1, 0), 2.5);
+  new Float64Array(made.bytes(32).buffer)[3] = -7;
+  assert.equal(v.get(1, 1), -7);
+});
