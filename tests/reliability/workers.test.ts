@@ -169,6 +169,46 @@ test("a terminated Worker's pins stop counting once their consumers release them
   assert.deepEqual(live(), before);
 }, { timeout: 60_000 });
 
+test("a Worker offers its exports by what their buffers are, not by what their prototypes or own properties say", async () => {
+  const before = live();
+  // Shared memory given ArrayBuffer's prototype is still shared: offered, so it outlives the Worker.
+  const realm = new Realm();
+  let shared: bigint | undefined;
+  try {
+    const answer = await realm.expect({ op: "export-posing", kind: "shared-as-plain" });
+    assert.equal(answer.proxy, "argument", "a Proxy of a TypedArray is refused");
+    shared = (answer.addresses as bigint[])[0]!;
+    assert.ok(await eventually(() => live().pinned === before.pinned + 2), `pins: ${live().pinned}`);
+  } finally {
+    await realm.terminate();
+  }
+  await collectGarbage();
+  assert.deepEqual(consumerValues(shared!, true), [1, 2, 3, 4]);
+  tp.tp_consume(shared!, 1);
+  assert.ok(await eventually(() => live().pinned === before.pinned), "the keeper pin went with the export");
+  // Memory that is not shared is never offered, whatever it claims: one pin per export.
+  for (const kind of ["plain-as-shared", "own-buffer", "plain-twice"]) {
+    const other = new Realm();
+    try {
+      const answer = await other.expect({ op: "export-posing", kind });
+      const addresses = answer.addresses as bigint[];
+      assert.equal(answer.proxy, "argument");
+      // Give an offer time to arrive: none may.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(live().pinned, before.pinned + addresses.length, `${kind}: pins`);
+      for (const address of addresses) {
+        assert.deepEqual(consumerValues(address, true), [1, 2, 3, 4], kind);
+        tp.tp_consume(address, 1);
+      }
+      const swept = await other.expect({ op: "sweep" });
+      assert.equal(swept.pinned, 0, `${kind}: the Worker released its pins`);
+    } finally {
+      await other.terminate();
+    }
+  }
+  assert.deepEqual(live(), before);
+}, { timeout: 60_000 });
+
 /** Runs, in a child process (reading freed memory may crash it), Workers that each export a
  * SharedArrayBuffer of their own of 65,536 floats (1, 2, 3, ...) and are terminated as soon as the
  * address arrives; then reads every export and releases it. `loadFirst`: the main thread uses the

@@ -30,7 +30,26 @@ interface ExportOwn {
    * own, which its free unmaps, so reading it after the free faults instead of reading garbage. */
   length?: number;
 }
-type Message = Hammer | ImportAddress | Simple | ExportOwn;
+interface ExportPosing {
+  op: "export-posing";
+  /** "shared-as-plain": a SharedArrayBuffer given ArrayBuffer.prototype; "plain-as-shared": an
+   * ArrayBuffer given SharedArrayBuffer.prototype; "own-buffer": an ArrayBuffer's array with an
+   * own `buffer` naming a SharedArrayBuffer; "plain-twice": one ArrayBuffer's array exported twice
+   * (the second time as a known array). Each holds 1, 2, 3, 4. */
+  kind: "shared-as-plain" | "plain-as-shared" | "own-buffer" | "plain-twice";
+}
+type Message = Hammer | ImportAddress | Simple | ExportOwn | ExportPosing;
+
+/** The array of an "export-posing" message, and how many times it is exported. */
+function posing(kind: ExportPosing["kind"]): [Float32Array, number] {
+  const memory = kind === "shared-as-plain" ? new SharedArrayBuffer(16) : new ArrayBuffer(16);
+  if (kind === "shared-as-plain") Object.setPrototypeOf(memory, ArrayBuffer.prototype);
+  if (kind === "plain-as-shared") Object.setPrototypeOf(memory, SharedArrayBuffer.prototype);
+  const values = new Float32Array(memory);
+  values.set([1, 2, 3, 4]);
+  if (kind === "own-buffer") Object.defineProperty(values, "buffer", { value: new SharedArrayBuffer(16) });
+  return [values, kind === "plain-twice" ? 2 : 1];
+}
 
 const scope = globalThis as unknown as {
   onmessage: ((e: MessageEvent<Message>) => void) | null;
@@ -92,6 +111,20 @@ scope.onmessage = (e: MessageEvent<Message>) => {
         const values = new Float32Array(memory);
         for (let i = 0; i < length; i++) values[i] = i + 1;
         scope.postMessage({ op: m.op, address: share(values).take() });
+        break;
+      }
+      case "export-posing": {
+        const [values, times] = posing(m.kind);
+        const addresses = [];
+        for (let i = 0; i < times; i++) addresses.push(share(values).take());
+        // A Proxy of the array is no TypedArray, whatever it forwards.
+        let proxy = "exported";
+        try {
+          share(new Proxy(values, {})).dispose();
+        } catch (error) {
+          proxy = (error as { code?: string }).code ?? String(error);
+        }
+        scope.postMessage({ op: m.op, addresses, proxy });
         break;
       }
       case "sweep":
