@@ -5,7 +5,7 @@
  * arguments, so `get`/`set` call them as directly as they would the view's own helpers.
  * @module
  */
-import { runtime } from "../../ffi/mod.ts";
+import { core, runtime } from "../../ffi/mod.ts";
 import type { MemoryReads } from "../../ffi/types.ts";
 import { DLPackError, shown } from "../facts/errors.ts";
 import {
@@ -20,6 +20,7 @@ import {
 import { ArrayBufferCtor, ceil, floor, isArray, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 import { nextOffset } from "../facts/layout.ts";
+import { I32, scratch } from "../native/scratch.ts";
 import { Flag, TypeCode } from "../facts/abi.ts";
 import type { ViewFacts } from "./state.ts";
 import { formatDevice, isHostAccessible } from "../facts/devices.ts";
@@ -398,6 +399,70 @@ function readCode(m: MemoryReads, facts: ViewFacts, address: number, e: number):
   let word = m.u8(address + byte);
   if (shift + slot > 8) word |= m.u8(address + byte + 1) << 8;
   return (word >>> shift) & ((1 << slot) - 1);
+}
+
+// set()'s element, encoded in JS memory of its own (16 bytes: a complex128) and copied natively into
+// the view's memory: neither runtime writes through a pointer. Its address is cached (its storage
+// never moves); an array of each element type over it is made once (two slots: a complex pair).
+const staged = new ArrayBufferCtor(16);
+const stagedBytes = new Uint8Array(staged);
+let stagedAt = 0;
+const stagedArrays = { __proto__: null } as unknown as Record<string, AnyTypedArray | undefined>;
+
+/**
+ * Checks `value` as an element of `facts`' dtype and encodes it for {@link storeElement} (returns
+ * the code of a sub-byte float, which it then takes; else 0). Caller code may run here (a complex
+ * pair's reads), so the caller checks its view is still live before storing; a `set()` that runs
+ * inside it has stored its own element by the time this one is encoded.
+ */
+export function stageElement(facts: ViewFacts, value: Scalar): number {
+  const info = facts.info;
+  if (info.kind === "minifloat") return encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name));
+  encodeElement(info, value, stagedArrays[info.tag] ??= new info.array(staged, 0, 2), 0);
+  return 0;
+}
+
+/**
+ * Stores the element {@link stageElement} encoded (`code`: what it returned) in place at `at`
+ * ({@link elementAt}'s position) of a live view of host memory whose element 0 is at `address`:
+ * what {@link writeElement} does through the view's `array()`, with no ArrayBuffer made.
+ */
+export function storeElement(facts: ViewFacts, address: number, at: number, code: number): void {
+  const info = facts.info;
+  const e = at + facts.minOffset;
+  if (info.kind === "minifloat") writeCode(facts, address, e, code);
+  else store(address + e * (info.bits >> 3), info.bits >> 3);
+}
+
+/** Stores the sub-byte code of the element `e` elements from element 0 (at `address`), leaving
+ * its neighbours' bits alone (as in {@link readCode}). */
+function writeCode(facts: ViewFacts, address: number, e: number, code: number): void {
+  const slot = slotBitsOf(facts);
+  if (slot === 8) {
+    stagedBytes[0] = code;
+    store(address + e, 1);
+    return;
+  }
+  const m = reads ??= runtime().reads();
+  const bit = e * slot;
+  const byte = floor(bit / 8);
+  const shift = bit - byte * 8;
+  const two = shift + slot > 8;
+  const mask = (1 << slot) - 1;
+  const word = m.u8(address + byte) | (two ? m.u8(address + byte + 1) << 8 : 0);
+  const next = (word & ~(mask << shift)) | ((code & mask) << shift);
+  stagedBytes[0] = next & 0xff;
+  stagedBytes[1] = next >>> 8;
+  store(address + byte, two ? 2 : 1);
+}
+
+/** Copies the first `bytes` staged bytes to `dst` (one 0-d element of that size, natively). */
+function store(dst: number, bytes: number): void {
+  const s = scratch;
+  s.setAddress(stagedAt ||= runtime().addressOf(stagedBytes));
+  s.i32[I32.ndim] = 0;
+  const status = core().dlpk_copy(s.at, dst, bytes);
+  if (status !== 0) throw new DLPackError("library", `the native copy of one element refused it (status ${status})`);
 }
 
 /** Checks `value` as an element of the view's dtype and stores it at `at` of its span `a`. */

@@ -52,6 +52,8 @@ import {
   requireHost,
   spanBytes,
   spanStart,
+  stageElement,
+  storeElement,
   writeElement,
 } from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
@@ -505,7 +507,16 @@ export class BufferView {
     if (this.#access !== "readwrite") throw readonlyError(this.#access);
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "set");
-    const a = this.#extras?.array ?? this.#makeArray();
+    const a = this.#extras?.array;
+    if (a === undefined) {
+      // Written in place, as get() reads; the value's checks may run caller code (a complex pair's
+      // getters), which may dispose the view: checked again before the memory is written.
+      requireHost(this.#facts, "set()");
+      const code = stageElement(this.#facts, value);
+      if (this.#owner === 0) throw disposedError();
+      storeElement(this.#facts, this.#address, at, code);
+      return;
+    }
     // Writes into an array detached under the view are dropped without touching memory; refuse
     // them as get() does (a read of a live array never gives undefined).
     if (a[at] === undefined) this.#live();

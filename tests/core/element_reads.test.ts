@@ -3,7 +3,7 @@
 // for every dtype and layout (negative strides, transposes, packed and padded sub-byte types), and
 // keep every check: indices, a disposed view, device memory, an array detached under the view.
 import assert from "node:assert/strict";
-import { type BufferView, DLPackError, DTYPES, type DType, importDLPack, type Scalar } from "../../mod.ts";
+import { type BufferView, DLPackError, type DType, DTYPES, importDLPack, type Scalar } from "../../mod.ts";
 import { dtypeInfo } from "../../src/facts/dtypes.ts";
 import { make } from "../support/producer.ts";
 import { test } from "../support/harness.ts";
@@ -20,7 +20,8 @@ function filled(dtype: DType, flags = 0): ReturnType<typeof make> {
   let x = 0x9e3779b9 ^ info.dl.code * 131 ^ info.bits;
   for (let i = 0; i < bytes.length; i++) {
     x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-    bytes[i] = x >>> 24;
+    // A padded element's byte holds its code in its low bits.
+    bytes[i] = slot === 8 && info.bits < 8 ? (x >>> 24) & ((1 << info.bits) - 1) : x >>> 24;
   }
   return made;
 }
@@ -120,4 +121,63 @@ test("get() in place reads what set() wrote and what the producer writes later",
   assert.equal(v.get(1, 0), 2.5);
   new Float64Array(made.bytes(32).buffer)[3] = -7;
   assert.equal(v.get(1, 1), -7);
+});
+
+/** Every element of `values` (a view of a [3, 5] tensor) written into `target` by set(). */
+function copyBySet(values: BufferView, target: BufferView): void {
+  for (const index of indices(target.shape)) target.set(values.get(...index), ...index);
+}
+
+for (const dtype of DTYPES) {
+  const subbyte = dtypeInfo(dtype).bits < 8;
+  for (const flags of subbyte ? [0, 4] : [0]) {
+    test(`set() in place writes the bytes set() through array() writes for ${dtype}${flags ? " (padded)" : ""}`, () => {
+      const info = dtypeInfo(dtype);
+      const bytes = Math.ceil((COUNT * (subbyte && flags !== 0 ? 8 : info.bits)) / 8);
+      const layouts = subbyte && flags === 0 ? ["whole", "transposed"] : Object.keys(LAYOUTS);
+      for (const name of layouts) {
+        const derive = LAYOUTS[name]!;
+        // Two tensors with the same starting bytes; the same values set into each, one way each.
+        const a = filled(dtype, flags);
+        const b = filled(dtype, flags);
+        const source = make({ dtype, shape: SHAPE, flags });
+        // Values of the dtype (NaN-free where the format has no NaN to spare): a reversed copy.
+        const from = filled(dtype, flags);
+        source.bytes(bytes).set(from.bytes(bytes).reverse());
+        using values = importDLPack(source.source);
+        using va = importDLPack(a.source);
+        using vb = importDLPack(b.source);
+        using inPlace = derive(va);
+        using through = derive(vb);
+        through.array();
+        using sourceView = derive(values);
+        copyBySet(sourceView, inPlace);
+        copyBySet(sourceView, through);
+        assert.deepEqual(a.bytes(bytes), b.bytes(bytes), `${dtype} ${name}: the same bytes`);
+        for (const index of indices(inPlace.shape)) {
+          assert.ok(same(inPlace.get(...index), sourceView.get(...index)), `${dtype} ${name} [${index}]`);
+        }
+        importDLPack(from.source).dispose();
+      }
+    });
+  }
+}
+
+test("set() in place refuses a value whose reads dispose the view, and writes nothing", () => {
+  const made = make({ dtype: "complex128", shape: [2] });
+  new Float64Array(made.bytes(32).buffer).set([1, 2, 3, 4]);
+  using keep = importDLPack(made.source);
+  const v = keep.slice();
+  const pair = [5, 6];
+  Object.defineProperty(pair, 0, { get: () => (v.dispose(), 5) });
+  assert.throws(
+    () => v.set(pair as unknown as [number, number], 1),
+    (e: unknown) => e instanceof DLPackError && e.code === "disposed",
+  );
+  assert.deepEqual(keep.get(1), [3, 4]);
+  const code = (c: string) => (e: unknown) => e instanceof DLPackError && e.code === c;
+  using w = keep.slice();
+  assert.throws(() => w.set(7 as never, 0), code("dtype"));
+  assert.throws(() => w.set([1, 2], 2), code("shape"));
+  assert.deepEqual([keep.get(0), keep.get(1)], [[1, 2], [3, 4]]);
 });
