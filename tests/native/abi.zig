@@ -125,8 +125,10 @@ pub const Stat = enum(usize) {
     pins,
     pinned_bytes,
     deleters_called,
+    mappings,
+    mapped_bytes,
 };
-pub const stats_count = 7;
+pub const stats_count = 9;
 
 /// The exported functions as the library declares them: addresses cross as f64 (exact below 2^53;
 /// see zig/src/describe.zig). The wrappers below keep the harnesses in terms of addresses.

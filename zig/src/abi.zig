@@ -9,7 +9,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 19;
+pub const version: u32 = 20;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -107,6 +107,43 @@ pub const ObjectCheck = enum(i32) {
     type_object = 2,
     /// A type in the chain of its metatypes.
     metatype = 3,
+};
+
+/// The option bits of `dlpk_io_map`.
+pub const io_option = struct {
+    /// A private copy-on-write mapping, readable and writable: a write changes this process's
+    /// copy of the page, never the file.
+    pub const writable: u32 = 1 << 0;
+    /// The file is read into library memory (an allocation) instead of being mapped.
+    pub const copy: u32 = 1 << 1;
+};
+
+/// Statuses of the file calls (`dlpk_io_*`), kept clear of `Status` and `PythonStatus`. The
+/// details go to the caller's `Description`: for `os`, `detail_dim` is the call (`mapped.Call`),
+/// `detail_found` the `mapped.Failure` and `detail_limit` the OS's errno.
+pub const IoStatus = enum(i32) {
+    ok = 0,
+    /// The path is empty, holds a NUL byte, or has `mapped.path_max` bytes or more.
+    bad_path = 60,
+    /// A system call failed.
+    os = 61,
+    /// Not a regular file: `detail_found` is what it is (`mapped.Kind`).
+    not_regular = 62,
+    /// More bytes than the caller's limit: `detail_found` the size, `detail_limit` the limit.
+    too_large = 63,
+    /// No bytes at all.
+    empty = 64,
+    /// The size changed while the file was read: `detail_found` bytes read, `detail_limit` the
+    /// size it had when it was opened.
+    changed = 65,
+    /// The file opened is not the one looked at just before (renamed over in between).
+    replaced = 66,
+    /// `detail_found`: the bytes asked for.
+    out_of_memory = 67,
+    /// Not on this OS.
+    unsupported = 68,
+    /// The writer handle is not one `dlpk_io_create` made, or was finished already.
+    bad_writer = 69,
 };
 
 /// Library statuses of the CUDA calls; a positive status is the driver's CUresult.

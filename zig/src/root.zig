@@ -34,6 +34,11 @@ const verify = @import("verify.zig");
 /// The facts module of the DLPack header (the fuzzer's model reads its dtype table).
 pub const dlpack = @import("dlpack.zig");
 
+// The tensors-on-disk entry's symbols (dlpk_io_*).
+comptime {
+    _ = @import("c_io.zig");
+}
+
 const Description = abi.Description;
 const Status = abi.Status;
 const import_option = abi.import_option;
