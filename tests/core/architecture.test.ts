@@ -15,9 +15,12 @@ const LAYERS: readonly (readonly [string, string])[] = [
   ["ops", "src/ops/"],
   ["cuda", "src/cuda/"],
   ["python", "src/python/"],
+  // Tensors on disk sit beside the bridge and the CUDA entry: they use the view and op layers only.
+  ["io", "src/io/"],
   ["entries", "mod.ts"],
   ["entries", "python.ts"],
   ["entries", "cuda.ts"],
+  ["entries", "io.ts"],
 ];
 
 interface Edge {
@@ -62,7 +65,7 @@ function layerOf(file: string): number {
   return i < 0 ? -1 : LAYERS.findIndex(([name]) => name === LAYERS[i]![0]);
 }
 
-const files = [...sources("src"), ...sources("ffi"), "mod.ts", "python.ts", "cuda.ts"];
+const files = [...sources("src"), ...sources("ffi"), "mod.ts", "python.ts", "cuda.ts", "io.ts"];
 const edges = files.flatMap(edgesOf);
 const key = (e: Edge) => `${e.from} -> ${e.to}`;
 
