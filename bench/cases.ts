@@ -8,6 +8,7 @@ import { deleted, tp } from "../tests/support/producer.ts";
 import { bareArrayBuffer } from "./floor.ts";
 import { measure, SAMPLES } from "./measure.ts";
 import { bridgeCases } from "./bridge.ts";
+import { ioCases } from "./io.ts";
 
 const out: Record<string, number | string | boolean> = { runtime: runtime().name };
 
@@ -153,6 +154,9 @@ void made;
   out.copy_into_transposed_GBps = gbps(measure(3, () => full.copyFrom(transposed)), bytes);
   out.copy_into_every_other_column_GBps = gbps(measure(3, () => half.copyFrom(everyOther)), bytes / 2);
 }
+
+// Tensors on disk: a 1 GiB safetensors file (bench/io.ts).
+ioCases(out);
 
 // The bridge rows: JS -> numpy -> JS, and torch (bench/bridge.ts).
 bridgeCases(out);

@@ -2,8 +2,10 @@
 with timeit, printed as one JSON object of medians (ns per operation). With --only=bridge, only
 what the bridge rows compare with (numpy's round trip, torch)."""
 import json
+import os
 import statistics
 import sys
+import time
 import timeit
 
 import numpy as np
@@ -38,6 +40,47 @@ def torch_cases():
     median_ns("torch.from_dlpack(t)", 2_000, g)  # first calls import and cache
     out["torch_from_dlpack_ns"] = median_ns("torch.from_dlpack(t)", 20_000, g)
     out["torch_export_ns"] = median_ns("t.__dlpack__(max_version=(1, 0))", 20_000, g)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def io_cases():
+    """safetensors' own readers on the 1 GiB file bench/run.ts writes (DLPACK_BENCH_IO_FILE):
+    load_file (numpy), and safe_open taking one tensor, timed as bench/io.ts times its loads."""
+    path = os.environ.get("DLPACK_BENCH_IO_FILE")
+    if not path or not os.path.exists(path):
+        out["io"] = "unavailable: DLPACK_BENCH_IO_FILE names no file (bench/run.ts writes it)"
+        return
+    try:
+        from safetensors import safe_open
+        from safetensors.numpy import load_file
+    except ImportError as error:
+        out["io"] = "unavailable: %s" % error
+        return
+    out["io"] = "measured"
+    load_file(path)  # warm-up: the page cache holds the file, as it does for the JS side
+    times, growth = [], []
+    for _ in range(3):
+        before = rss_bytes()
+        t0 = time.perf_counter()
+        tensors = load_file(path)
+        times.append((time.perf_counter() - t0) * 1e3)
+        growth.append(rss_bytes() - before)
+        del tensors
+    out["st_load_file_1GiB_ms"] = statistics.median(times)
+    out["st_load_file_1GiB_rss_bytes"] = statistics.median(growth)
+    lazy = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        with safe_open(path, framework="np") as f:
+            x = f.get_tensor("layer.255.weight")
+            assert x[-1, -1] == 255
+        lazy.append((time.perf_counter() - t0) * 1e3)
+        del x
+    out["st_safe_open_one_ms"] = statistics.median(lazy)
 
 
 torch_cases()
@@ -86,4 +129,5 @@ try:
 except ImportError as error:
     out["pyarrow"] = "unavailable: %s" % error
 
+io_cases()
 print(json.dumps(out))

@@ -5,6 +5,7 @@
 // --only=bridge, runs and prints only the bridge rows (bench/bridge.ts) and writes nothing.
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { replaceBetweenMarkers } from "../tools/markers.ts";
+import { ensureIoFile, ioFilePath } from "./io.ts";
 
 const root = new URL("../", import.meta.url).pathname;
 const ROUNDS = Number(Deno.args.find((a) => a.startsWith("--rounds="))?.split("=")[1] ?? 3);
@@ -25,7 +26,10 @@ function pythonPath(): string {
   if (inherited) dirs.push(inherited);
   return dirs.join(":");
 }
-const env = { ...Deno.env.toObject(), PYTHONPATH: pythonPath() };
+// The 1 GiB safetensors file of the tensors-on-disk rows, written once and reused (.scratch/ is ignored).
+const ioFile = ioFilePath(root);
+if (!BRIDGE_ONLY) ensureIoFile(ioFile);
+const env = { ...Deno.env.toObject(), PYTHONPATH: pythonPath(), DLPACK_BENCH_IO_FILE: ioFile };
 
 function run(cmd: string, args: string[]): Record<string, number | string | boolean> {
   const out = new Deno.Command(cmd, { args, cwd: root, env, stdout: "piped", stderr: "piped" }).outputSync();
@@ -62,6 +66,15 @@ const machine = `${cpu}, ${navigator.hardwareConcurrency} cores, ${memory} GiB, 
 const versions = `Deno ${Deno.version.deno}, Bun ${
   new TextDecoder().decode(new Deno.Command(`${tools}/bun`, { args: ["--version"] }).outputSync().stdout).trim()
 }, numpy ${rounds.python[0]!.numpy}${torchVersion()}`;
+
+/** Why the tensors-on-disk rows are skipped (safetensors or the file missing), or undefined. */
+function ioSkipped(): string | undefined {
+  for (const side of ["deno", "bun", "python"] as const) {
+    const value = rounds[side][0]?.io;
+    if (value !== "measured") return `skipped: ${String(value ?? "not measured").slice(0, 120)}`;
+  }
+  return undefined;
+}
 
 /** Why the torch rows are skipped (torch not importable in one of the runtimes), or undefined. */
 function torchSkipped(): string | undefined {
@@ -242,6 +255,36 @@ const rows: Row[] = [
     ref: none,
     refText: "stats() back at zero",
     target: 16,
+  },
+  {
+    name: "loadSafetensors of a 1 GiB file (256 float32 tensors), every tensor a view over one mapping",
+    unit: "ms",
+    deno: d("io_load_1GiB_ms"),
+    bun: b("io_load_1GiB_ms"),
+    ref: both(p("st_load_file_1GiB_ms")),
+    refText: `\`safetensors.numpy.load_file\` ${fmt(p("st_load_file_1GiB_ms"))} ms (reads every tensor into memory)`,
+    target: 0.05,
+    skipped: ioSkipped(),
+  },
+  {
+    name: "RSS growth holding those 256 views",
+    unit: "MiB",
+    deno: d("io_load_1GiB_rss_bytes") / 1048576,
+    bun: b("io_load_1GiB_rss_bytes") / 1048576,
+    ref: both(p("st_load_file_1GiB_rss_bytes") / 1048576),
+    refText: `\`load_file\`'s arrays: ${fmt(p("st_load_file_1GiB_rss_bytes") / 1048576)} MiB`,
+    target: 0.03,
+    skipped: ioSkipped(),
+  },
+  {
+    name: "openSafetensors of that file, get() of one tensor, its last element read",
+    unit: "ms",
+    deno: d("io_open_get_one_ms"),
+    bun: b("io_open_get_one_ms"),
+    ref: both(p("st_safe_open_one_ms")),
+    refText: `\`safe_open(path, "np")\` and \`get_tensor\` of one (a 4 MiB copy) ${fmt(p("st_safe_open_one_ms"))} ms`,
+    target: 1,
+    skipped: ioSkipped(),
   },
   {
     name: "memcpy: copyFrom() of a contiguous 64 MiB view into a touched one",

@@ -8,10 +8,18 @@
  * @module
  */
 import { DLPackError } from "../facts/errors.ts";
-import { newSet, quote } from "../facts/intrinsics.ts";
+import { quote } from "../facts/intrinsics.ts";
 
 const ReflectApply = Reflect.apply;
 const fromCharCode = String.fromCharCode;
+
+/** What a value is called in errors: text, or a function that makes it (only when an error is made:
+ * most names are never shown). */
+export type Label = string | (() => string);
+
+function label(what: Label): string {
+  return typeof what === "string" ? what : what();
+}
 
 /** How deep a value that is skipped may nest. */
 export const SKIP_DEPTH_MAX = 64;
@@ -63,8 +71,8 @@ export class JsonReader {
   }
 
   /** Consumes `byte` (after whitespace) or fails saying `what` was expected. */
-  expect(byte: number, what: string): void {
-    if (this.peek() !== byte) throw this.fail(`expected ${what}, found ${this.found()}`);
+  expect(byte: number, what: Label): void {
+    if (this.peek() !== byte) throw this.fail(`expected ${label(what)}, found ${this.found()}`);
     this.at++;
   }
 
@@ -77,38 +85,42 @@ export class JsonReader {
 
   /** Calls `member(key)` for each key of the object at the cursor, with the cursor on its value
    * (which `member` must consume); a key seen twice is refused. */
-  object(what: string, member: (key: string, at: number) => void): void {
-    this.expect(0x7b, `${what} (a JSON object)`);
+  object(what: Label, member: (key: string, at: number) => void): void {
+    if (this.peek() !== 0x7b) this.expect(0x7b, `${label(what)} (a JSON object)`);
+    this.at++;
     if (this.take(0x7d)) return;
-    const seen = newSet<string>();
+    // A prototype-less object as the set of keys seen: any key works, nothing of a caller's is read.
+    const seen = { __proto__: null } as unknown as Record<string, true | undefined>;
     for (;;) {
       const at = this.peek() === QUOTE ? this.at : -1;
-      if (at < 0) throw this.fail(`expected a key (a string) in ${what}, found ${this.found()}`);
+      if (at < 0) throw this.fail(`expected a key (a string) in ${label(what)}, found ${this.found()}`);
       const key = this.string();
-      if (seen.has(key)) throw this.fail(`key ${quoted(key)} appears twice in ${what}`, at);
-      seen.add(key);
+      if (seen[key] === true) throw this.fail(`key ${quoted(key)} appears twice in ${label(what)}`, at);
+      seen[key] = true;
       this.expect(0x3a, "':'");
       member(key, at);
       if (this.take(0x7d)) return;
-      this.expect(0x2c, `',' or '}' in ${what}`);
+      if (!this.take(0x2c)) this.expect(0x2c, `',' or '}' in ${label(what)}`);
     }
   }
 
   /** Calls `element(i)` for each element of the array at the cursor, at most `max` of them. */
-  array(what: string, max: number, element: (i: number) => void): number {
-    this.expect(0x5b, `${what} (a JSON array)`);
+  array(what: Label, max: number, element: (i: number) => void): number {
+    if (this.peek() !== 0x5b) this.expect(0x5b, `${label(what)} (a JSON array)`);
+    this.at++;
     if (this.take(0x5d)) return 0;
     let n = 0;
     for (;;) {
-      if (n === max) throw this.fail(`${what} has more than ${max} elements`);
+      if (n === max) throw this.fail(`${label(what)} has more than ${max} elements`);
       element(n++);
       if (this.take(0x5d)) return n;
-      this.expect(0x2c, `',' or ']' in ${what}`);
+      if (!this.take(0x2c)) this.expect(0x2c, `',' or ']' in ${label(what)}`);
     }
   }
 
-  /** A whole number from 0 to 2^53 - 1 in plain notation (no sign, fraction or exponent). */
-  count(what: string): number {
+  /** A whole number from 0 to 2^53 - 1 in plain notation (no sign, fraction or exponent);
+   * `what` (with `index`, an element of a list) names it in errors. */
+  count(what: Label, index = -1): number {
     const bytes = this.bytes;
     this.peek();
     const start = this.at;
@@ -122,10 +134,10 @@ export class JsonReader {
     const next = at < this.end ? bytes[at]! : -1;
     if (digits === 0 || next === 0x2e || next === 0x65 || next === 0x45) {
       this.at = at;
-      throw this.fail(`${what} must be a whole number from 0 to 2^53 - 1, found ${this.found()}`, start);
+      throw this.fail(`${named(what, index)} must be a whole number from 0 to 2^53 - 1, found ${this.found()}`, start);
     }
-    if ((digits > 1 && bytes[start] === 0x30) || digits > 16 || value > Number.MAX_SAFE_INTEGER) {
-      throw this.fail(`${what} must be a whole number from 0 to 2^53 - 1 (no leading zeros)`, start);
+    if ((digits > 1 && bytes[start] === 0x30) || digits > 16 || value > MAX_SAFE_INTEGER) {
+      throw this.fail(`${named(what, index)} must be a whole number from 0 to 2^53 - 1 (no leading zeros)`, start);
     }
     this.at = at;
     return value;
@@ -134,6 +146,25 @@ export class JsonReader {
   /** The string at the cursor, decoded (escapes, UTF-8) and validated. */
   string(): string {
     this.expect(QUOTE, "a string");
+    // Most strings (names, dtypes, keys) are plain ASCII: built from their bytes directly.
+    const bytes = this.bytes;
+    let end = this.at;
+    let out = "";
+    while (end < this.end) {
+      const b = bytes[end]!;
+      if (b < 0x20 || b >= 0x80 || b === QUOTE || b === BACKSLASH) break;
+      out += fromCharCode(b);
+      end++;
+    }
+    if (end < this.end && bytes[end] === QUOTE) {
+      this.at = end + 1;
+      return out;
+    }
+    return this.slowString();
+  }
+
+  /** {@link JsonReader.string} byte by byte, after its opening quote. */
+  private slowString(): string {
     let out = "";
     let n = 0;
     const bytes = this.bytes;
@@ -270,30 +301,35 @@ export class JsonReader {
 
   /** Any JSON number (its value is not needed). */
   private number(): void {
-    const bytes = this.bytes;
     const start = this.at;
-    let at = start;
-    const digits = () => {
-      const from = at;
-      while (at < this.end && bytes[at]! >= 0x30 && bytes[at]! <= 0x39) at++;
-      return at - from;
-    };
-    if (bytes[at] === 0x2d) at++;
-    const whole = digits();
-    if (whole === 0 || (whole > 1 && bytes[at - whole] === 0x30)) {
+    if (this.bytes[this.at] === 0x2d) this.at++;
+    const whole = this.digits();
+    if (whole === 0 || (whole > 1 && this.bytes[this.at - whole] === 0x30)) {
       throw this.fail(`expected a JSON value, found ${this.found()}`);
     }
-    if (bytes[at] === 0x2e) {
-      at++;
-      if (digits() === 0) throw this.fail("a number without digits after '.'", start);
+    if (this.bytes[this.at] === 0x2e) {
+      this.at++;
+      if (this.digits() === 0) throw this.fail("a number without digits after '.'", start);
     }
-    if (bytes[at] === 0x65 || bytes[at] === 0x45) {
-      at++;
-      if (bytes[at] === 0x2b || bytes[at] === 0x2d) at++;
-      if (digits() === 0) throw this.fail("a number without exponent digits", start);
+    if (this.bytes[this.at] === 0x65 || this.bytes[this.at] === 0x45) {
+      this.at++;
+      if (this.bytes[this.at] === 0x2b || this.bytes[this.at] === 0x2d) this.at++;
+      if (this.digits() === 0) throw this.fail("a number without exponent digits", start);
     }
-    this.at = at;
   }
+
+  /** Skips decimal digits; returns how many. */
+  private digits(): number {
+    const from = this.at;
+    while (this.at < this.end && this.bytes[this.at]! >= 0x30 && this.bytes[this.at]! <= 0x39) this.at++;
+    return this.at - from;
+  }
+}
+
+const MAX_SAFE_INTEGER = 2 ** 53 - 1;
+
+function named(what: Label, index: number): string {
+  return index < 0 ? label(what) : `${label(what)}[${index}]`;
 }
 
 const TRUE = [0x74, 0x72, 0x75, 0x65] as const;

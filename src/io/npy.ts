@@ -187,7 +187,8 @@ class Literal {
   peek(): number {
     while (this.at < this.end) {
       const b = this.bytes[this.at]!;
-      if (b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d && b !== 0x0b && b !== 0x0c) break;
+      // Python's whitespace between tokens (inside brackets a newline is one too).
+      if (b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d && b !== 0x0c) break;
       this.at++;
     }
     return this.at < this.end ? this.bytes[this.at]! : -1;
@@ -270,7 +271,7 @@ class Literal {
   /** `()`, `(n,)`, `(n, m)`, `(n, m,)`: whole numbers, at most {@link MAX_RANK}. */
   tuple(): number[] {
     this.expect(0x28, "'(' (the shape tuple)");
-    const values = slots(MAX_RANK);
+    const values = extents;
     let n = 0;
     while (!this.take(0x29)) {
       if (n === MAX_RANK) throw this.fail(`a shape of more than ${MAX_RANK} dimensions`);
@@ -298,10 +299,10 @@ class Literal {
     }
     const digits = this.at - start;
     if (digits === 0) throw this.fail("expected a whole number (a non-negative extent)");
-    if ((digits > 1 && this.bytes[start] === 0x30) || digits > 16 || value > Number.MAX_SAFE_INTEGER) {
+    if ((digits > 1 && this.bytes[start] === 0x30) || digits > 16 || value > 2 ** 53 - 1) {
       throw this.fail("an extent that is no whole number below 2^53");
     }
-    if (this.longs && (this.bytes[this.at] === 0x4c || this.bytes[this.at] === 0x6c)) this.at++;
+    if (this.longs && this.bytes[this.at] === 0x4c) this.at++;
     return value;
   }
 
@@ -326,6 +327,9 @@ class Literal {
     return dtype;
   }
 }
+
+/** Where {@link Literal.tuple} collects the extents. */
+const extents = new Float64Array(MAX_RANK);
 
 const TRUE = [0x54, 0x72, 0x75, 0x65] as const;
 const FALSE = [0x46, 0x61, 0x6c, 0x73, 0x65] as const;

@@ -13,10 +13,10 @@
 import { DLPackError } from "../facts/errors.ts";
 import type { DType } from "../facts/dtypes.ts";
 import { dtypeInfo } from "../facts/dtypes.ts";
-import { ceil, defineValue, floor, freeze, min, objectSlots, slots, typedArrayLength } from "../facts/intrinsics.ts";
+import { ceil, floor, freeze, min, objectSlots, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { listText, MAX_EXACT } from "../facts/layout.ts";
 import { MAX_RANK } from "../facts/abi.ts";
-import { JsonReader, quoted } from "./json.ts";
+import { JsonReader, type Label, quoted } from "./json.ts";
 import { compareBytes, utf8 } from "./utf8.ts";
 
 /** The largest header the reference implementation reads (its `MAX_HEADER_SIZE`). */
@@ -135,17 +135,29 @@ export function headerLength(bytes: Uint8Array, fileBytes: number, where: string
 export function parseHeader(bytes: Uint8Array, fileBytes: number, where: string): SafetensorsHeader {
   const n = headerLength(bytes, fileBytes, where);
   const reader = new JsonReader(bytes, PREFIX_BYTES, PREFIX_BYTES + n, where);
-  const found: TensorEntry[] = objectSlots<TensorEntry>(0) as TensorEntry[];
+  // Grown by doubling into own elements (an index write past the end could reach a setter a
+  // caller put on Array.prototype).
+  let found = objectSlots<TensorEntry>(16) as TensorEntry[];
   let count = 0;
   let metadata: Record<string, string> | null = null;
   reader.object("the header", (key, at) => {
-    if (key === "__metadata__") metadata = readMetadata(reader);
-    else defineValue(found, count++, readEntry(reader, key, at));
+    if (key === "__metadata__") {
+      metadata = readMetadata(reader);
+      return;
+    }
+    if (count === found.length) found = grown(found);
+    found[count++] = readEntry(reader, key, at);
   });
   if (reader.peek() !== -1) throw reader.fail(`expected the end of the header, found ${reader.found()}`);
   const tensors = sortByOffsets(found, count);
   checkCover(tensors, fileBytes - PREFIX_BYTES - n, where);
   return freeze({ dataStart: PREFIX_BYTES + n, tensors: freeze(tensors), metadata });
+}
+
+function grown(entries: TensorEntry[]): TensorEntry[] {
+  const out = objectSlots<TensorEntry>(entries.length * 2) as TensorEntry[];
+  for (let i = 0; i < entries.length; i++) out[i] = entries[i]!;
+  return out;
 }
 
 function readMetadata(reader: JsonReader): Record<string, string> {
@@ -160,61 +172,81 @@ function readMetadata(reader: JsonReader): Record<string, string> {
 }
 
 function readEntry(reader: JsonReader, name: string, at: number): TensorEntry {
-  const what = `tensor ${quoted(name)}`;
+  // Named only when an error is made (most headers make none).
+  const tensor = () => `tensor ${quoted(name)}`;
   let format: string | undefined;
   let shape: number[] | undefined;
   let offsets: number[] | undefined;
-  reader.object(what, (key) => {
+  reader.object(tensor, (key) => {
     if (key === "dtype") format = reader.string();
-    else if (key === "shape") shape = readCounts(reader, `${what}'s shape`, MAX_RANK);
-    else if (key === "data_offsets") offsets = readCounts(reader, `${what}'s data_offsets`, 2);
+    else if (key === "shape") shape = readCounts(reader, () => `${tensor()}'s shape`, MAX_RANK);
+    else if (key === "data_offsets") offsets = readCounts(reader, () => `${tensor()}'s data_offsets`, 2);
     else reader.skip(); // fields the format does not define are ignored, as by the reference reader
   });
   if (format === undefined || shape === undefined || offsets === undefined) {
+    const what = tensor();
     const missing = format === undefined ? "dtype" : shape === undefined ? "shape" : "data_offsets";
     throw reader.fail(`${what} has no ${missing}`, at);
   }
-  if (offsets.length !== 2) throw reader.fail(`${what}'s data_offsets must be [begin, end]`, at);
+  return checkedEntry(reader, name, at, format, shape, offsets);
+}
+
+/** The entry of a tensor whose fields were read, checked against each other. */
+function checkedEntry(
+  reader: JsonReader,
+  name: string,
+  at: number,
+  format: string,
+  shape: number[],
+  offsets: number[],
+): TensorEntry {
+  const what = () => `tensor ${quoted(name)}`;
+  if (offsets.length !== 2) throw reader.fail(`${what()}'s data_offsets must be [begin, end]`, at);
   const dtype = BY_FORMAT[format]?.dtype;
   if (dtype === undefined) {
-    throw reader.fail(`${what} has the unknown dtype ${quoted(format)} (the format's: ${FORMAT_DTYPE_NAMES})`, at);
+    throw reader.fail(`${what()} has the unknown dtype ${quoted(format)} (the format's: ${FORMAT_DTYPE_NAMES})`, at);
   }
   const begin = offsets[0]!;
   const end = offsets[1]!;
-  if (end < begin) throw reader.fail(`${what}'s data_offsets [${begin}, ${end}] end before they begin`, at);
+  if (end < begin) throw reader.fail(`${what()}'s data_offsets [${begin}, ${end}] end before they begin`, at);
   const size = elementCount(shape, reader, what, at);
   const bits = dtypeInfo(dtype).bits;
   // size * bits / 8 exactly, as whole bytes, without a product beyond 2^53.
   const bytes = bits % 8 === 0 ? size * (bits / 8) : (size * bits) / 8;
   if (bytes !== floor(bytes)) {
-    throw reader.fail(`${what}: ${size} elements of ${format} do not fill whole bytes`, at);
+    throw reader.fail(`${what()}: ${size} elements of ${format} do not fill whole bytes`, at);
   }
   if (bytes > MAX_EXACT || end - begin !== bytes) {
     throw reader.fail(
-      `${what}: its shape ${listText(shape)} of ${format} needs ${bytes} bytes, but data_offsets [${begin}, ${end}] ` +
+      `${what()}: its shape ${
+        listText(shape)
+      } of ${format} needs ${bytes} bytes, but data_offsets [${begin}, ${end}] ` +
         `hold ${end - begin}`,
       at,
     );
   }
-  return freeze({ name, dtype, shape, size, begin, end });
+  return { name, dtype, shape, size, begin, end };
 }
 
-function readCounts(reader: JsonReader, what: string, max: number): number[] {
-  const values = slots(max);
+/** Where {@link readCounts} collects a list (not re-entered: lists of counts hold no lists). */
+const counts = new Float64Array(MAX_RANK);
+
+function readCounts(reader: JsonReader, what: Label, max: number): number[] {
+  const values = counts;
   const n = reader.array(what, max, (i) => {
-    values[i] = reader.count(`${what}[${i}]`);
+    values[i] = reader.count(what, i);
   });
   const out = slots(n);
   for (let i = 0; i < n; i++) out[i] = values[i]!;
   return out;
 }
 
-function elementCount(shape: readonly number[], reader: JsonReader, what: string, at: number): number {
+function elementCount(shape: readonly number[], reader: JsonReader, what: () => string, at: number): number {
   let size = 1;
   for (let d = 0; d < shape.length; d++) {
     const extent = shape[d]!;
     if (extent !== 0 && size > MAX_EXACT / extent) {
-      throw reader.fail(`${what}: its shape has more than 2^53 elements`, at);
+      throw reader.fail(`${what()}: its shape has more than 2^53 elements`, at);
     }
     size *= extent;
   }
