@@ -86,6 +86,7 @@ export interface SafetensorsContents {
   readonly metadata: Readonly<Record<string, string>> | null;
   /** Disposes every view in `tensors` (views derived from them and exports live on). */
   dispose(): void;
+  /** Same as `dispose()`, for `using`. */
   [Symbol.dispose](): void;
 }
 
@@ -129,7 +130,9 @@ const CONSTRUCTING = Symbol("openSafetensors");
 
 /** What {@link SafetensorsFile.info} says about a tensor without making a view of it. */
 export interface TensorInfo {
+  /** The library's name of its dtype. */
   readonly dtype: DType;
+  /** Its extents (C order, as the format defines). */
   readonly shape: readonly number[];
   /** Its byte range in the file's data section (the format's `data_offsets`). */
   readonly dataOffsets: readonly [number, number];
