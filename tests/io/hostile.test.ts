@@ -326,6 +326,74 @@ console.log("WROTE " + view.get(0));
   assert.match(wrote.stdout, /WROTE 1/);
 });
 
+test("built-ins replaced after load: loads and saves still read and write the true bytes", () => {
+  const path = folder.path("polluted.safetensors");
+  const out = folder.path("polluted-out.safetensors");
+  const npyPath = folder.path("polluted.npy");
+  const run = runIsolated(
+    `
+import { zeros } from "${repoRoot}/mod.ts";
+import { loadNpy, loadSafetensors, openSafetensors, saveNpy, saveSafetensors } from "${repoRoot}/io.ts";
+const w = zeros([2, 3], "float32");
+for (let i = 0; i < 6; i++) w.set(i + 0.5, Math.floor(i / 3), i % 3);
+saveSafetensors(${JSON.stringify(path)}, { w, "b.c": zeros([1], "int8") }, { k: "v" });
+saveNpy(${JSON.stringify(npyPath)}, w);
+const defineProperty = Object.defineProperty;
+// (Bun's TextDecoder and TextEncoder methods cannot be replaced: those stay.)
+const lie = (target, key, value) => {
+  try { defineProperty(target, key, { configurable: true, writable: true, value }); } catch {}
+};
+for (const name of ["map", "slice", "sort", "join", "push", "fill", "filter", "indexOf", "includes"]) {
+  lie(Array.prototype, name, function () { return [1 << 26]; });
+}
+for (const name of ["slice", "charCodeAt", "indexOf", "padStart", "padEnd", "split", "startsWith"]) {
+  lie(String.prototype, name, function () { return 7; });
+}
+lie(String, "fromCharCode", () => "X");
+lie(JSON, "stringify", () => "{}");
+lie(JSON, "parse", () => ({}));
+lie(Object, "keys", () => []);
+lie(Object, "freeze", (x) => x);
+lie(Math, "floor", () => 0);
+lie(Math, "min", () => 0);
+lie(Math, "ceil", () => 0);
+lie(Set.prototype, "has", () => false);
+lie(Map.prototype, "get", () => undefined);
+lie(TextDecoder.prototype, "decode", () => "{}");
+lie(TextEncoder.prototype, "encode", () => new Uint8Array(0));
+lie(Reflect, "apply", () => { throw new Error("Reflect.apply was called"); });
+lie(Function.prototype, "call", () => { throw new Error("Function.prototype.call was called"); });
+lie(Function.prototype, "apply", () => { throw new Error("Function.prototype.apply was called"); });
+for (let i = 0; i < 8; i++) defineProperty(Object.prototype, String(i), { configurable: true, set() {}, get() { return 1 << 26; } });
+let seen = "";
+const file = loadSafetensors(${JSON.stringify(path)});
+seen += file.tensors.w.get(1, 2) + "|" + file.tensors["b.c"].get(0) + "|" + file.metadata.k;
+saveSafetensors(${JSON.stringify(out)}, file.tensors, file.metadata);
+file.dispose();
+const again = openSafetensors(${JSON.stringify(out)});
+const keys = again.keys();
+seen += "|" + keys.length + "|" + keys[0] + "|" + keys[1];
+const v = again.get("w");
+seen += "|" + v.get(0, 1) + "|" + v.shape[1];
+v.dispose();
+again.dispose();
+const n = loadNpy(${JSON.stringify(npyPath)});
+seen += "|" + n.get(1, 0);
+n.dispose();
+let refused = "no";
+try { loadNpy(${JSON.stringify(path)}); } catch (e) { refused = e.code; }
+seen += "|" + refused;
+for (let i = 0; i < 8; i++) delete Object.prototype[String(i)];
+console.log("RESULT " + seen);
+`,
+    { allowAll: true },
+  );
+  const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
+  assert.ok(run.code === 0 && line !== undefined, `exit ${run.code}: ${run.stderr.slice(-2000)}`);
+  assert.equal(line, "RESULT 5.5|0|v|2|b.c|w|1.5|3|3.5|file");
+  nothingLeft();
+});
+
 test("nothing is left behind: no mapping, no temporary file", () => {
   nothingLeft(folder.dir);
   folder.cleanup();
