@@ -4,11 +4,21 @@
  * written back to such files atomically.
  *
  * ```ts
- * import { loadSafetensors, saveNpy } from "./io.ts";
- * using model = loadSafetensors("model.safetensors"); // mapped, read-only, nothing copied
- * const w = model.tensors["encoder.weight"]!;
- * console.log(w.dtype, w.shape, model.metadata);
- * saveNpy("weight.npy", w.transpose()); // written in C order, atomically
+ * import { ready, zeros } from "@dlpack-ts/dlpack"; // Bun: "dlpack-ts", "dlpack-ts/io"
+ * import { loadSafetensors, saveNpy, saveSafetensors } from "@dlpack-ts/dlpack/io";
+ * import { mkdtempSync, rmSync } from "node:fs";
+ * import { tmpdir } from "node:os";
+ *
+ * await ready();
+ * const dir = mkdtempSync(`${tmpdir()}/weights-`);
+ * using w = zeros([2, 3], "float32");
+ * w.fill(0.5);
+ * saveSafetensors(`${dir}/model.safetensors`, { "encoder.weight": w }, { format: "pt" }); // written atomically
+ * using model = loadSafetensors(`${dir}/model.safetensors`); // mapped, read-only, nothing copied
+ * const weight = model.tensors["encoder.weight"]!;
+ * console.log(weight.dtype, weight.shape, model.metadata); // float32 [2, 3] { format: "pt" }
+ * saveNpy(`${dir}/weight_t.npy`, weight.transpose()); // np.load reads the transpose (Fortran order, as np.save)
+ * rmSync(dir, { recursive: true }); // the views keep reading the mapped file until they are disposed
  * ```
  *
  * A file that is not what its format says is refused with `DLPackError` ("file") before any view

@@ -36,6 +36,10 @@ export const freeze: <T>(value: T) => Readonly<T> = Object.freeze;
 export const hasOwn: (value: object, key: PropertyKey) => boolean = Object.hasOwn;
 /** `Object.prototype`, to recognise object literals. */
 export const ObjectPrototype: object = Object.prototype;
+/** `Object`, as found at load: `ObjectCtor(x)` is `x` for an object and a fresh wrapper for
+ * anything else, so `#field in ObjectCtor(x)` is a brand check that never throws (the JIT reduces
+ * the call to nothing for an object it knows). */
+export const ObjectCtor: ObjectConstructor = Object;
 const FunctionHasInstance = Function.prototype[Symbol.hasInstance];
 const HasInstance: typeof Symbol.hasInstance = Symbol.hasInstance;
 

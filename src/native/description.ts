@@ -300,12 +300,13 @@ function describeDtypeRefusal(code: number, bits: number, lanes: number): string
 }
 
 /** The error for a native refusal, read from the scratch the call wrote. `released` says whether
- * the producer's deleter already ran (raw imports) or was left to its capsule (Python). */
-export function refusalError(status: number, s: Scratch, released: boolean): DLPackError {
+ * the producer's deleter already ran (raw imports) or was left to its capsule (Python); null for
+ * calls that take nothing (exports, copies, allocations), whose messages say nothing of either. */
+export function refusalError(status: number, s: Scratch, released: boolean | null): DLPackError {
   const found = s.i64[I64.found];
   const limit = s.i64[I64.limit];
   const dim = s.i32[I32.dim];
-  const early = addressRefusal(status, found, limit, released);
+  const early = addressRefusal(status, found, limit, released === true);
   if (early !== null) return early;
   let code: ErrorCode;
   let message: string;
@@ -401,6 +402,10 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       code = "library";
       message = `native call failed with status ${status}`;
   }
-  const tail = released ? "; the producer's deleter was called" : "; the capsule keeps ownership";
+  const tail = released === null
+    ? ""
+    : released
+    ? "; the producer's deleter was called"
+    : "; the capsule keeps ownership";
   return new DLPackError(code, message + tail);
 }

@@ -686,17 +686,26 @@ function repeatOffers(): void {
   offerCount = kept;
 }
 
-/** The main thread's side: pins each offered SharedArrayBuffer for as long as the Worker's pin. */
+/** The main thread's side: pins each offered SharedArrayBuffer for as long as the Worker's pin.
+ * An offer is the first call into the library this realm may make (a program that only starts
+ * Workers): it loads the library here, as any first use does. Never throws: it runs as an event
+ * handler, where an exception would end the program. */
 function keepOffered(event: { readonly data: unknown }): void {
-  const data = event.data as { token?: unknown; buffer?: unknown } | null;
-  if (data === null || typeof data !== "object" || typeof data.token !== "number") return;
-  const buffer = sharedBufferOf(data.buffer);
-  if (buffer === undefined) return;
-  const id = newPinId();
-  const status = core().dlpk_pin_keep(data.token, realmAddress(), id, applyFn(sabByteLength, buffer, []) as number);
-  if (status === 0) recordPin(id, buffer);
-  // 1: the consumer released it before the offer arrived: the keeper's id is already queued.
-  else strayQueued = true;
+  try {
+    const data = event.data as { token?: unknown; buffer?: unknown } | null;
+    if (data === null || typeof data !== "object" || typeof data.token !== "number") return;
+    const buffer = sharedBufferOf(data.buffer);
+    if (buffer === undefined) return;
+    const lib = core();
+    const id = newPinId();
+    const status = lib.dlpk_pin_keep(data.token, realmAddress(), id, applyFn(sabByteLength, buffer, []) as number);
+    if (status === 0) recordPin(id, buffer);
+    // 1: the consumer released it before the offer arrived: the keeper's id is already queued.
+    else strayQueued = true;
+  } catch {
+    // The library cannot be loaded in this realm (nothing here could release the keeper either),
+    // or the stack ran out: the Worker offers again until the offer is taken.
+  }
 }
 
 let keeper: BroadcastChannel | undefined;
@@ -708,9 +717,10 @@ function openKeeper(): void {
   keeperUnrefed = runtime().unrefChannel(keeper);
 }
 
-// Where a listening channel would keep the process alive (Deno), it listens only while some other
-// realm using the library is alive (native realm count, polled); where it can be unref'd (Bun), it
-// listens from the start.
+// The main thread listens from the start, whatever it did first, with the listener unref'd so that
+// it never keeps the process alive (Bun's `unref()`; in Deno the method its node:worker_threads
+// channel calls). Only where a runtime offers neither does it listen just while some other realm
+// using the library is alive (native realm count, polled: this realm must have loaded the library).
 function keeperTick(): void {
   const lib = loadedCore();
   if (lib === undefined || keeperUnrefed) return;

@@ -122,7 +122,7 @@ function allocateView(
       throw kind < 0
         ? status === Status.outOfMemory
           ? new DLPackError("library", `allocating ${sizeText(nbytes)} failed: out of memory`)
-          : refusalError(status, scratch, false)
+          : refusalError(status, scratch, null)
         : cudaAllocationError(status, kind, id, nbytes);
     }
     owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];

@@ -129,7 +129,7 @@ export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, 
     const at = s.at;
     const status = lib.dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, at);
     adopted = status === 0;
-    if (status !== 0) throw refusalError(status, s, false);
+    if (status !== 0) throw refusalError(status, s, null);
     address = s.u32[U32.addressHi] * 0x1_0000_0000 + s.u32[U32.addressLo];
     capsule = new Capsule(address, true);
     // A refusal from here on releases the pin through the struct's deleter.

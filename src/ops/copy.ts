@@ -349,7 +349,7 @@ export function copyOf(view: BufferView): BufferView {
     scratch.setAddress(addressOf(view));
     scratch.setLayout(shape, stridesOf(view));
     const status = core().dlpk_copy(scratch.at, addressOf(out), info.bits / 8);
-    if (status !== 0) throw refusalError(status, scratch, false);
+    if (status !== 0) throw refusalError(status, scratch, null);
     return out;
   } catch (error) {
     deferredObjects[deferredObjectCount[0]++] = out; // parked before any call: the stack may be exhausted

@@ -205,7 +205,7 @@ function exportError(status: number, s: Scratch, what: string): DLPackError {
   if (status === Status.outOfMemory) {
     return new DLPackError("library", `out of memory while building the export of ${what}`);
   }
-  return refusalError(status, s, false);
+  return refusalError(status, s, null);
 }
 
 /**

@@ -30,6 +30,7 @@ import {
   disposeView,
   flagsOf,
   infoOf,
+  jsBuffer,
   ownerOf,
   shapeOf,
   sizeOf,
@@ -103,6 +104,18 @@ export function shaped(view: BufferView, op: ShapeOp, args: readonly unknown[]):
   }
   const nbytes = ceil((size * info.bits) / 8);
   if (nbytes > MAX_EXACT) throw new DLPackError("overflow", `${op}(): ${nbytes} bytes exceed 2^53`);
+  // Strides are what an empty view's layout can grow without bound (reshape, slice steps, ...):
+  // beyond 2^53 no number holds them exactly, nor could the view be exported.
+  for (let d = 0; d < s.strides.length; d++) {
+    const stride = s.strides[d]!;
+    if (stride > MAX_SAFE || -stride > MAX_SAFE) {
+      throw new DLPackError(
+        "overflow",
+        `${op}() would give shape ${listText(s.shape)} the strides ${listText(s.strides)}: stride ${stride} of ` +
+          `dimension ${d} is beyond 2^53 - 1 elements, the largest a JS number holds exactly`,
+      );
+    }
+  }
   const derived = deriveView(view, {
     byteOffset: (offset * slotBits) / 8,
     shape: s.shape,
@@ -152,11 +165,25 @@ function drop(view: BufferView): void {
   }
 }
 
+/** The most elements a JS array holds (2^32 - 1): nested arrays of more could not even be a flat
+ * list (and would exhaust the JS heap long before; the engine's heap limit still applies below). */
+const MAX_JS_ARRAY = 2 ** 32 - 1;
+/** The largest integer a JS number holds exactly (2^53 - 1). */
+const MAX_SAFE = MAX_EXACT - 1;
+
 /** `view.toNested()`: nested arrays of values (device memory is copied to the host first). */
 export function toNested(view: BufferView): unknown {
   ownerOf(view);
   const info = infoOf(view);
   const shape = shapeOf(view);
+  const size = sizeOf(view);
+  if (size > MAX_JS_ARRAY) {
+    throw new DLPackError(
+      "overflow",
+      `toNested() of ${size} elements (shape ${listText(shape)}): JS arrays hold at most 2^32 - 1; ` +
+        `take part of the view with slice(), or copy() it into library memory`,
+    );
+  }
   let flat: AnyTypedArray;
   if (onHost(view)) flat = toArrayOf(view);
   else {
@@ -241,7 +268,7 @@ export function flatten(view: BufferView, nested: readonly unknown[]): AnyTypedA
   ownerOf(view);
   const info = infoOf(view);
   const shape = shapeOf(view);
-  const out = new info.array(new ArrayBufferCtor(sizeOf(view) * info.slots * info.slotBytes));
+  const out = new info.array(jsBuffer(sizeOf(view) * info.slots * info.slotBytes, "copyFrom()"));
   let k = 0;
   const walk = (value: unknown, d: number): void => {
     if (d === shape.length) {

@@ -167,12 +167,15 @@ function streamOption(value: unknown): number {
 
 /**
  * Imports a Python object as a zero-copy view. When the object's type has a DLPack C exchange
- * table (`__dlpack_c_exchange_api__`, DLPack 1.3: torch.Tensor, DLPackTensor) and no option asks
- * for the legacy struct, a copy, a device or a stream, its `managed_tensor_from_py_object_no_sync`
- * is called natively (no capsule, no Python code; the table is cached per type) and the tensor
- * goes through the same checks as every import; CUDA data then records the producer's
- * `current_work_stream` as the view's producer stream. A BufferError from the table falls back to
- * `__dlpack__`. Otherwise: calls `obj.__dlpack__(max_version=(1, 3), ...)`
+ * table (`__dlpack_c_exchange_api__`, DLPack 1.3: torch.Tensor, DLPackTensor) that certainly
+ * belongs to it (see docs/python.md) and no option asks for the legacy struct, a copy, a device or
+ * a stream, its `managed_tensor_from_py_object_no_sync` is called natively (no capsule, no Python
+ * code; the table is cached per type) and the tensor goes through the same checks as every import;
+ * CUDA data then records the producer's `current_work_stream` as the view's producer stream. A
+ * BufferError from the table falls back to `__dlpack__`. A torch tensor with its conjugate or
+ * negative bit set is imported as the copy torch resolves (refused for `copy: false`), one that
+ * requires gradients through `__dlpack__` (which refuses it). Otherwise: calls
+ * `obj.__dlpack__(max_version=(1, 3), ...)`
  * once (retrying the pre-2023 signature on TypeError), accepts a raw PyCapsule too, checks the
  * capsule name and the tensor, and only then renames the capsule to `used_*` and owns its
  * deleter. A refused capsule keeps its own destructor (nothing leaks). Objects without
@@ -356,9 +359,10 @@ export type ToPythonOptions = ExportOptions & { readonly as?: PyObject | null | 
  * A Python object over a view or TypedArray, without a copy: a `dlpack_ts.DLPackTensor` whose
  * `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)` follows the protocol
  * (legacy capsule for max_version None or < (1, 0), refused with BufferError for read-only data;
- * versioned with READ_ONLY otherwise; copy=True copies and sets IS_COPIED). Its type also has a
- * DLPack C exchange table (`__dlpack_c_exchange_api__`), through which C consumers such as tvm-ffi
- * take the memory without Python code. With `{ as: T }` the result is a `T` made by T's exchange
+ * versioned with READ_ONLY otherwise; copy=True copies and sets IS_COPIED; wrong arguments raise
+ * what numpy raises for them). Its type also has a DLPack C exchange table
+ * (`__dlpack_c_exchange_api__`), through which C consumers such as tvm-ffi take the memory
+ * without Python code (read-only data marked READ_ONLY). With `{ as: T }` the result is a `T` made by T's exchange
  * table instead. The JS memory stays pinned until Python has dropped the object and every array
  * made from it.
  */

@@ -62,6 +62,10 @@ export function typeError(dtype: DType, expected: string, got: unknown): DLPackE
   return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${shown(got)}`);
 }
 
+// Bit positions pass 2^32 in views of more than 512 MiB (2^30 float4 elements): they are split
+// into byte and bit with double arithmetic (exact below 2^53), never with 32-bit shifts or masks,
+// which would wrap them around to an element near the start. Only the byte-sized words are shifted.
+
 /** Bit position from the start of `array()` of the element at `at`, for packed sub-byte data
  * whose lowest element sits at `minOffset`. */
 function bitOf(at: number, bits: number, minOffset: number): number {
@@ -75,9 +79,10 @@ function bitOf(at: number, bits: number, minOffset: number): number {
 export function readBits(bytes: Uint8Array, at: number, bits: number, minOffset: number): number {
   if (bits === 8) return bytes[at]!;
   const bit = bitOf(at, bits, minOffset);
+  const byte = floor(bit / 8);
   const mask = (1 << bits) - 1;
-  const word = bytes[bit >>> 3]! | ((bytes[(bit >>> 3) + 1] ?? 0) << 8);
-  return (word >>> (bit & 7)) & mask;
+  const word = bytes[byte]! | ((bytes[byte + 1] ?? 0) << 8);
+  return (word >>> (bit - byte * 8)) & mask;
 }
 
 /** Stores `code` as the sub-byte element at `at` (as in {@link readBits}), leaving its neighbours'
@@ -89,8 +94,8 @@ export function writeBits(bytes: Uint8Array, at: number, bits: number, minOffset
   }
   const bit = bitOf(at, bits, minOffset);
   const mask = (1 << bits) - 1;
-  const byte = bit >>> 3;
-  const shift = bit & 7;
+  const byte = floor(bit / 8);
+  const shift = bit - byte * 8;
   const word = (bytes[byte]! | ((bytes[byte + 1] ?? 0) << 8)) & ~(mask << shift) | ((code & mask) << shift);
   bytes[byte] = word & 0xff;
   if (shift + bits > 8) bytes[byte + 1] = word >>> 8;
@@ -103,9 +108,11 @@ export function packCodes(codes: Uint8Array, bytes: Uint8Array, bits: number): v
   for (let i = typedArrayLength(bytes) - 1; i >= 0; i--) bytes[i] = 0;
   for (let k = 0; k < n; k++) {
     const bit = k * bits;
-    const word = (codes[k]! & ((1 << bits) - 1)) << (bit & 7);
-    bytes[bit >>> 3]! |= word & 0xff;
-    if ((bit & 7) + bits > 8) bytes[(bit >>> 3) + 1]! |= word >>> 8;
+    const byte = floor(bit / 8);
+    const shift = bit - byte * 8;
+    const word = (codes[k]! & ((1 << bits) - 1)) << shift;
+    bytes[byte]! |= word & 0xff;
+    if (shift + bits > 8) bytes[byte + 1]! |= word >>> 8;
   }
 }
 
