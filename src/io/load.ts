@@ -54,20 +54,36 @@ function fileBytes(file: FileMemory, bytes: number): Uint8Array<ArrayBuffer> {
   return new Uint8Array(runtime().arrayBuffer(file.address, bytes));
 }
 
-/** The header of a safetensors file in memory, checked. */
-function safetensorsHeader(file: FileMemory, where: string): SafetensorsHeader {
-  const prefix = fileBytes(file, file.bytes < PREFIX_BYTES ? file.bytes : PREFIX_BYTES);
+/** A header read from the file's memory in two steps: `length(prefix)` says from the first
+ * `prefixBytes` bytes how many the header needs, `parse(bytes)` reads and checks them. The arrays
+ * over the file's memory are detached afterwards (none may outlive the call). */
+function readHeader<T>(
+  file: FileMemory,
+  prefixBytes: number,
+  length: (prefix: Uint8Array) => number,
+  parse: (bytes: Uint8Array) => T,
+): T {
+  const prefix = fileBytes(file, file.bytes < prefixBytes ? file.bytes : prefixBytes);
   try {
-    const n = headerLength(prefix, file.bytes, where);
-    const header = fileBytes(file, PREFIX_BYTES + n);
+    const header = fileBytes(file, length(prefix));
     try {
-      return parseHeader(header, file.bytes, where);
+      return parse(header);
     } finally {
       detach(header.buffer);
     }
   } finally {
     detach(prefix.buffer);
   }
+}
+
+/** The header of a safetensors file in memory, checked. */
+function safetensorsHeader(file: FileMemory, where: string): SafetensorsHeader {
+  return readHeader(
+    file,
+    PREFIX_BYTES,
+    (prefix) => PREFIX_BYTES + headerLength(prefix, file.bytes, where),
+    (bytes) => parseHeader(bytes, file.bytes, where),
+  );
 }
 
 /** A view of one tensor of a checked header (C order, as the format defines). */
@@ -252,18 +268,12 @@ export function openSafetensors(path: string, opts?: LoadOptions): SafetensorsFi
 
 /** The header of a .npy file in memory, checked. */
 function npyHeader(file: FileMemory, where: string): NpyHeader {
-  const prefix = fileBytes(file, file.bytes < 12 ? file.bytes : 12);
-  try {
-    const start = npyDataStart(prefix, file.bytes, where);
-    const header = fileBytes(file, start);
-    try {
-      return parseNpyHeader(header, file.bytes, where);
-    } finally {
-      detach(header.buffer);
-    }
-  } finally {
-    detach(prefix.buffer);
-  }
+  return readHeader(
+    file,
+    12,
+    (prefix) => npyDataStart(prefix, file.bytes, where),
+    (bytes) => parseNpyHeader(bytes, file.bytes, where),
+  );
 }
 
 /** Fortran-order (column-major) strides of a shape, in elements. */

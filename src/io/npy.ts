@@ -12,7 +12,7 @@
  */
 import { DLPackError } from "../facts/errors.ts";
 import type { DType } from "../facts/dtypes.ts";
-import { dtypeInfo } from "../facts/dtypes.ts";
+import { dtypeInfo, NUMPY_TYPE_CODES } from "../facts/dtypes.ts";
 import { ceil, freeze, slots } from "../facts/intrinsics.ts";
 import { MAX_EXACT } from "../facts/layout.ts";
 import { MAX_RANK } from "../facts/abi.ts";
@@ -32,24 +32,8 @@ const ALIGN = 64;
 const GROWTH_AXIS_MAX_DIGITS = 21;
 
 // descr -> dtype, for the byte-order characters numpy writes (and '=' and none: native, which is
-// little-endian on every target of this library). Prototype-less: "constructor" finds nothing.
-const BY_CODE: Record<string, DType | undefined> = freeze({
-  __proto__: null,
-  b1: "bool",
-  i1: "int8",
-  u1: "uint8",
-  i2: "int16",
-  u2: "uint16",
-  i4: "int32",
-  u4: "uint32",
-  i8: "int64",
-  u8: "uint64",
-  f2: "float16",
-  f4: "float32",
-  f8: "float64",
-  c8: "complex64",
-  c16: "complex128",
-}) as unknown as Record<string, DType | undefined>;
+// little-endian on every target of this library).
+const BY_CODE = NUMPY_TYPE_CODES;
 
 const BY_DTYPE: Record<string, string | undefined> = { __proto__: null } as unknown as Record<string, string>;
 for (const code of Object.keys(BY_CODE)) {
