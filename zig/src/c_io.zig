@@ -216,7 +216,7 @@ test "a mapped file's owner counts in stats and unmaps on its last release; refu
     try testing.expectEqual(invalid, dlpk_io_map(path.ptr, len, 4, 64, at));
 }
 
-test "writers: a committed file appears whole, handles are checked, a finished one is refused" {
+test "writers: a committed file appears whole, and a handle that is no writer is refused" {
     if (!mapped.supported) return error.SkipZigTest;
     var tmp = testing.tmpDir(.{});
     defer tmp.cleanup();
