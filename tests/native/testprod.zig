@@ -471,6 +471,65 @@ export fn tp_guard_region() usize {
     return hint;
 }
 
+/// The permissions every byte of [first, end) has, from this process's /proc/self/maps, read
+/// here independently of the library: 0 when any byte is not readable, 1 when all are readable,
+/// 3 when all are also writable (-1: no listing). For the models of the JS fuzz tests (a Deno
+/// test may not read /proc/self/maps without --allow-all). Addresses as 32-bit halves, so any
+/// 64-bit value crosses every runtime's FFI exactly.
+export fn tp_listed_access(first_lo: u32, first_hi: u32, end_lo: u32, end_hi: u32) i32 {
+    const first = @as(u64, first_hi) << 32 | first_lo;
+    const end = @as(u64, end_hi) << 32 | end_lo;
+    const file = std.fs.openFileAbsolute("/proc/self/maps", .{}) catch return -1;
+    defer file.close();
+    const text = file.readToEndAlloc(std.heap.c_allocator, 64 << 20) catch return -1;
+    defer std.heap.c_allocator.free(text);
+    var at = first;
+    var writable = true;
+    var lines = std.mem.tokenizeScalar(u8, text, '\n');
+    while (lines.next()) |line| {
+        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
+        const space = std.mem.indexOfScalarPos(u8, line, dash, ' ') orelse continue;
+        if (line.len < space + 4) continue;
+        const lo = std.fmt.parseInt(u64, line[0..dash], 16) catch continue;
+        const hi = std.fmt.parseInt(u64, line[dash + 1 .. space], 16) catch continue;
+        if (hi <= at) continue;
+        if (lo > at or line[space + 1] != 'r') return 0;
+        if (line[space + 2] != 'w') writable = false;
+        at = hi;
+        if (at >= end) return if (writable) 3 else 1;
+    }
+    return 0;
+}
+
+var readonly_region = std.atomic.Value(usize).init(0);
+
+/// Two pages at an address this process never used before: the first read-write, the second
+/// read-only (PROT_READ), both holding the float32 values 0, 1, 2, ... Made once per process;
+/// returns the first page's address, or 0 when the platform or the address refuses.
+export fn tp_readonly_region() usize {
+    if (readonly_region.load(.acquire) != 0) return readonly_region.load(.acquire);
+    if (@import("builtin").os.tag != .linux) return 0;
+    const page = std.heap.page_size_min;
+    const hint: usize = 0x3d10_0000_0000;
+    const region = std.posix.mmap(
+        @ptrFromInt(hint),
+        2 * page,
+        std.posix.PROT.READ | std.posix.PROT.WRITE,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    ) catch return 0;
+    if (@intFromPtr(region.ptr) != hint) {
+        std.posix.munmap(region);
+        return 0;
+    }
+    const values: [*]f32 = @ptrCast(region.ptr);
+    for (0..2 * page / 4) |i| values[i] = @floatFromInt(i);
+    std.posix.mprotect(@alignCast(region[page..]), std.posix.PROT.READ) catch return 0;
+    readonly_region.store(hint, .release);
+    return hint;
+}
+
 /// The page size the guard region uses.
 export fn tp_page_size() u32 {
     return std.heap.page_size_min;
