@@ -355,6 +355,75 @@ export fn tp_static_tensor(bytes: f64, rows: u32) usize {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Benchmark producer of tensors in memory nobody has seen: each in a page mapped for it alone
+// (the struct, its shape and 512 float32), at an address no earlier page used, as a producer whose
+// allocations keep mapping new memory. Their deleter does nothing: the pages are unmapped after a
+// timed loop, so the loop times the consumer alone.
+
+const page_bytes = std.heap.page_size_min;
+var fresh_next = std.atomic.Value(usize).init(0x3a80_0000_0000);
+
+const FreshTensor = struct {
+    managed: dlpack.ManagedTensorVersioned,
+    shape: [1]i64,
+};
+
+fn idleDeleter(_: *dlpack.ManagedTensorVersioned) callconv(.c) void {}
+
+/// Makes `count` versioned float32 tensors, each in a page of its own, writing their addresses
+/// into `out`; returns how many were made.
+export fn tp_fresh_tensors(count: u32, out: [*]f64) u32 {
+    const prot = std.posix.PROT.READ | std.posix.PROT.WRITE;
+    const anonymous: std.posix.MAP = .{ .TYPE = .PRIVATE, .ANONYMOUS = true };
+    for (0..count) |i| {
+        const at = fresh_next.fetchAdd(16 * page_bytes, .monotonic);
+        const region = std.posix.mmap(@ptrFromInt(at), page_bytes, prot, anonymous, -1, 0) catch
+            return @intCast(i);
+        const t: *FreshTensor = @ptrCast(@alignCast(region.ptr));
+        t.shape = .{512};
+        t.managed = .{
+            .version = .{ .major = 1, .minor = 3 },
+            .manager_ctx = null,
+            .deleter = idleDeleter,
+            .flags = 0,
+            .dl_tensor = .{
+                .data = region.ptr + 128,
+                .device = .{ .device_type = 1, .device_id = 0 },
+                .ndim = 1,
+                .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+                .shape = &t.shape,
+                .strides = null,
+                .byte_offset = 0,
+            },
+        };
+        out[i] = @floatFromInt(@intFromPtr(t));
+    }
+    return count;
+}
+
+/// Unmaps the pages of `count` tensors `tp_fresh_tensors` made (after they were released).
+export fn tp_fresh_unmap(tensors: [*]const f64, count: u32) void {
+    for (tensors[0..count]) |address| {
+        const region: [*]align(page_bytes) u8 = @ptrFromInt(@as(usize, @intFromFloat(address)));
+        std.posix.munmap(region[0..page_bytes]);
+    }
+}
+
+/// Maps `pairs` more pairs of pages, a read-write one next to a read-only one (two mappings that
+/// never merge); never unmapped. Returns how many pairs were mapped.
+export fn tp_add_mappings(pairs: u32) u32 {
+    const prot = std.posix.PROT.READ | std.posix.PROT.WRITE;
+    const anonymous: std.posix.MAP = .{ .TYPE = .PRIVATE, .ANONYMOUS = true };
+    for (0..pairs) |i| {
+        const region = std.posix.mmap(null, 2 * page_bytes, prot, anonymous, -1, 0) catch
+            return @intCast(i);
+        std.posix.mprotect(@alignCast(region[page_bytes..]), std.posix.PROT.READ) catch
+            return @intCast(i);
+    }
+    return pairs;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Bulk helpers for the thread and soak tests (tests/reliability/threads.test.ts, tests/soak/):
 // many tensors per FFI call, and releases that run on native threads while the JS thread keeps
 // working.

@@ -26,6 +26,9 @@ const lib = openLibrary(
     tp_release_done: { args: ["usize"], returns: "u32" },
     tp_release_wait: { args: ["usize"], returns: "void" },
     tp_listed_access: { args: ["u32", "u32", "u32", "u32"], returns: "i32" },
+    tp_fresh_tensors: { args: ["u32", "buffer"], returns: "u32" },
+    tp_fresh_unmap: { args: ["buffer", "u32"], returns: "void" },
+    tp_add_mappings: { args: ["u32"], returns: "u32" },
   } as const,
 );
 
