@@ -33,6 +33,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const abi = @import("abi.zig");
+const listing = @import("listing.zig");
 
 /// The library under test, linked into this executable (its `export fn`s are what abi.zig
 /// declares); the model reads nothing else of it but the dtype table.
@@ -160,7 +161,7 @@ const DataPlace = enum(u8) {
 };
 
 /// What the model expects of a data range.
-const DataAccess = enum { none, read, read_write };
+const DataAccess = listing.Access;
 
 /// Where a struct or array really lies (see `Guard`).
 const Place = enum(u8) {
@@ -450,22 +451,9 @@ fn generateHostile(r: std.Random, f: *Fields) void {
 var a_static_word: u64 = 0;
 
 /// Whether /proc/self/maps lists `address` as executable (the fuzzer's own reading, independent of
-/// the library's table).
+/// the library's).
 fn executableHere(address: usize) bool {
-    const file = std.fs.openFileAbsolute("/proc/self/maps", .{}) catch return false;
-    defer file.close();
-    const text = file.readToEndAlloc(std.heap.c_allocator, 64 << 20) catch return false;
-    defer std.heap.c_allocator.free(text);
-    var lines = std.mem.tokenizeScalar(u8, text, '\n');
-    while (lines.next()) |line| {
-        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
-        const space = std.mem.indexOfScalarPos(u8, line, dash, ' ') orelse continue;
-        if (line.len < space + 4) continue;
-        const lo = std.fmt.parseInt(usize, line[0..dash], 16) catch continue;
-        const hi = std.fmt.parseInt(usize, line[dash + 1 .. space], 16) catch continue;
-        if (address >= lo and address < hi) return line[space + 3] == 'x';
-    }
-    return false;
+    return listing.executable(address);
 }
 
 /// A deleter value that is not executable code whatever this process maps: data, the stack, the
@@ -697,26 +685,7 @@ fn dataAccess(f: *const Fields, first: u64, end: u64) DataAccess {
 /// The fuzzer's own reading of /proc/self/maps, independent of the library's: the permissions
 /// every byte of [first, end) has.
 fn listedAccess(first: u64, end: u64) DataAccess {
-    const file = std.fs.openFileAbsolute("/proc/self/maps", .{}) catch return .none;
-    defer file.close();
-    const text = file.readToEndAlloc(std.heap.c_allocator, 64 << 20) catch return .none;
-    defer std.heap.c_allocator.free(text);
-    var at = first;
-    var writable = true;
-    var lines = std.mem.tokenizeScalar(u8, text, '\n');
-    while (lines.next()) |line| {
-        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
-        const space = std.mem.indexOfScalarPos(u8, line, dash, ' ') orelse continue;
-        if (line.len < space + 4) continue;
-        const lo = std.fmt.parseInt(u64, line[0..dash], 16) catch continue;
-        const hi = std.fmt.parseInt(u64, line[dash + 1 .. space], 16) catch continue;
-        if (hi <= at) continue;
-        if (lo > at or line[space + 1] != 'r') return .none;
-        if (line[space + 2] != 'w') writable = false;
-        at = hi;
-        if (at >= end) return if (writable) .read_write else .read;
-    }
-    return .none;
+    return listing.access(first, end) orelse .none;
 }
 
 fn fakeAddress(r: std.Random) usize {

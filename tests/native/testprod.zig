@@ -4,6 +4,7 @@
 
 const std = @import("std");
 const dlpack = @import("dlpack");
+const listing = @import("listing.zig");
 
 var made = std.atomic.Value(u32).init(0);
 var deleted = std.atomic.Value(u32).init(0);
@@ -519,55 +520,39 @@ var guard_region = std.atomic.Value(usize).init(0);
 /// process; returns the first page's address, or 0 when the platform or the address refuses.
 export fn tp_guard_region() usize {
     if (guard_region.load(.acquire) != 0) return guard_region.load(.acquire);
-    if (@import("builtin").os.tag != .linux) return 0;
     const page = std.heap.page_size_min;
-    const hint: usize = 0x3d00_0000_0000;
+    const region = mapAt(0x3d00_0000_0000, 3) orelse return 0;
+    std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE) catch return 0;
+    std.posix.munmap(@alignCast(region[2 * page ..]));
+    guard_region.store(@intFromPtr(region.ptr), .release);
+    return @intFromPtr(region.ptr);
+}
+
+/// `pages` read-write pages mapped at `hint` exactly (Linux), else null.
+fn mapAt(hint: usize, pages: usize) ?[]align(std.heap.page_size_min) u8 {
+    if (@import("builtin").os.tag != .linux) return null;
     const region = std.posix.mmap(
         @ptrFromInt(hint),
-        3 * page,
+        pages * std.heap.page_size_min,
         std.posix.PROT.READ | std.posix.PROT.WRITE,
         .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
         -1,
         0,
-    ) catch return 0;
-    if (@intFromPtr(region.ptr) != hint) {
-        std.posix.munmap(region);
-        return 0;
-    }
-    std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE) catch return 0;
-    std.posix.munmap(@alignCast(region[2 * page ..]));
-    guard_region.store(hint, .release);
-    return hint;
+    ) catch return null;
+    if (@intFromPtr(region.ptr) == hint) return region;
+    std.posix.munmap(region);
+    return null;
 }
 
 /// The permissions every byte of [first, end) has, from this process's /proc/self/maps, read
-/// here independently of the library: 0 when any byte is not readable, 1 when all are readable,
-/// 3 when all are also writable (-1: no listing). For the models of the JS fuzz tests (a Deno
-/// test may not read /proc/self/maps without --allow-all). Addresses as 32-bit halves, so any
-/// 64-bit value crosses every runtime's FFI exactly.
+/// here independently of the library (tests/native/listing.zig): 0 when any byte is not readable,
+/// 1 when all are readable, 3 when all are also writable (-1: no listing). For the models of the JS
+/// fuzz tests (a Deno test may not read /proc/self/maps without --allow-all). Addresses as 32-bit
+/// halves, so any 64-bit value crosses every runtime's FFI exactly.
 export fn tp_listed_access(first_lo: u32, first_hi: u32, end_lo: u32, end_hi: u32) i32 {
     const first = @as(u64, first_hi) << 32 | first_lo;
     const end = @as(u64, end_hi) << 32 | end_lo;
-    const file = std.fs.openFileAbsolute("/proc/self/maps", .{}) catch return -1;
-    defer file.close();
-    const text = file.readToEndAlloc(std.heap.c_allocator, 64 << 20) catch return -1;
-    defer std.heap.c_allocator.free(text);
-    var at = first;
-    var writable = true;
-    var lines = std.mem.tokenizeScalar(u8, text, '\n');
-    while (lines.next()) |line| {
-        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
-        const space = std.mem.indexOfScalarPos(u8, line, dash, ' ') orelse continue;
-        if (line.len < space + 4) continue;
-        const lo = std.fmt.parseInt(u64, line[0..dash], 16) catch continue;
-        const hi = std.fmt.parseInt(u64, line[dash + 1 .. space], 16) catch continue;
-        if (hi <= at) continue;
-        if (lo > at or line[space + 1] != 'r') return 0;
-        if (line[space + 2] != 'w') writable = false;
-        at = hi;
-        if (at >= end) return if (writable) 3 else 1;
-    }
-    return 0;
+    return @intFromEnum(listing.access(first, end) orelse return -1);
 }
 
 var readonly_region = std.atomic.Value(usize).init(0);
@@ -577,26 +562,13 @@ var readonly_region = std.atomic.Value(usize).init(0);
 /// returns the first page's address, or 0 when the platform or the address refuses.
 export fn tp_readonly_region() usize {
     if (readonly_region.load(.acquire) != 0) return readonly_region.load(.acquire);
-    if (@import("builtin").os.tag != .linux) return 0;
     const page = std.heap.page_size_min;
-    const hint: usize = 0x3d10_0000_0000;
-    const region = std.posix.mmap(
-        @ptrFromInt(hint),
-        2 * page,
-        std.posix.PROT.READ | std.posix.PROT.WRITE,
-        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
-        -1,
-        0,
-    ) catch return 0;
-    if (@intFromPtr(region.ptr) != hint) {
-        std.posix.munmap(region);
-        return 0;
-    }
+    const region = mapAt(0x3d10_0000_0000, 2) orelse return 0;
     const values: [*]f32 = @ptrCast(region.ptr);
     for (0..2 * page / 4) |i| values[i] = @floatFromInt(i);
     std.posix.mprotect(@alignCast(region[page..]), std.posix.PROT.READ) catch return 0;
-    readonly_region.store(hint, .release);
-    return hint;
+    readonly_region.store(@intFromPtr(region.ptr), .release);
+    return @intFromPtr(region.ptr);
 }
 
 /// The page size the guard region uses.

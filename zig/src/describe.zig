@@ -778,11 +778,10 @@ test "structs and arrays outside readable memory are refused before they are rea
 test "data outside readable memory is refused; data in read-only memory is imported read-only" {
     if (@import("builtin").os.tag != .linux or !mappings.available()) return error.SkipZigTest;
     const page = std.heap.page_size_min;
-    const region = try mappings.freshRegion(3);
+    const prot = std.posix.PROT;
+    const region = try mappings.freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.NONE });
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
-    try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.READ);
-    try std.posix.mprotect(@alignCast(region[2 * page ..]), std.posix.PROT.NONE);
     var f: Fixture = undefined;
     f.init(f32_t, &.{ 2, 2 }, &.{ 2, 1 });
     const bad = [_]usize{ 16, base + 2 * page, base + 2 * page - 8, (1 << 47) - 8, (1 << 53) - 8 };

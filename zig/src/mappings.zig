@@ -777,6 +777,25 @@ pub fn freshRegion(pages: usize) ![]align(std.heap.page_size_min) u8 {
     return region;
 }
 
+/// Test support (Linux): `freshRegion(protections.len)`, each page then given its protection
+/// (`std.posix.PROT` bits, or `unmapped` for a page unmapped again).
+pub fn freshPages(protections: []const u32) ![]align(std.heap.page_size_min) u8 {
+    const page = std.heap.page_size_min;
+    const region = try freshRegion(protections.len);
+    for (protections, 0..) |protection, i| {
+        const one: []align(page) u8 = @alignCast(region[i * page .. (i + 1) * page]);
+        if (protection == unmapped) {
+            std.posix.munmap(one);
+        } else if (protection != std.posix.PROT.READ | std.posix.PROT.WRITE) {
+            try std.posix.mprotect(one, protection);
+        }
+    }
+    return region;
+}
+
+/// A page `freshPages` unmaps (no protection bit is this high).
+pub const unmapped: u32 = 1 << 31;
+
 /// Collects every line the parser emits (for the parser's tests).
 const ListSink = struct {
     list: std.ArrayList(Region) = .empty,
@@ -881,12 +900,11 @@ test "this process: heap, stack and code are found; unmapped and PROT_NONE pages
     try testing.expect(dataAccess(@intFromPtr(&local), 8) & perm_write != 0);
 
     const page = std.heap.page_size_min;
-    const region = try freshRegion(5);
+    const prot = std.posix.PROT;
+    const rw = prot.READ | prot.WRITE;
+    const region = try freshPages(&.{ rw, prot.NONE, rw, unmapped, prot.READ });
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
-    try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
-    try std.posix.mprotect(@alignCast(region[4 * page ..]), std.posix.PROT.READ);
-    std.posix.munmap(@alignCast(region[3 * page .. 4 * page]));
     // (Not the heap for "not code": valgrind maps its malloc arena read-write-execute.)
     try testing.expect(readable(base, page));
     try testing.expect(!readable(base + page, 8));
@@ -904,10 +922,10 @@ test "this process: heap, stack and code are found; unmapped and PROT_NONE pages
 test "a range across mappings of different permissions has the ones they share" {
     if (builtin.os.tag != .linux) return error.SkipZigTest;
     const page = std.heap.page_size_min;
-    const region = try freshRegion(3);
+    const prot = std.posix.PROT;
+    const region = try freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.READ | prot.WRITE });
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
-    try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.READ);
     try testing.expectEqual(perm_read, dataAccess(base, 3 * page));
     try testing.expectEqual(perm_read, dataAccess(base + page - 8, 16));
     try testing.expectEqual(perm_read | perm_write, dataAccess(base + 2 * page, 8));
@@ -955,10 +973,10 @@ test "a remembered range an answer contradicts is dropped for every kind" {
 test "the listing and the ioctl agree" {
     if (builtin.os.tag != .linux) return error.SkipZigTest;
     const page = std.heap.page_size_min;
-    const region = try freshRegion(3);
+    const prot = std.posix.PROT;
+    const region = try freshPages(&.{ prot.READ | prot.WRITE, prot.NONE, prot.READ | prot.WRITE });
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
-    try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
     var local: u64 = 0;
     const addresses = [_]u64{ base, base + page, base + 2 * page + 8, base + 3 * page, 16 };
     const more = [_]u64{ @intFromPtr(&local), @intFromPtr(&queries), 1 << 47 };
@@ -992,11 +1010,11 @@ test "without the ioctl (kernels before 6.11) the listing answers alike" {
     forgetAll();
     defer forgetAll();
     const page = std.heap.page_size_min;
-    const region = try freshRegion(4);
+    const prot = std.posix.PROT;
+    const rw = prot.READ | prot.WRITE;
+    const region = try freshPages(&.{ rw, prot.NONE, rw, prot.READ });
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
-    try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
-    try std.posix.mprotect(@alignCast(region[3 * page ..]), std.posix.PROT.READ);
     var local: u64 = 0;
     try testing.expect(readable(@intFromPtr(&local), 8));
     try testing.expect(executable(@intFromPtr(&queries)));

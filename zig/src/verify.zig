@@ -190,11 +190,10 @@ test "CPU memory is verified; other claims are not without a driver check" {
 test "other host data must be readable; read-only memory makes a read-only import" {
     if (@import("builtin").os.tag != .linux or !mappings.available()) return error.SkipZigTest;
     const page = std.heap.page_size_min;
-    const region = try mappings.freshRegion(3);
+    const prot = std.posix.PROT;
+    const region = try mappings.freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.NONE });
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
-    try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.READ);
-    try std.posix.mprotect(@alignCast(region[2 * page ..]), std.posix.PROT.NONE);
     const elements: f64 = @floatFromInt(page / 4);
     // With a driver, CUDAHost and CUDAManaged claims on plain memory are false claims.
     const hosts = [_]DeviceType{ .rocm_host, .cuda_host, .cuda_managed };
