@@ -197,7 +197,8 @@ pub fn misses(e: Entries, out: []align(8) u8, count: usize, rounds: usize, extra
 // ---------------------------------------------------------------------------------------------
 // Threads
 
-const Mode = enum { import, export_array };
+/// `control`: arithmetic only, what the machine lets two threads get at all.
+const Mode = enum { import, export_array, control };
 
 const Worker = struct {
     e: Entries,
@@ -206,6 +207,8 @@ const Worker = struct {
     gate: *std.atomic.Value(bool),
     cpu_ns: u64 = 0,
     failed: bool = false,
+    /// The control's result, kept so the arithmetic is not optimised away.
+    sink: u64 = 0,
 
     fn run(self: *Worker) void {
         self.loop() catch {
@@ -238,6 +241,11 @@ const Worker = struct {
                 if (m <= 0) return error.Refused;
                 _ = e.export_dispose(-(m * 2 + 1));
             },
+            .control => {
+                var x = self.sink +% i;
+                for (0..64) |k| x = x *% 6364136223846793005 +% k;
+                self.sink = x;
+            },
         };
         self.cpu_ns = threadNs() - began;
     }
@@ -269,7 +277,7 @@ fn throughput(e: Entries, mode: Mode, threads: usize, count: usize) ![2]f64 {
 
 /// The thread rows: 1 thread, then `threads` at once, alternated `rounds` times (medians).
 pub fn scaling(e: Entries, threads: usize, count: usize, rounds: usize) !void {
-    for ([_]Mode{ .import, .export_array }) |mode| {
+    for ([_]Mode{ .import, .export_array, .control }) |mode| {
         var one: [64][2]f64 = undefined;
         var many: [64][2]f64 = undefined;
         for (0..rounds) |i| {
@@ -285,7 +293,11 @@ pub fn scaling(e: Entries, threads: usize, count: usize, rounds: usize) !void {
                 "thread CPU per operation {d:.1} vs {d:.1} ns, so {d:.2}x where the threads " ++
                 "had the cores ({d} rounds)\n",
             .{
-                if (mode == .import) "versioned import + journal release" else "export + dispose",
+                switch (mode) {
+                    .import => "versioned import + journal release",
+                    .export_array => "export + dispose",
+                    .control => "arithmetic control",
+                },
                 threads,
                 rate_many / rate_one,
                 rate_many / 1e6,

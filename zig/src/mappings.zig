@@ -77,8 +77,10 @@ var sets: [kind_count]Set = @splat(.{});
 var unavailable = std.atomic.Value(bool).init(false);
 /// Queries made (for tests of the cache).
 var asked = std.atomic.Value(u64).init(0);
-/// Whether the fork handler is registered (before any descriptor a child must not use is kept).
-var fork_handler = std.atomic.Value(bool).init(false);
+/// Where the fork handler stands: a descriptor a child must not use is kept only once it is
+/// registered.
+const ForkHandler = enum(u8) { none, registering, registered, failed };
+var fork_handler = std.atomic.Value(ForkHandler).init(.none);
 
 /// Whether the checks are on: the platform can be asked (so far).
 pub fn available() bool {
@@ -243,7 +245,7 @@ fn rememberedAt(at: u64) ?Region {
 
 /// Asks the platform about `at`; drops every remembered range the answer contradicts.
 fn ask(at: u64) Error!Region {
-    if (!fork_handler.load(.acquire)) ensureForkHandler();
+    if (fork_handler.load(.acquire) == .none) ensureForkHandler();
     _ = asked.fetchAdd(1, .monotonic);
     const region = try query(at);
     if (region.start > at or at >= region.end) return error.Inconsistent;
@@ -341,12 +343,9 @@ fn afterFork() callconv(.c) void {
 /// Registers `afterFork` once, before any lookup asks (and before a descriptor is kept).
 noinline fn ensureForkHandler() void {
     @branchHint(.cold);
-    if (fork_handler.cmpxchgStrong(false, true, .acq_rel, .monotonic) != null) return;
-    if (!registerForkHandler()) fork_handler_failed.store(true, .release);
+    if (fork_handler.cmpxchgStrong(.none, .registering, .acq_rel, .monotonic) != null) return;
+    fork_handler.store(if (registerForkHandler()) .registered else .failed, .release);
 }
-
-/// Set when `afterFork` could not be registered: no descriptor is kept then.
-var fork_handler_failed = std.atomic.Value(bool).init(false);
 
 /// Registers `afterFork` through a symbol looked up at run time, so that loading this library never
 /// depends on where a libc keeps it: glibc exports `__register_atfork` (its `pthread_atfork` is a
@@ -448,10 +447,15 @@ fn queryLinux(at: u64) Error!Region {
 
 /// The kept descriptor, opened when there is none (or, with `fresh`, when the kept one failed: it
 /// may have been closed and its number reused by other code, so it is left alone, not closed).
+/// None (`fd_none`, the listing answers this time) until the fork handler is registered.
 fn mapsFd(fresh: bool) i32 {
     const fd = maps_fd.load(.acquire);
     if (fd == fd_listing or (fd >= 0 and !fresh)) return fd;
-    if (fork_handler_failed.load(.acquire)) return fd_listing;
+    switch (fork_handler.load(.acquire)) {
+        .registered => {},
+        .failed => return fd_listing,
+        .none, .registering => return fd_none,
+    }
     if (fds_opened.fetchAdd(1, .monotonic) >= fds_max) {
         maps_fd.store(fd_listing, .release);
         return fd_listing;
