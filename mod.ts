@@ -39,7 +39,7 @@ export {
   formatDevice,
   isHostAccessible,
 } from "./src/facts/devices.ts";
-export { type AddressLike } from "./src/native/address.ts";
+export { type AddressLike, type PointerObject } from "./src/native/address.ts";
 export {
   type Access,
   BufferView,

@@ -15,3 +15,4 @@ import "./src/ops/mod.ts"; // registers the operations BufferView methods delega
 import "./src/cuda/copy.ts"; // registers the device paths of the copy engine
 export { openPython, type OpenPythonOptions, type PyArg, PyObject, Python } from "./src/python/bridge.ts";
 export { fromPython, type FromPythonOptions, toPython, type ToPythonOptions } from "./src/python/interop.ts";
+export { type PointerObject } from "./src/native/address.ts";

@@ -85,13 +85,14 @@ function cpuCases(
     step_numpy_from_dlpack_cpu_ns: () => jsBatch(() => fromDlpack.call(t).dispose()),
     step_from_python_cpu_ns: () => jsBatch(() => fromPython(b).dispose()),
   };
+  // Keyed by the names of `cases`, which the loops walk.
   const samples: Record<string, number[]> = {};
   for (const name in cases) {
     samples[name] = [];
-    cases[name](); // warm-up
+    cases[name]!(); // warm-up
   }
-  for (let i = 0; i < CPU_BATCHES; i++) for (const name in cases) samples[name].push(cases[name]());
-  for (const name in cases) out[name] = samples[name].sort((p, q) => p - q)[CPU_BATCHES >> 1];
+  for (let i = 0; i < CPU_BATCHES; i++) for (const name in cases) samples[name]!.push(cases[name]!());
+  for (const name in cases) out[name] = samples[name]!.sort((p, q) => p - q)[CPU_BATCHES >> 1]!;
   out.roundtrip_cpu_ratio = (out.roundtrip_js_numpy_js_cpu_ns as number) / (out.numpy_roundtrip_cpu_ns as number);
   py.exec("del _bench_time, _bench_a, _bench_numpy_roundtrip");
 }

@@ -52,7 +52,7 @@ out.import_dispose_ns = measure(200_000, () => importDLPack(small).dispose());
       m.perCall.push(((performance.now() - t0) * 1e6) / 100_000);
     }
   }
-  for (const m of bySize) out[`import_dispose_${m.size}_ns`] = m.perCall.sort((a, b) => a - b)[SAMPLES >> 1];
+  for (const m of bySize) out[`import_dispose_${m.size}_ns`] = m.perCall.sort((a, b) => a - b)[SAMPLES >> 1]!;
 }
 /** Median ns per `make()` over SAMPLES batches, each of `batch` calls; what `make()` returns is
  * disposed after the batch, outside the timed region. */
@@ -63,11 +63,11 @@ function measureMade(batch: number, make: () => { dispose(): void }): number {
     const t0 = performance.now();
     for (let i = 0; i < batch; i++) made[i] = make();
     const t = ((performance.now() - t0) * 1e6) / batch;
-    for (let i = 0; i < batch; i++) made[i].dispose();
+    for (let i = 0; i < batch; i++) made[i]!.dispose();
     if (s >= 3) perCall.push(t); // the first batches warm the JIT up
   }
   perCall.sort((a, b) => a - b);
-  return perCall[Math.floor(perCall.length / 2)];
+  return perCall[Math.floor(perCall.length / 2)]!;
 }
 
 // The issue's case is "import + array()": the view's dispose is timed in import_dispose_ns.
@@ -171,13 +171,13 @@ function missRows(suffix: string): void {
   };
   for (let s = 0; s < SAMPLES + 2; s++) {
     if (tp.tp_fresh_tensors(batch, tensors) !== batch) throw new Error("could not map the tensors' pages");
-    const miss = timed((i) => importDLPack({ versioned: tensors[i] }).dispose());
+    const miss = timed((i) => importDLPack({ versioned: tensors[i]! }).dispose());
     tp.tp_fresh_unmap(tensors, batch);
     const hit = timed(() => importDLPack(small).dispose());
     // The first batches warm the JIT up.
     if (s >= 2) missed.push(miss), known.push(hit);
   }
-  const median = (v: number[]) => v.sort((a, b) => a - b)[v.length >> 1];
+  const median = (v: number[]) => v.sort((a, b) => a - b)[v.length >> 1]!;
   out[`import_miss${suffix}_ns`] = median(missed);
   out[`import_known${suffix}_ns`] = median(known);
   out[`mappings${suffix}`] = readFileSync("/proc/self/maps", "utf8").split("\n").length - 1;

@@ -13,5 +13,5 @@ export function measure(iterations: number, fn: () => void): number {
     perCall.push(((performance.now() - t0) * 1e6) / iterations);
   }
   perCall.sort((a, b) => a - b);
-  return perCall[Math.floor(perCall.length / 2)];
+  return perCall[Math.floor(perCall.length / 2)]!;
 }

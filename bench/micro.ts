@@ -45,9 +45,14 @@ for (let r = 0; r < ROUNDS; r++) {
   }
   console.error(`round ${r + 1}/${ROUNDS}`);
 }
-const median = (v: number[]) => [...v].sort((a, b) => a - b)[v.length >> 1];
+/** The median of the series `key` of `series` (every round pushed one value to each). */
+const median = (series: Record<string, number[]>, key: string): number => {
+  const v = series[key];
+  if (v === undefined || v.length === 0) throw new Error(`no values for ${key}`);
+  return [...v].sort((a, b) => a - b)[v.length >> 1]!;
+};
 console.log(
-  `numpy import ${median(ns.numpy_import).toFixed(0)} ns, __dlpack__ ${median(ns.numpy_export).toFixed(0)} ns`,
+  `numpy import ${median(ns, "numpy_import").toFixed(0)} ns, __dlpack__ ${median(ns, "numpy_export").toFixed(0)} ns`,
 );
 for (const prefix of BASE === undefined ? [""] : ["", "base "]) {
   console.log(
@@ -56,8 +61,8 @@ for (const prefix of BASE === undefined ? [""] : ["", "base "]) {
   for (const k of Object.keys(refs)) {
     const d = `${prefix}deno.${k}`, b = `${prefix}bun.${k}`;
     console.log(
-      `${k.padEnd(18)} ${median(ns[d]).toFixed(0).padStart(7)} ${median(ratios[d]).toFixed(2).padStart(6)} ` +
-        `${median(ns[b]).toFixed(0).padStart(7)} ${median(ratios[b]).toFixed(2).padStart(6)}`,
+      `${k.padEnd(18)} ${median(ns, d).toFixed(0).padStart(7)} ${median(ratios, d).toFixed(2).padStart(6)} ` +
+        `${median(ns, b).toFixed(0).padStart(7)} ${median(ratios, b).toFixed(2).padStart(6)}`,
     );
   }
 }

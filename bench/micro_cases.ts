@@ -32,22 +32,23 @@ const cases: Record<string, () => void> = {
 
 const names = Object.keys(cases);
 const samples: Record<string, number[]> = {};
+// `names` are the keys of `cases`, and of `samples` once the first loop set them.
 for (const name of names) {
   samples[name] = [];
-  const fn = cases[name];
+  const fn = cases[name]!;
   for (let i = 0; i < BATCH; i++) fn();
 }
 for (let b = 0; b < BATCHES; b++) {
   for (const name of names) {
-    const fn = cases[name];
+    const fn = cases[name]!;
     const t0 = threadNs();
     for (let i = 0; i < BATCH; i++) fn();
-    samples[name].push((threadNs() - t0) / BATCH);
+    samples[name]!.push((threadNs() - t0) / BATCH);
   }
 }
 const out: Record<string, number | string> = { runtime: runtime().name };
 for (const name of names) {
-  const s = samples[name].sort((x, y) => x - y);
-  out[name] = s[s.length >> 1];
+  const s = samples[name]!.sort((x, y) => x - y);
+  out[name] = s[s.length >> 1]!;
 }
 console.log(JSON.stringify(out));

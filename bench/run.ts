@@ -36,7 +36,8 @@ function run(cmd: string, args: string[]): Record<string, number | string | bool
   return JSON.parse(text);
 }
 
-const rounds: Record<string, Array<Record<string, number | string | boolean>>> = { deno: [], bun: [], python: [] };
+type Side = "deno" | "bun" | "python";
+const rounds: Record<Side, Array<Record<string, number | string | boolean>>> = { deno: [], bun: [], python: [] };
 const cases = BRIDGE_ONLY ? "bench/bridge.ts" : "bench/cases.ts";
 const peerArgs = BRIDGE_ONLY ? ["bench/peers.py", "--only=bridge"] : ["bench/peers.py"];
 for (let r = 0; r < ROUNDS; r++) {
@@ -46,11 +47,11 @@ for (let r = 0; r < ROUNDS; r++) {
   rounds.bun.push(run(`${tools}/bun`, ["run", cases]));
 }
 
-function median(side: string, key: string): number {
+function median(side: Side, key: string): number {
   const values = rounds[side].map((r) => r[key]).filter((v): v is number => typeof v === "number").sort((a, b) =>
     a - b
   );
-  return values.length === 0 ? NaN : values[Math.floor(values.length / 2)];
+  return values.length === 0 ? NaN : values[Math.floor(values.length / 2)]!;
 }
 
 const cpu = readFileSync("/proc/cpuinfo", "utf8").match(/model name\s*:\s*(.+)/)?.[1] ?? "unknown CPU";
@@ -60,11 +61,11 @@ const memory = Math.round(
 const machine = `${cpu}, ${navigator.hardwareConcurrency} cores, ${memory} GiB, ${Deno.build.os} ${Deno.build.arch}`;
 const versions = `Deno ${Deno.version.deno}, Bun ${
   new TextDecoder().decode(new Deno.Command(`${tools}/bun`, { args: ["--version"] }).outputSync().stdout).trim()
-}, numpy ${rounds.python[0].numpy}${torchVersion()}`;
+}, numpy ${rounds.python[0]!.numpy}${torchVersion()}`;
 
 /** Why the torch rows are skipped (torch not importable in one of the runtimes), or undefined. */
 function torchSkipped(): string | undefined {
-  for (const side of ["deno", "bun"]) {
+  for (const side of ["deno", "bun"] as const) {
     const value = rounds[side][0]?.torch;
     if (typeof value !== "string" || value.startsWith("unavailable")) {
       return `skipped: torch is not installed (${String(value ?? "not measured").slice(0, 120)})`;
@@ -92,7 +93,7 @@ interface Row {
   /** The embedded-Python bridge rows (all that --only=bridge runs). */
   bridge?: boolean;
   /** Why the row was not measured (a peer that is not installed). */
-  skipped?: string;
+  skipped?: string | undefined;
 }
 
 const d = (k: string) => median("deno", k);

@@ -1,12 +1,86 @@
 /**
- * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`).
+ * The Deno binding of the runtime boundary (`Deno.dlopen`, `Deno.UnsafePointerView`). Typed locally
+ * (the few parts of the `Deno` namespace it uses), so a type check without Deno's declarations (a
+ * Bun or tsc project importing the module) needs none.
  * @module
  */
 import { DLPackError } from "../src/facts/errors.ts";
 import type { OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 import { bindSymbols } from "./results.ts";
 
+declare const pointerBrand: unique symbol;
+/** Deno's pointer object, opaque here. */
+type Pointer = { readonly [pointerBrand]: unknown };
+
+type PermissionDescriptor =
+  | { readonly name: "env"; readonly variable?: string | undefined }
+  | { readonly name: "net"; readonly host?: string | undefined }
+  | { readonly name: "read" | "write" | "ffi"; readonly path?: string | undefined };
+
+interface ForeignFunction {
+  readonly parameters: readonly string[];
+  readonly result: string;
+  readonly optional: boolean;
+}
+
+interface CommandOutput {
+  readonly code: number;
+  readonly stdout: Uint8Array;
+  readonly stderr: Uint8Array;
+}
+
+interface DenoNamespace {
+  readonly UnsafePointer: {
+    // A number is accepted as well as a bigint.
+    create(value: number | bigint): Pointer | null;
+    of(view: ArrayBufferView): Pointer | null;
+    value(pointer: Pointer | null): number | bigint;
+  };
+  readonly UnsafePointerView: {
+    getArrayBuffer(pointer: Pointer, byteLength: number, offset?: number): ArrayBuffer;
+    getCString(pointer: Pointer, offset?: number): string;
+  };
+  dlopen(
+    path: string,
+    symbols: Record<string, ForeignFunction>,
+  ): { readonly symbols: Record<string, unknown>; close(): void };
+  readonly permissions: {
+    querySync(descriptor: PermissionDescriptor): { readonly state: "granted" | "denied" | "prompt" };
+  };
+  readonly env: { get(name: string): string | undefined };
+  statSync(path: string): unknown;
+  unrefTimer(id: number): void;
+  // Deno's own temporary folder when `dir` is undefined.
+  makeTempDir(options: { readonly dir?: string | undefined; readonly prefix?: string }): Promise<string>;
+  readonly Command: new (program: string, options: {
+    readonly args: string[];
+    readonly stdout: "piped";
+    readonly stderr: "piped";
+    readonly stdin: "null";
+  }) => { outputSync(): CommandOutput };
+  readonly build: { readonly os: string; readonly arch: string };
+}
+
 const NumberCtor = Number;
+
+/** The method Deno's own `node:worker_threads` BroadcastChannel calls for `ref()` / `unref()`: a
+ * symbol-keyed method of the web BroadcastChannel (`false` stops its listener from keeping the
+ * event loop alive). Captured at load; undefined where this Deno has none. */
+const refChannel = ((): ((this: BroadcastChannel, ref: boolean) => void) | undefined => {
+  try {
+    const proto = BroadcastChannel.prototype as unknown as Record<symbol, unknown>;
+    for (const key of Object.getOwnPropertySymbols(proto)) {
+      const method = proto[key];
+      if (key.description === "refBroadcastChannel" && typeof method === "function") {
+        return method as (this: BroadcastChannel, ref: boolean) => void;
+      }
+    }
+  } catch {
+    // No BroadcastChannel, or a prototype that cannot be read: channels stay referenced.
+  }
+  return undefined;
+})();
+const applyFn = Reflect.apply;
 
 /** The pointer functions' errors: FFI permission revoked after the library was loaded (ready()
  * checks it up front) becomes a DLPackError saying so; anything else passes unchanged. Out of line,
@@ -22,6 +96,8 @@ function refused(error: unknown): unknown {
 
 /** The Deno implementation of {@link Runtime}. */
 export function denoRuntime(): Runtime {
+  // The global, as the local declarations above describe it (this runs only in Deno).
+  const Deno = (globalThis as unknown as { readonly Deno: DenoNamespace }).Deno;
   // Captured now: the pointer functions every import and export calls must not be replaceable by a
   // caller afterwards (they are writable static methods). None of them uses `this`.
   const { create, of, value: pointerValueOf } = Deno.UnsafePointer;
@@ -29,22 +105,22 @@ export function denoRuntime(): Runtime {
   // One pointer object made at load, which getArrayBuffer offsets: making a pointer object per
   // call costs more than the ArrayBuffer itself. Nothing is ever mapped below BASE.
   const BASE = 4096;
-  let base: Deno.PointerObject | null | undefined;
+  let base: Pointer | null | undefined;
   return {
     name: "deno",
     open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T> {
-      const defs: Record<string, Deno.ForeignFunction> = {};
+      const defs: Record<string, ForeignFunction> = {};
       for (const [name, spec] of Object.entries(table)) {
         defs[name] = {
-          parameters: spec.args as Deno.NativeType[],
-          result: spec.returns as Deno.NativeResultType,
+          parameters: spec.args,
+          result: spec.returns,
           optional: spec.optional ?? false,
         };
       }
       const lib = Deno.dlopen(path, defs);
       return {
         path,
-        symbols: bindSymbols(lib.symbols as Record<string, unknown>, table),
+        symbols: bindSymbols(lib.symbols, table),
         close: () => lib.close(),
       };
     },
@@ -52,16 +128,16 @@ export function denoRuntime(): Runtime {
       try {
         // A number is accepted (and avoids a BigInt per call); addresses are below 2^53.
         if (address >= BASE) {
-          return getArrayBuffer(base ??= create(BASE as unknown as bigint)!, byteLength, address - BASE);
+          return getArrayBuffer(base ??= create(BASE)!, byteLength, address - BASE);
         }
-        return getArrayBuffer(create(address as unknown as bigint)!, byteLength);
+        return getArrayBuffer(create(address)!, byteLength);
       } catch (error) {
         throw refused(error);
       }
     },
     addressOf(view: ArrayBufferView): number {
       try {
-        return NumberCtor(pointerValueOf(of(view as Uint8Array<ArrayBuffer>)));
+        return NumberCtor(pointerValueOf(of(view)));
       } catch (error) {
         throw refused(error);
       }
@@ -73,7 +149,7 @@ export function denoRuntime(): Runtime {
       if (pointer === null) return 0;
       if (typeof pointer === "object") {
         try {
-          return pointerValueOf(pointer as Deno.PointerObject);
+          return pointerValueOf(pointer as Pointer);
         } catch {
           return undefined;
         }
@@ -100,7 +176,7 @@ export function denoRuntime(): Runtime {
       Deno.unrefTimer(timer as number);
     },
     granted(kind: PermissionKind, target?: string): boolean {
-      const descriptor: Deno.PermissionDescriptor = kind === "env"
+      const descriptor: PermissionDescriptor = kind === "env"
         ? { name: "env", variable: target }
         : kind === "net"
         ? { name: "net", host: target }
@@ -133,15 +209,21 @@ export function denoRuntime(): Runtime {
     },
     cString(address: number): string {
       try {
-        return getCString(create(address as unknown as bigint)!);
+        return getCString(create(address)!);
       } catch (error) {
         throw refused(error);
       }
     },
     // Deno gives Workers a WorkerGlobalScope; the main realm has none.
     mainThread: !("WorkerGlobalScope" in globalThis),
-    unrefChannel(): boolean {
-      return false;
+    unrefChannel(channel: BroadcastChannel): boolean {
+      if (refChannel === undefined) return false;
+      try {
+        applyFn(refChannel, channel, [false]);
+        return true;
+      } catch {
+        return false;
+      }
     },
     os: Deno.build.os,
     arch: Deno.build.arch,

@@ -20,10 +20,11 @@ export function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>,
   const descriptors = { __proto__: null } as unknown as Record<string, PropertyDescriptor>;
   const names = ObjectKeys(table);
   for (let i = 0; i < names.length; i++) {
-    const name = names[i];
+    const name = names[i]!;
     const fn = raw[name] as ((...args: unknown[]) => unknown) | null | undefined;
     if (fn == null) continue;
-    const value = table[name].returns === "usize" ? asNumber(fn, table[name].args.length) : fn;
+    const spec = table[name]!; // one of the table's own keys
+    const value = spec.returns === "usize" ? asNumber(fn, spec.args.length) : fn;
     descriptors[name] = { __proto__: null, value, enumerable: true } as PropertyDescriptor;
   }
   return ObjectFreeze(ObjectDefineProperties({}, descriptors)) as Bound<T>;

@@ -4,6 +4,14 @@
  * @module
  */
 
+/**
+ * A pointer object of Deno's FFI (`Deno.PointerObject`), read off the type of the global `Deno`
+ * where Deno's declarations are loaded; where they are not (Bun, whose FFI hands out addresses as
+ * numbers), there is no such object. So the module checks with and without Deno's types.
+ */
+export type PointerObject = typeof globalThis extends
+  { readonly Deno: { readonly UnsafePointer: { value(pointer: infer P): unknown } } } ? NonNullable<P> : never;
+
 /** Argument and result types the bindings understand. */
 export type NativeType = "u8" | "i32" | "u32" | "f64" | "usize" | "buffer" | "pointer" | "void";
 

@@ -12,6 +12,8 @@ interface Result {
   layout: string;
   outcome: "zero-copy" | "copy" | "refused" | "deviates" | "failed";
   detail: string;
+  /** A protocol case: `layout` is its row (a request or a tensor state). */
+  protocol?: boolean;
 }
 
 interface Run {
@@ -32,8 +34,10 @@ if (runs.length === 0) {
   Deno.exit(1);
 }
 
-const all = runs.flatMap((run) => run.results);
-const pairs = [...new Set(all.map((r) => r.pair))];
+const every = runs.flatMap((run) => run.results);
+/** The dtype, layout and generation cases; the protocol cases have tables of their own. */
+const all = every.filter((r) => !r.protocol);
+const pairs = [...new Set(every.map((r) => r.pair))];
 /** Peer → JS columns, then JS → peer columns (JS → JS last, as "JS"). */
 const fromPeers = pairs.filter((p) => p.endsWith(" → JS") && p !== "JS → JS");
 const toPeers = [...pairs.filter((p) => p.startsWith("JS → ") && p !== "JS → JS"), "JS → JS"].filter((p) =>
@@ -50,7 +54,7 @@ function cell(pick: (r: Result) => boolean, flagDeviations = false): string {
   const deviates = rs.some((r) => r.outcome === "deviates");
   if (worked.length === 0) return deviates ? "⚠ deviates" : "refused";
   const where = perRuntime.filter((p) => p.rs.some((r) => r.outcome === "zero-copy" || r.outcome === "copy"))
-    .map((p) => p.runtime[0].toUpperCase());
+    .map((p) => p.runtime.charAt(0).toUpperCase());
   const copies = worked.some((r) => r.outcome === "copy");
   const zero = worked.some((r) => r.outcome === "zero-copy");
   const mark = copies && !zero ? "✓ copy" : copies ? "✓ (copies unaligned)" : "✓";
@@ -62,11 +66,18 @@ function column(pair: string): string {
   return pair.replace(" → JS", "").replace("JS → ", "");
 }
 
-function table(head: string, rows: string[], columns: string[], select: (row: string) => (r: Result) => boolean) {
-  const used = columns.filter((pair) => all.some((r) => r.pair === pair));
+function table(
+  head: string,
+  rows: string[],
+  columns: string[],
+  pick: (row: string) => (r: Result) => boolean,
+  protocol = false,
+) {
+  const select = (row: string) => (r: Result) => (r.protocol === true) === protocol && pick(row)(r);
+  const used = columns.filter((pair) => every.some((r) => r.pair === pair && (r.protocol === true) === protocol));
   const lines = [`| ${head} | ${used.map(column).join(" | ")} |`, `|---|${used.map(() => "---").join("|")}|`];
   for (const row of rows) {
-    if (!all.some((r) => used.includes(r.pair) && select(row)(r))) continue;
+    if (!every.some((r) => used.includes(r.pair) && select(row)(r))) continue;
     lines.push(`| ${row} | ${used.map((pair) => cell((r) => r.pair === pair && select(row)(r))).join(" | ")} |`);
   }
   return lines.join("\n");
@@ -76,7 +87,9 @@ function table(head: string, rows: string[], columns: string[], select: (row: st
 function generations(): string {
   const lines = ["| pair | versioned | legacy |", "|---|---|---|"];
   for (const pair of [...fromPeers, ...toPeers]) {
-    const [v, l] = ["versioned", "legacy"].map((g) => cell((r) => r.pair === pair && r.generation === g, true));
+    const [v, l] = ["versioned", "legacy"].map((g) =>
+      cell((r) => !r.protocol && r.pair === pair && r.generation === g, true)
+    );
     lines.push(`| ${pair} | ${v} | ${l} |`);
   }
   return lines.join("\n");
@@ -84,11 +97,14 @@ function generations(): string {
 
 const dtypes = [...new Set(all.map((r) => r.dtype))];
 const layouts = [...new Set(all.map((r) => r.layout))];
+const requests = (from: boolean) => [
+  ...new Set(every.filter((r) => r.protocol && r.pair.endsWith(" → JS") === from).map((r) => r.layout)),
+];
 
 /** Each documented refusal or deviation once, with the pairs it was seen in and one error it produced. */
 function notes(outcome: "refused" | "deviates"): string[] {
   const seen = new Map<string, { pairs: Set<string>; example: string }>();
-  for (const r of all) {
+  for (const r of every) {
     if (r.outcome !== outcome) continue;
     const split = outcome === "refused" ? r.detail.indexOf(": ") : r.detail.indexOf(" (");
     const why = split < 0 ? r.detail : r.detail.slice(0, split);
@@ -139,6 +155,19 @@ const text = [
   "**By DLPack generation** (the struct the producer answered with; all dtypes and layouts):",
   "",
   generations(),
+  "",
+  "**Peer → JS, by protocol request** (each `fromPython` option passed on to the `__dlpack__` of the peer's " +
+  "C-order float64 tensor, and tensor states no DLPack struct carries, each with the values it stands for; " +
+  "“copy” = the producer copied, as asked or to resolve the state):",
+  "",
+  table("request", requests(true), fromPeers, (row) => (r) => r.layout === row, true),
+  "",
+  "**JS → peer, by protocol request** (the peer's import of a DLPackTensor over a 64-byte-aligned " +
+  "allocation: as it calls `__dlpack__` by itself, where the stream it passes for CPU data and the " +
+  "max_version it asks for are checked, then with each argument of its import; — = its import has no such " +
+  "argument):",
+  "",
+  table("request", requests(false), toPeers, (row) => (r) => r.layout === row, true),
   "",
   "Refusals seen (expected, each checked as the clear error named):",
   "",

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Installs the JS libraries the integration examples and tests use (examples/integrations/):
+# Installs the JS libraries the integration examples and tests use (examples/integrations/), and the
+# TypeScript and @types/bun tools/tsc.sh checks the library with:
 # tools/integrations/package.json names them at exact versions and its package-lock.json pins every
 # dependency with its hash. `npm ci --ignore-scripts` installs exactly that into
 # .tools/integrations/ (git-ignored; onnxruntime-node's CPU build ships inside its package, its

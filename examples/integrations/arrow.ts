@@ -30,12 +30,18 @@ export interface ArrowVector {
   toArray(): Float64Array;
 }
 
-/** The one buffer of a numeric column without nulls, as a view (no copy). */
-export function columnView(column: ArrowVector): BufferView {
-  if (column.data.length !== 1 || column.nullCount !== 0) {
+/** The one buffer of a numeric column without nulls. */
+function columnBuffer(column: ArrowVector): Float64Array {
+  const chunk = column.data[0];
+  if (column.data.length !== 1 || chunk === undefined || column.nullCount !== 0) {
     throw new Error("one chunk without nulls is one buffer; concatenate or fill nulls first");
   }
-  return importDLPack(exportDLPack(column.data[0].values));
+  return chunk.values;
+}
+
+/** The one buffer of a numeric column without nulls, as a view (no copy). */
+export function columnView(column: ArrowVector): BufferView {
+  return importDLPack(exportDLPack(columnBuffer(column)));
 }
 
 /** What the example saw. */
@@ -57,7 +63,8 @@ export function arrowRoundTrip(arrow: Arrow, py: Python): ArrowResult {
   py.exec("import numpy as np\nimport pyarrow as pa");
   const column = arrow.makeVector(Float64Array.from([1.5, 2.5, 3.5, 4.5]));
   using view = columnView(column);
-  using tensor = toPython(column.data[0].values, py);
+  const values = columnBuffer(column);
+  using tensor = toPython(values, py);
   py.set("t", tensor);
   py.exec(
     "n = np.from_dlpack(t)\n" +
@@ -66,17 +73,17 @@ export function arrowRoundTrip(arrow: Arrow, py: Python): ArrowResult {
   const address = (expr: string) => BigInt(py.eval(expr).toJS() as number);
   const numpyZeroCopy = address("n.ctypes.data") === view.address;
   const pyarrowZeroCopy = address("p.buffers()[1].address") === view.address;
-  column.data[0].values[0] = 10;
+  values[0] = 10;
   const sharedWrite = py.eval("p[0].as_py()").toJS() === 10;
 
   py.exec("q = pa.array([0.25, 0.5, 0.75])");
   using back = fromPython(py.eval("q"));
   const vector = arrow.makeVector(back.array() as Float64Array);
   const backZeroCopy = back.address === address("q.buffers()[1].address") &&
-    vector.data[0].values.buffer === back.array().buffer;
-  const values = [...vector.toArray()];
+    columnBuffer(vector).buffer === back.array().buffer;
+  const backValues = [...vector.toArray()];
   py.exec("del n, p, t, q");
-  return { numpyZeroCopy, pyarrowZeroCopy, sharedWrite, backZeroCopy, back: values };
+  return { numpyZeroCopy, pyarrowZeroCopy, sharedWrite, backZeroCopy, back: backValues };
 }
 
 if (import.meta.main) {

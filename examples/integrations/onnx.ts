@@ -66,6 +66,7 @@ export async function runOnNumpy(ort: Ort, py: Python): Promise<OnnxResult> {
   await session.run({ A: tensor(a), B: tensor(b) }, { Y: tensor(y) });
   // Its own output: a JS Float32Array, handed to numpy without a copy.
   const own = (await session.run({ A: tensor(a), B: tensor(b) })).Y;
+  if (own === undefined) throw new Error("the model has no output Y");
   using ownView = importDLPack(exportDLPack(own.data, { shape: own.dims }));
   using handed = toPython(own.data, py, { shape: own.dims });
   py.set("handed", handed);

@@ -11,7 +11,7 @@ import { DLPackError, shown } from "../facts/errors.ts";
 import { CUDA_COUNTERS, CudaCounter } from "../facts/abi.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import { cudaCheck, driverAvailable, driverReason, ensureDriver } from "../native/cuda_driver.ts";
-import { objectSlots, toBigInt } from "../facts/intrinsics.ts";
+import { type Elements, objectSlots, toBigInt } from "../facts/intrinsics.ts";
 import { handleOf, LEGACY_STREAM, PER_THREAD_STREAM, type StreamHandle } from "../ops/streams.ts";
 
 export { CudaDriverError, isCudaFamily } from "../native/cuda_driver.ts";
@@ -72,7 +72,7 @@ export interface CudaDevice {
   readonly pciBusId: string;
 }
 
-const infoOut = new Float64Array(8);
+const infoOut = new Float64Array(8) as Elements<Float64Array, 0 | 1 | 2 | 3 | 4 | 5 | 6 | 7>;
 /** Capacity of `textOut`: a constant, so no replaced length getter can size a native write. */
 const TEXT_OUT_BYTES = 512;
 const textOut = new Uint8Array(TEXT_OUT_BYTES);
@@ -153,7 +153,10 @@ export interface CudaStats {
   readonly freeFailures: number;
 }
 
-const statsOut = new Float64Array(CUDA_COUNTERS);
+const statsOut = new Float64Array(CUDA_COUNTERS) as Elements<
+  Float64Array,
+  (typeof CudaCounter)[keyof typeof CudaCounter]
+>;
 
 /** The live CUDA counts (all zero when nothing is held; needs no driver). */
 export function cudaStats(): CudaStats {
@@ -174,7 +177,7 @@ export function cudaStats(): CudaStats {
 // ---------------------------------------------------------------------------------------------
 // Streams and events
 
-const handleOut = new BigUint64Array(1);
+const handleOut = new BigUint64Array(1) as Elements<BigUint64Array, 0>;
 
 function deviceArg(device: unknown, what: string): number {
   if (device === undefined) return 0;

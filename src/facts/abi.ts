@@ -342,7 +342,8 @@ export const ExchangeCounter = {
   consumerImports: 5,
   consumerFallbacks: 6,
   consumerToPyObject: 7,
+  dunderDlpack: 8,
 } as const;
 
 /** How many counts `dlpack_ts._native_exchange_counts()` returns. */
-export const EXCHANGE_COUNTERS = 8;
+export const EXCHANGE_COUNTERS = 9;

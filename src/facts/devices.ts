@@ -65,7 +65,7 @@ export function isHostAccessible(type: DeviceType): boolean {
 }
 
 /** `cpu:0`, `cuda:1`: the form requirement messages and errors use. */
-export function formatDevice(device: { type: DeviceType; id?: number }): string {
+export function formatDevice(device: { readonly type: DeviceType; readonly id?: number | undefined }): string {
   if (device === null || typeof device !== "object") {
     throw new DLPackError("argument", `formatDevice takes { type, id? }, got ${shown(device)}`);
   }

@@ -228,7 +228,7 @@ export function typeCodesText(): string {
   const runs: string[] = [];
   for (let k = 0; k < codes.length;) {
     let end = k;
-    while (end + 1 < codes.length && codes[end + 1] === codes[end] + 1) end++;
+    while (end + 1 < codes.length && codes[end + 1] === codes[end]! + 1) end++;
     runs.push(end === k ? `${codes[k]}` : `${codes[k]}-${codes[end]}`);
     k = end + 1;
   }

@@ -25,11 +25,21 @@ export type ErrorCode =
   | "python"
   /** A value of the wrong type or form where the API expects something else (a string where an
    * index belongs, a missing required argument, an object that only pretends to be a view). */
-  | "argument";
+  | "argument"
+  /** The JS stack ran out after an import had taken its tensor, before it could return the view:
+   * the library released the tensor (an import that runs out of stack before taking it throws the
+   * engine's RangeError, and the tensor is still the caller's). */
+  | "stack";
+
+let branded: (x: unknown) => boolean;
 
 /** Every refusal the library makes: a code, a message saying what was found and expected, and for
  * requirement failures one line per failed check. */
 export class DLPackError extends Error {
+  #brand = true;
+  static {
+    branded = (x) => typeof x === "object" && x !== null && #brand in x;
+  }
   /** The stable code of this error. */
   readonly code: ErrorCode;
   /** For `require()` failures: each failed check as `"<field>: required <x>, got <y>"`. */
@@ -42,6 +52,12 @@ export class DLPackError extends Error {
     this.code = code;
     this.refusals = refusals === undefined ? [] : refusals;
   }
+}
+
+/** Whether `x` is an error this library made (a private-field check: no prototype, `instanceof`
+ * hook or Proxy can make anything else pass, nor make one of them fail). */
+export function isDLPackError(x: unknown): x is DLPackError {
+  return branded(x);
 }
 
 /** Describes a value for an error message (`number NaN`, `bigint 5n`, `string "x"`, `a Float32Array`).

@@ -36,6 +36,10 @@ export const freeze: <T>(value: T) => Readonly<T> = Object.freeze;
 export const hasOwn: (value: object, key: PropertyKey) => boolean = Object.hasOwn;
 /** `Object.prototype`, to recognise object literals. */
 export const ObjectPrototype: object = Object.prototype;
+/** `Object`, as found at load: `ObjectCtor(x)` is `x` for an object and a fresh wrapper for
+ * anything else, so `#field in ObjectCtor(x)` is a brand check that never throws (the JIT reduces
+ * the call to nothing for an object it knows). */
+export const ObjectCtor: ObjectConstructor = Object;
 const FunctionHasInstance = Function.prototype[Symbol.hasInstance];
 const HasInstance: typeof Symbol.hasInstance = Symbol.hasInstance;
 
@@ -112,23 +116,23 @@ export function slots(n: number): number[] {
   return ReflectApply(ArrayFrom, ArrayCtor, [{ __proto__: null, length: n }, zero]) as number[];
 }
 
-/** `n` numbers read from `source` starting at `at`, as a fresh array of own elements (see
- * {@link slots}); ranks up to 4 are built directly from the reads. */
+/** `n` numbers read from `source` starting at `at` (the caller knows `source` holds them), as a
+ * fresh array of own elements (see {@link slots}); ranks up to 4 are built directly from the reads. */
 export function numbersFrom(source: Float64Array, at: number, n: number): number[] {
   switch (n) {
     case 0:
       return [];
     case 1:
-      return [source[at]];
+      return [source[at]!];
     case 2:
-      return [source[at], source[at + 1]];
+      return [source[at]!, source[at + 1]!];
     case 3:
-      return [source[at], source[at + 1], source[at + 2]];
+      return [source[at]!, source[at + 1]!, source[at + 2]!];
     case 4:
-      return [source[at], source[at + 1], source[at + 2], source[at + 3]];
+      return [source[at]!, source[at + 1]!, source[at + 2]!, source[at + 3]!];
   }
   const out = slots(n);
-  for (let i = 0; i < n; i++) out[i] = source[at + i];
+  for (let i = 0; i < n; i++) out[i] = source[at + i]!;
   return out;
 }
 
@@ -145,12 +149,18 @@ export function objectSlots<T>(n: number): (T | undefined)[] {
 export function copyNumbers(source: readonly number[]): number[] {
   const n = source.length;
   const out = slots(n);
-  for (let i = 0; i < n; i++) out[i] = source[i];
+  for (let i = 0; i < n; i++) out[i] = source[i]!;
   return out;
 }
 
 // ---------------------------------------------------------------------------------------------
 // TypedArrays
+
+/** A TypedArray made long enough to hold an element at each index of `K` (a record's fields, a
+ * counter at 0): reading one of those is an element, never undefined. */
+export type Elements<A extends { readonly [index: number]: number | bigint }, K extends number> =
+  & A
+  & { [I in K]: A[number] };
 
 const TypedArrayPrototype = getPrototypeOf(Uint8Array.prototype) as object;
 const ReflectGet = Reflect.get;
@@ -301,8 +311,9 @@ function methods(proto: object, names: readonly string[], getters: readonly stri
   // Prototype-less descriptors: defining them never reads a "get" or "value" off Object.prototype.
   const out: PropertyDescriptorMap = { __proto__: null } as unknown as PropertyDescriptorMap;
   for (let i = 0; i < names.length; i++) {
-    const d = ObjectGetOwnPropertyDescriptor(proto, names[i])!;
-    out[names[i]] = {
+    const name = names[i]!;
+    const d = ObjectGetOwnPropertyDescriptor(proto, name)!;
+    out[name] = {
       __proto__: null,
       value: d.value,
       writable: false,
@@ -311,8 +322,9 @@ function methods(proto: object, names: readonly string[], getters: readonly stri
     } as PropertyDescriptor;
   }
   for (let i = 0; i < getters.length; i++) {
-    const d = ObjectGetOwnPropertyDescriptor(proto, getters[i])!;
-    out[getters[i]] = { __proto__: null, get: d.get, enumerable: false, configurable: false } as PropertyDescriptor;
+    const name = getters[i]!;
+    const d = ObjectGetOwnPropertyDescriptor(proto, name)!;
+    out[name] = { __proto__: null, get: d.get, enumerable: false, configurable: false } as PropertyDescriptor;
   }
   return out;
 }
@@ -330,7 +342,12 @@ const RegistryCtor = FinalizationRegistry;
 /** A Map whose methods are the ones captured at load. */
 export function newMap<K, V>(entries?: readonly (readonly [K, V])[]): Map<K, V> {
   const map = ObjectDefineProperties(new MapCtor<K, V>(), MAP);
-  if (entries !== undefined) { for (let i = 0; i < entries.length; i++) map.set(entries[i][0], entries[i][1]); }
+  if (entries !== undefined) {
+    for (let i = 0; i < entries.length; i++) {
+      const entry = entries[i]!;
+      map.set(entry[0], entry[1]);
+    }
+  }
   return map;
 }
 
@@ -342,7 +359,7 @@ export function newWeakMap<K extends WeakKey, V>(): WeakMap<K, V> {
 /** A Set whose methods are the ones captured at load. */
 export function newSet<T>(values?: readonly T[]): Set<T> {
   const set = ObjectDefineProperties(new SetCtor<T>(), SET);
-  if (values !== undefined) { for (let i = 0; i < values.length; i++) set.add(values[i]); }
+  if (values !== undefined) { for (let i = 0; i < values.length; i++) set.add(values[i]!); }
   return set;
 }
 

@@ -70,7 +70,7 @@ export function cStrides(shape: readonly number[]): number[] {
   let step = 1;
   for (let d = n - 1; d >= 0; d--) {
     strides[d] = step;
-    step *= shape[d];
+    step *= shape[d]!;
   }
   return strides;
 }
@@ -78,7 +78,7 @@ export function cStrides(shape: readonly number[]): number[] {
 /** Element count, refusing counts beyond 2^53. */
 export function sizeOf(shape: readonly number[]): number {
   let size = 1;
-  for (let d = 0; d < shape.length; d++) size *= shape[d];
+  for (let d = 0; d < shape.length; d++) size *= shape[d]!;
   if (size > MAX_EXACT) throw new DLPackError("overflow", `element count ${size} exceeds 2^53`);
   return size;
 }
@@ -91,13 +91,15 @@ export interface Reach {
 
 const EMPTY_REACH: Reach = { lo: 0, hi: -1 };
 
-/** Lowest and highest element offsets from element 0 ({ lo: 0, hi: -1 } when empty). */
+/** Lowest and highest element offsets from element 0 ({ lo: 0, hi: -1 } when empty); the strides
+ * are as long as the shape. */
 export function reach(shape: readonly number[], strides: readonly number[]): Reach {
   let lo = 0;
   let hi = 0;
   for (let d = 0; d < shape.length; d++) {
-    if (shape[d] === 0) return EMPTY_REACH;
-    const r = (shape[d] - 1) * strides[d];
+    const extent = shape[d]!;
+    if (extent === 0) return EMPTY_REACH;
+    const r = (extent - 1) * strides[d]!;
     if (r < 0) lo += r;
     else hi += r;
   }
@@ -108,12 +110,13 @@ export function reach(shape: readonly number[], strides: readonly number[]): Rea
 /**
  * One odometer step in C order: advances `index` (one counter per axis, starting at zeros) to the
  * next element and returns `at`, an element offset, moved by the strides accordingly. Walks every
- * element of a strided layout without a division per element.
+ * element of a strided layout without a division per element. `index` and `strides` are as long
+ * as `shape`.
  */
 export function nextOffset(index: number[], shape: readonly number[], strides: readonly number[], at: number): number {
   for (let d = shape.length - 1; d >= 0; d--) {
-    if (++index[d] < shape[d]) return at + strides[d];
-    at -= (shape[d] - 1) * strides[d];
+    if (++index[d]! < shape[d]!) return at + strides[d]!;
+    at -= (shape[d]! - 1) * strides[d]!;
     index[d] = 0;
   }
   return at;
@@ -132,17 +135,19 @@ export function layoutOf(shape: readonly number[], strides: readonly number[]): 
   let expected = 1;
   let ok = true;
   for (let d = shape.length - 1; d >= 0; d--) {
-    if (shape[d] === 1) continue;
+    const extent = shape[d]!;
+    if (extent === 1) continue;
     if (strides[d] !== expected) ok = false;
-    expected *= shape[d];
+    expected *= extent;
   }
   if (ok) layout |= 1;
   expected = 1;
   ok = true;
   for (let d = 0; d < shape.length; d++) {
-    if (shape[d] === 1) continue;
+    const extent = shape[d]!;
+    if (extent === 1) continue;
     if (strides[d] !== expected) ok = false;
-    expected *= shape[d];
+    expected *= extent;
   }
   if (ok) layout |= 2;
   return layout;

@@ -5,11 +5,11 @@
  * @module
  */
 import { DLPackError } from "./errors.ts";
-import { abs } from "./intrinsics.ts";
+import { abs, type Elements } from "./intrinsics.ts";
 import type { MiniFloatDType } from "./dtypes.ts";
 
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
+const f32 = new Float32Array(1) as Elements<Float32Array, 0>;
+const u32 = new Uint32Array(f32.buffer) as Elements<Uint32Array, 0>;
 
 /** bfloat16 bits -> number. */
 export function bfloat16ToNumber(bits: number): number {
@@ -143,7 +143,8 @@ function codecOf(dtype: MiniFloatDType): Codec {
 
 /** A small float's bits -> number. */
 export function decodeMiniFloat(dtype: MiniFloatDType, code: number): number {
-  return codecOf(dtype).decode[code];
+  // The table covers every code of the format's width.
+  return codecOf(dtype).decode[code]!;
 }
 
 /** number -> a small float's bits, as ml_dtypes rounds: nearest value, ties to the even code (up
@@ -160,31 +161,37 @@ export function encodeMiniFloat(dtype: MiniFloatDType, value: number): number {
   // Unsigned formats without a zero (e8m0) hold neither negatives nor zero: like ml_dtypes, NaN.
   if (!c.signed && (negative || (value === 0 && mags[0] !== 0))) return c.nanCode!;
   const magnitude = abs(value);
+  // Every format holds at least two finite magnitudes, and the search keeps 0 <= lo < hi <= last:
+  // each index below is within `mags` and `codes` (one code per magnitude).
   const last = mags.length - 1;
+  const codes = c.codes;
   let code: number;
-  if (magnitude >= mags[last]) {
+  if (magnitude >= mags[last]!) {
     // Past the largest finite value by more than half a step rounds out of range; exactly half a
     // step ties to even, as if the next (out-of-range) code existed.
-    const half = mags[last] + (mags[last] - mags[last - 1]) / 2;
-    const out = magnitude > half || (magnitude === half && (c.codes[last] & 1) === 1);
+    const top = mags[last]!;
+    const half = top + (top - mags[last - 1]!) / 2;
+    const out = magnitude > half || (magnitude === half && (codes[last]! & 1) === 1);
     if (out && (c.infCode !== undefined || c.nanCode !== undefined)) {
       if (c.infCode !== undefined) return negative ? (c.infCode | c.signBit) : c.infCode;
       return c.nanCode!;
     }
-    code = c.codes[last];
+    code = codes[last]!;
   } else {
     let lo = 0;
     let hi = last;
     while (hi - lo > 1) {
       const mid = (lo + hi) >>> 1;
-      if (mags[mid] <= magnitude) lo = mid;
+      if (mags[mid]! <= magnitude) lo = mid;
       else hi = mid;
     }
-    const below = magnitude - mags[lo];
-    const above = mags[hi] - magnitude;
-    if (below < above) code = c.codes[lo];
-    else if (above < below) code = c.codes[hi];
-    else code = c.tiesUp || (c.codes[lo] & 1) !== 0 ? c.codes[hi] : c.codes[lo];
+    const below = magnitude - mags[lo]!;
+    const above = mags[hi]! - magnitude;
+    const loCode = codes[lo]!;
+    const hiCode = codes[hi]!;
+    if (below < above) code = loCode;
+    else if (above < below) code = hiCode;
+    else code = c.tiesUp || (loCode & 1) !== 0 ? hiCode : loCode;
   }
   if (negative && (code !== 0 || c.negativeZero)) code |= c.signBit;
   return code;

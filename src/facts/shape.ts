@@ -11,7 +11,8 @@ import { MAX_RANK } from "./abi.ts";
 import { floor, isArray, isSafeInt, quote, slots } from "./intrinsics.ts";
 import { listText, MAX_EXACT } from "./layout.ts";
 
-/** A layout derived from another: extents, strides (elements) and where element 0 moved to. */
+/** A layout derived from another: extents, strides (elements) and where element 0 moved to.
+ * Every function here takes and makes strides as long as their shape. */
 export interface Strided {
   readonly shape: number[];
   readonly strides: number[];
@@ -22,11 +23,11 @@ export interface Strided {
 /** A range along one axis; omitted or null fields take Python's defaults. */
 export interface Range {
   /** First index (negative counts from the end); clamped like Python's slices. */
-  readonly start?: number | null;
+  readonly start?: number | null | undefined;
   /** One past the last index (negative counts from the end); clamped. */
-  readonly stop?: number | null;
+  readonly stop?: number | null | undefined;
   /** Step, not 0; negative walks backwards. Default 1. */
-  readonly step?: number | null;
+  readonly step?: number | null | undefined;
 }
 
 /**
@@ -111,7 +112,7 @@ export function rangeOf(start: number | null, stop: number | null, step: number,
 /** The first `n` elements of `values`, as a fresh array of own elements. */
 function head(values: readonly number[], n: number): number[] {
   const out = slots(n);
-  for (let i = 0; i < n; i++) out[i] = values[i];
+  for (let i = 0; i < n; i++) out[i] = values[i]!;
   return out;
 }
 
@@ -125,8 +126,9 @@ function bound(text: string, from: number, to: number): number | null {
   if (at === to) throw argument(`slice ${quote(text)}: a sign without digits`);
   let value = 0;
   for (; at < to; at++) {
-    const digit: number | undefined = DIGITS[text[at]];
-    if (digit === undefined) throw argument(`slice ${quote(text)}: ${quote(text[at])} is no digit`);
+    const char = text[at]!;
+    const digit: number | undefined = DIGITS[char];
+    if (digit === undefined) throw argument(`slice ${quote(text)}: ${quote(char)} is no digit`);
     value = value * 10 + digit;
   }
   return integer(sign * value, `slice ${quote(text)}`);
@@ -198,19 +200,22 @@ export function sliceLayout(shape: readonly number[], strides: readonly number[]
       // Whole axes: the ellipsis stands for ndim - given of them, and trailing axes are whole too.
       const whole = k >= count ? ndim - axis : ndim - given;
       for (let w = 0; w < whole; w++, axis++, out++) {
-        outShape[out] = shape[axis];
-        outStrides[out] = strides[axis];
+        outShape[out] = shape[axis]!;
+        outStrides[out] = strides[axis]!;
       }
       if (k >= count) break;
       continue;
     }
+    // Below ndim: at most `given` items are not the ellipsis.
+    const extent = shape[axis]!;
+    const stride = strides[axis]!;
     const parsed = parseItem(items[k], axis);
-    if (typeof parsed === "number") offset += index(parsed, shape[axis], axis) * strides[axis];
+    if (typeof parsed === "number") offset += index(parsed, extent, axis) * stride;
     else {
-      const [lo, step, length] = rangeOf(parsed[0], parsed[1], parsed[2], shape[axis]);
-      if (length > 0) offset += lo * strides[axis];
+      const [lo, step, length] = rangeOf(parsed[0], parsed[1], parsed[2], extent);
+      if (length > 0) offset += lo * stride;
       outShape[out] = length;
-      outStrides[out++] = strides[axis] * step;
+      outStrides[out++] = stride * step;
     }
     axis++;
   }
@@ -223,12 +228,12 @@ export function atLayout(shape: readonly number[], strides: readonly number[], i
   const count = indices.length;
   if (count > ndim) throw new DLPackError("shape", `at() got ${count} indices for a ${ndim}-d view`);
   let offset = 0;
-  for (let d = 0; d < count; d++) offset += index(indices[d], shape[d], d) * strides[d];
+  for (let d = 0; d < count; d++) offset += index(indices[d], shape[d]!, d) * strides[d]!;
   const outShape = slots(ndim - count);
   const outStrides = slots(ndim - count);
   for (let d = count; d < ndim; d++) {
-    outShape[d - count] = shape[d];
-    outStrides[d - count] = strides[d];
+    outShape[d - count] = shape[d]!;
+    outStrides[d - count] = strides[d]!;
   }
   return { shape: outShape, strides: outStrides, offset };
 }
@@ -247,8 +252,8 @@ export function permuteLayout(shape: readonly number[], strides: readonly number
     const a = axisOf(order[d], ndim);
     if (seen[a] !== 0) throw argument(`permute(): axis ${order[d]} appears twice in ${listText(order)}`);
     seen[a] = 1;
-    outShape[d] = shape[a];
-    outStrides[d] = strides[a];
+    outShape[d] = shape[a]!;
+    outStrides[d] = strides[a]!;
   }
   return { shape: outShape, strides: outStrides, offset: 0 };
 }
@@ -259,8 +264,8 @@ export function transposeLayout(shape: readonly number[], strides: readonly numb
   const outShape = slots(ndim);
   const outStrides = slots(ndim);
   for (let d = 0; d < ndim; d++) {
-    outShape[d] = shape[ndim - 1 - d];
-    outStrides[d] = strides[ndim - 1 - d];
+    outShape[d] = shape[ndim - 1 - d]!;
+    outStrides[d] = strides[ndim - 1 - d]!;
   }
   return { shape: outShape, strides: outStrides, offset: 0 };
 }
@@ -269,15 +274,16 @@ export function transposeLayout(shape: readonly number[], strides: readonly numb
 export function reshapeTarget(shape: readonly number[], target: unknown): number[] {
   const out = integerList(target, "shape");
   let size = 1;
-  for (let d = 0; d < shape.length; d++) size *= shape[d];
+  for (let d = 0; d < shape.length; d++) size *= shape[d]!;
   let known = 1;
   let infer = -1;
   for (let d = 0; d < out.length; d++) {
-    if (out[d] === -1) {
+    const extent = out[d]!;
+    if (extent === -1) {
       if (infer >= 0) throw new DLPackError("shape", `reshape(): only one extent may be -1, got ${listText(out)}`);
       infer = d;
-    } else if (out[d] < 0) throw new DLPackError("shape", `reshape(): extent ${out[d]} is negative`);
-    else known *= out[d];
+    } else if (extent < 0) throw new DLPackError("shape", `reshape(): extent ${extent} is negative`);
+    else known *= extent;
   }
   if (known > MAX_EXACT) throw new DLPackError("overflow", `reshape(): ${listText(out)} holds more than 2^53 elements`);
   if (infer >= 0) {
@@ -306,15 +312,16 @@ export function reshapeLayout(
   target: readonly number[],
 ): Strided | undefined {
   const newShape = slots(target.length);
-  for (let d = 0; d < target.length; d++) newShape[d] = target[d];
+  for (let d = 0; d < target.length; d++) newShape[d] = target[d]!;
   const newStrides = slots(target.length);
   let size = 1;
-  for (let d = 0; d < shape.length; d++) size *= shape[d];
+  for (let d = 0; d < shape.length; d++) size *= shape[d]!;
   if (size === 0) {
     // Nothing to address: C strides over the new shape.
     for (let d = target.length - 1, step = 1; d >= 0; d--) {
       newStrides[d] = step;
-      step *= target[d] === 0 ? 1 : target[d];
+      const extent = target[d]!;
+      step *= extent === 0 ? 1 : extent;
     }
     return { shape: newShape, strides: newStrides, offset: 0 };
   }
@@ -324,30 +331,32 @@ export function reshapeLayout(
   let oldN = 0;
   for (let d = 0; d < shape.length; d++) {
     if (shape[d] === 1) continue;
-    oldDims[oldN] = shape[d];
-    oldStrides[oldN++] = strides[d];
+    oldDims[oldN] = shape[d]!;
+    oldStrides[oldN++] = strides[d]!;
   }
   const newN = newShape.length;
   let oi = 0;
   let oj = 1;
   let ni = 0;
   let nj = 1;
+  // Both shapes hold `size` elements, so each run of axes ends within both lists: every index
+  // below stays under newN and oldN.
   while (ni < newN && oi < oldN) {
-    let np = newShape[ni];
-    let op = oldDims[oi];
+    let np = newShape[ni]!;
+    let op = oldDims[oi]!;
     while (np !== op) {
-      if (np < op) np *= newShape[nj++];
-      else op *= oldDims[oj++];
+      if (np < op) np *= newShape[nj++]!;
+      else op *= oldDims[oj++]!;
     }
     for (let ok = oi; ok < oj - 1; ok++) {
-      if (oldStrides[ok] !== oldDims[ok + 1] * oldStrides[ok + 1]) return undefined;
+      if (oldStrides[ok] !== oldDims[ok + 1]! * oldStrides[ok + 1]!) return undefined;
     }
-    newStrides[nj - 1] = oldStrides[oj - 1];
-    for (let nk = nj - 1; nk > ni; nk--) newStrides[nk - 1] = newStrides[nk] * newShape[nk];
+    newStrides[nj - 1] = oldStrides[oj - 1]!;
+    for (let nk = nj - 1; nk > ni; nk--) newStrides[nk - 1] = newStrides[nk]! * newShape[nk]!;
     ni = nj++;
     oi = oj++;
   }
-  const last = ni >= 1 ? newStrides[ni - 1] : 1;
+  const last = ni >= 1 ? newStrides[ni - 1]! : 1;
   for (let nk = ni; nk < newN; nk++) newStrides[nk] = last;
   return { shape: newShape, strides: newStrides, offset: 0 };
 }
@@ -363,11 +372,12 @@ export function broadcastLayout(shape: readonly number[], strides: readonly numb
   const outStrides = slots(n);
   let size = 1;
   for (let d = 0; d < n; d++) {
-    if (out[d] < 0) throw new DLPackError("shape", `broadcastTo(): extent ${out[d]} is negative`);
-    size *= out[d];
+    const extent = out[d]!;
+    if (extent < 0) throw new DLPackError("shape", `broadcastTo(): extent ${extent} is negative`);
+    size *= extent;
     const from = d - (n - ndim);
     if (from < 0) continue; // a new leading axis: stride 0
-    if (shape[from] === out[d]) outStrides[d] = strides[from];
+    if (shape[from] === extent) outStrides[d] = strides[from]!;
     else if (shape[from] !== 1) {
       throw new DLPackError("shape", `cannot broadcast shape ${listText(shape)} to ${listText(out)}`);
     }
@@ -398,8 +408,8 @@ export function squeezeLayout(shape: readonly number[], strides: readonly number
   let out = 0;
   for (let d = 0; d < ndim; d++) {
     if (drop[d] !== 0) continue;
-    outShape[out] = shape[d];
-    outStrides[out++] = strides[d];
+    outShape[out] = shape[d]!;
+    outStrides[out++] = strides[d]!;
   }
   return { shape: head(outShape, out), strides: head(outStrides, out), offset: 0 };
 }
@@ -415,11 +425,12 @@ export function expandLayout(shape: readonly number[], strides: readonly number[
     if (d === a) {
       outShape[d] = 1;
       // Any stride serves an extent-1 axis; this one keeps contiguous layouts contiguous.
-      outStrides[d] = from < ndim ? strides[from] * shape[from] : 1;
+      outStrides[d] = from < ndim ? strides[from]! * shape[from]! : 1;
       continue;
     }
-    outShape[d] = shape[from];
-    outStrides[d] = strides[from];
+    // d runs to ndim and skips one index, so from stays below ndim.
+    outShape[d] = shape[from]!;
+    outStrides[d] = strides[from]!;
     from++;
   }
   return { shape: outShape, strides: outStrides, offset: 0 };

@@ -5,9 +5,12 @@
 import { runtime } from "../../ffi/mod.ts";
 import { DLPackError } from "../facts/errors.ts";
 import { isCount } from "../facts/intrinsics.ts";
+import type { PointerObject } from "../../ffi/types.ts";
+
+export type { PointerObject };
 
 /** An address argument: a bigint, a number, a Deno pointer object, or null. */
-export type AddressLike = bigint | number | Deno.PointerObject | null;
+export type AddressLike = bigint | number | PointerObject | null;
 
 const MAX_U64 = (1n << 64n) - 1n;
 const MAX_EXACT = 2n ** 53n;

@@ -26,6 +26,7 @@ import {
 import { typeCodesText, widthsOfCode } from "../facts/dtypes.ts";
 import {
   BigInt64ArrayCtor,
+  type Elements,
   Float64ArrayCtor,
   Int32ArrayCtor,
   Uint32ArrayCtor,
@@ -68,6 +69,16 @@ export const KEY_GENERATION = KEY_GENERATION_F64;
 export const KEY_OWNER = KEY_OWNER_F64;
 export const KEY_ADDRESS = KEY_ADDRESS_F64;
 
+/** The scratch's views: the record holds every named field (shape and strides are indexed by
+ * dimension, below `ndim`). */
+export type ScratchI32 = Elements<Int32Array, (typeof I32)[keyof typeof I32]>;
+export type ScratchU32 = Elements<Uint32Array, (typeof U32)[keyof typeof U32]>;
+export type ScratchI64 = Elements<BigInt64Array, (typeof I64)[keyof typeof I64]>;
+export type ScratchF64 = Elements<
+  Float64Array,
+  (typeof F64)[keyof typeof F64] | typeof KEY_GENERATION | typeof KEY_OWNER | typeof KEY_ADDRESS
+>;
+
 export const LAYOUT_C = Layout.c;
 export const LAYOUT_F = Layout.f;
 /** `layout` bit: the device claim is confirmed (host memory, or the CUDA driver agreed). */
@@ -81,10 +92,10 @@ export class Scratch {
   // Until the library is loaded (no native call has written anything yet), placeholders.
   buffer: ArrayBuffer = new ArrayBuffer(BYTES);
   bytes: Uint8Array = new Uint8Array(this.buffer);
-  i32: Int32Array = new Int32Array(this.buffer);
-  u32: Uint32Array = new Uint32Array(this.buffer);
-  i64: BigInt64Array = new BigInt64Array(this.buffer);
-  f64: Float64Array = new Float64Array(this.buffer);
+  i32: ScratchI32 = new Int32Array(this.buffer) as ScratchI32;
+  u32: ScratchU32 = new Uint32Array(this.buffer) as ScratchU32;
+  i64: ScratchI64 = new BigInt64Array(this.buffer) as ScratchI64;
+  f64: ScratchF64 = new Float64Array(this.buffer) as ScratchF64;
 
   /** The scratch's own address, passed to native calls (its memory never moves or goes away). */
   get at(): number {
@@ -107,12 +118,13 @@ export class Scratch {
     // (Constructors captured at load: this runs later, after callers may have replaced the globals.)
     const placeholder = this.bytes;
     const bytes = new Uint8ArrayCtor(buffer);
-    for (let i = 0; i < DESCRIPTION_BYTES; i++) bytes[i] = placeholder[i];
+    for (let i = 0; i < DESCRIPTION_BYTES; i++) bytes[i] = placeholder[i]!;
     this.bytes = bytes;
-    this.i32 = new Int32ArrayCtor(buffer);
-    this.u32 = new Uint32ArrayCtor(buffer);
-    this.i64 = new BigInt64ArrayCtor(buffer);
-    this.f64 = new Float64ArrayCtor(buffer);
+    // BYTES long, as the placeholders: every field is there.
+    this.i32 = new Int32ArrayCtor(buffer) as ScratchI32;
+    this.u32 = new Uint32ArrayCtor(buffer) as ScratchU32;
+    this.i64 = new BigInt64ArrayCtor(buffer) as ScratchI64;
+    this.f64 = new Float64ArrayCtor(buffer) as ScratchF64;
     this.buffer = buffer;
     this.#address = address;
   }
@@ -147,13 +159,13 @@ export class Scratch {
     this.u32[U32.ownerHi] = (value - lo) / 0x1_0000_0000;
   }
 
-  /** Writes ndim, shape and strides. */
+  /** Writes ndim, shape and strides (as long as the shape). */
   setLayout(shape: readonly number[], strides: readonly number[]): void {
     this.i32[I32.ndim] = shape.length;
     const f64 = this.f64;
     for (let d = 0; d < shape.length; d++) {
-      f64[F64.shape + d] = shape[d];
-      f64[F64.strides + d] = strides[d];
+      f64[F64.shape + d] = shape[d]!;
+      f64[F64.strides + d] = strides[d]!;
     }
   }
 }
@@ -288,12 +300,13 @@ function describeDtypeRefusal(code: number, bits: number, lanes: number): string
 }
 
 /** The error for a native refusal, read from the scratch the call wrote. `released` says whether
- * the producer's deleter already ran (raw imports) or was left to its capsule (Python). */
-export function refusalError(status: number, s: Scratch, released: boolean): DLPackError {
+ * the producer's deleter already ran (raw imports) or was left to its capsule (Python); null for
+ * calls that take nothing (exports, copies, allocations), whose messages say nothing of either. */
+export function refusalError(status: number, s: Scratch, released: boolean | null): DLPackError {
   const found = s.i64[I64.found];
   const limit = s.i64[I64.limit];
   const dim = s.i32[I32.dim];
-  const early = addressRefusal(status, found, limit, released);
+  const early = addressRefusal(status, found, limit, released === true);
   if (early !== null) return early;
   let code: ErrorCode;
   let message: string;
@@ -395,6 +408,10 @@ export function refusalError(status: number, s: Scratch, released: boolean): DLP
       code = "library";
       message = `native call failed with status ${status}`;
   }
-  const tail = released ? "; the producer's deleter was called" : "; the capsule keeps ownership";
+  const tail = released === null
+    ? ""
+    : released
+    ? "; the producer's deleter was called"
+    : "; the capsule keeps ownership";
   return new DLPackError(code, message + tail);
 }

@@ -8,6 +8,7 @@ import { JOURNAL_CAPACITY, JOURNAL_ENTRIES_BYTE } from "../facts/abi.ts";
 import { DLPackError } from "../facts/errors.ts";
 import { scratch, U32 } from "./description.ts";
 import {
+  type Elements,
   enqueueMicrotask,
   Float64ArrayCtor,
   Int32ArrayCtor,
@@ -119,7 +120,7 @@ export class LazyBackstop<T extends number> {
     const n = this.#recentCount;
     for (let i = 0; i < n; i++) {
       this.#holders[count + i] = recent[i];
-      this.#helds[count + i] = this.#recentHelds[i];
+      this.#helds[count + i] = this.#recentHelds[i]!;
       recent[i] = undefined;
     }
     this.#count = count + n;
@@ -197,9 +198,12 @@ export class LazyBackstop<T extends number> {
 
 /** Capacity of the deferred object list. */
 export const DEFERRED_CAPACITY = 4096;
+/** A one-element count. */
+export type Count = Elements<Int32Array, 0>;
+
 /** [0]: entries in {@link deferredNumbers}, the native journal's count. Until the library is
  * loaded (nothing is owed before it is), a placeholder. */
-export let deferredCount: Int32Array = new Int32Array(1);
+export let deferredCount: Count = new Int32Array(1) as Count;
 /** Owner records (> 0) and managed structs (`-(address * 2 + versioned)`) still to release: this
  * thread's journal, which the native side keeps (`dlpk_journal()`), so that every copy of this
  * module in the thread shares it and a release finds its entry without being told where it is.
@@ -209,12 +213,12 @@ export let deferredNumbers: Float64Array = new Float64Array(0);
 // Views of the journal from the moment the library is loaded, before any native value exists.
 whenLoaded((lib) => {
   const journal = runtime().arrayBuffer(lib.dlpk_journal(), JOURNAL_ENTRIES_BYTE + JOURNAL_CAPACITY * 8);
-  deferredCount = new Int32ArrayCtor(journal, 0, 1);
+  deferredCount = new Int32ArrayCtor(journal, 0, 1) as Count;
   deferredNumbers = new Float64ArrayCtor(journal, JOURNAL_ENTRIES_BYTE, JOURNAL_CAPACITY);
 });
 
 /** [0]: entries in {@link deferredObjects}. */
-export const deferredObjectCount: Int32Array = new Int32Array(1);
+export const deferredObjectCount: Count = new Int32Array(1) as Count;
 /** Views and capsules still to dispose (own slots: index writes reach no setter). */
 export const deferredObjects: (object | undefined)[] = objectSlots(DEFERRED_CAPACITY);
 
@@ -228,7 +232,7 @@ export function registerDisposer(dispose: (x: object) => boolean): void {
 }
 
 function disposeObject(x: object): void {
-  for (let i = 0; i < disposerCount; i++) if (disposers[i](x)) return;
+  for (let i = 0; i < disposerCount; i++) if (disposers[i]!(x)) return;
 }
 
 let releaseScheduled = false;
@@ -486,7 +490,7 @@ export function pin(value: unknown, bytes: number, onRelease?: () => void): numb
 /** The id for a pin about to be made natively (`dlpk_export_buffer` makes its own). An id is
  * only reused after the native side reported its release, so no live pin ever shares it. */
 export function newPinId(): number {
-  if (freeCount > 0) return freeIds[--freeCount];
+  if (freeCount > 0) return freeIds[--freeCount]!;
   if (nextPinId === pinned.length) growPins();
   return nextPinId++;
 }
@@ -496,9 +500,9 @@ function growPins(): void {
   const bigger = objectSlots<unknown>(2 * n);
   for (let i = 0; i < n; i++) bigger[i] = pinned[i];
   const ids = new Int32Array(2 * n);
-  for (let i = 0; i < freeCount; i++) ids[i] = freeIds[i];
+  for (let i = 0; i < freeCount; i++) ids[i] = freeIds[i]!;
   const flags = new Uint8Array(2 * n);
-  for (let i = 0; i < n; i++) flags[i] = withRelease[i];
+  for (let i = 0; i < n; i++) flags[i] = withRelease[i]!;
   pinned = bigger;
   withRelease = flags;
   freeIds = ids;
@@ -553,7 +557,8 @@ export function sweepPins(): number {
     let callbacks: ((() => void) | undefined)[] | undefined;
     let count = 0;
     for (let i = 0; i < n; i++) {
-      const id = drained[i];
+      // n <= DRAINED, the native write's capacity.
+      const id = drained[i]!;
       // Only ids this realm handed out come back; anything else is ignored.
       if (!(id > 0 && id < nextPinId)) continue;
       const entry = pinned[id];
@@ -655,7 +660,7 @@ function shareBeyondRealm(value: unknown, pinOwner: number): void {
     const tokens = slots(2 * offerCount + 4);
     const buffers = objectSlots<SharedArrayBuffer>(2 * offerCount + 4);
     for (let i = 0; i < offerCount; i++) {
-      tokens[i] = offerTokens[i];
+      tokens[i] = offerTokens[i]!;
       buffers[i] = offerBuffers[i];
     }
     offerTokens = tokens;
@@ -670,7 +675,7 @@ function repeatOffers(): void {
   const lib = core();
   let kept = 0;
   for (let i = 0; i < offerCount; i++) {
-    const token = offerTokens[i];
+    const token = offerTokens[i]!;
     const buffer = offerBuffers[i];
     offerBuffers[i] = undefined;
     if (lib.dlpk_pin_kept(token) !== 0) continue;
@@ -681,17 +686,26 @@ function repeatOffers(): void {
   offerCount = kept;
 }
 
-/** The main thread's side: pins each offered SharedArrayBuffer for as long as the Worker's pin. */
-function keepOffered(event: MessageEvent): void {
-  const data = event.data as { token?: unknown; buffer?: unknown } | null;
-  if (data === null || typeof data !== "object" || typeof data.token !== "number") return;
-  const buffer = sharedBufferOf(data.buffer);
-  if (buffer === undefined) return;
-  const id = newPinId();
-  const status = core().dlpk_pin_keep(data.token, realmAddress(), id, applyFn(sabByteLength, buffer, []) as number);
-  if (status === 0) recordPin(id, buffer);
-  // 1: the consumer released it before the offer arrived: the keeper's id is already queued.
-  else strayQueued = true;
+/** The main thread's side: pins each offered SharedArrayBuffer for as long as the Worker's pin.
+ * An offer is the first call into the library this realm may make (a program that only starts
+ * Workers): it loads the library here, as any first use does. Never throws: it runs as an event
+ * handler, where an exception would end the program. */
+function keepOffered(event: { readonly data: unknown }): void {
+  try {
+    const data = event.data as { token?: unknown; buffer?: unknown } | null;
+    if (data === null || typeof data !== "object" || typeof data.token !== "number") return;
+    const buffer = sharedBufferOf(data.buffer);
+    if (buffer === undefined) return;
+    const lib = core();
+    const id = newPinId();
+    const status = lib.dlpk_pin_keep(data.token, realmAddress(), id, applyFn(sabByteLength, buffer, []) as number);
+    if (status === 0) recordPin(id, buffer);
+    // 1: the consumer released it before the offer arrived: the keeper's id is already queued.
+    else strayQueued = true;
+  } catch {
+    // The library cannot be loaded in this realm (nothing here could release the keeper either),
+    // or the stack ran out: the Worker offers again until the offer is taken.
+  }
 }
 
 let keeper: BroadcastChannel | undefined;
@@ -703,9 +717,10 @@ function openKeeper(): void {
   keeperUnrefed = runtime().unrefChannel(keeper);
 }
 
-// Where a listening channel would keep the process alive (Deno), it listens only while some other
-// realm using the library is alive (native realm count, polled); where it can be unref'd (Bun), it
-// listens from the start.
+// The main thread listens from the start, whatever it did first, with the listener unref'd so that
+// it never keeps the process alive (Bun's `unref()`; in Deno the method its node:worker_threads
+// channel calls). Only where a runtime offers neither does it listen just while some other realm
+// using the library is alive (native realm count, polled: this realm must have loaded the library).
 function keeperTick(): void {
   const lib = loadedCore();
   if (lib === undefined || keeperUnrefed) return;

@@ -5,6 +5,7 @@
 import { core, runtime } from "../../ffi/mod.ts";
 import { STATS_COUNTERS, StatsCounter } from "../facts/abi.ts";
 import { releaseDeferred, sweepPins } from "./owner.ts";
+import type { Elements } from "../facts/intrinsics.ts";
 
 /** What is alive right now. Every count returns to zero once everything is released. */
 export interface Stats {
@@ -25,7 +26,10 @@ export interface Stats {
 }
 
 // Over an ArrayBuffer of its own, as its address is cached (see `drained` in owner.ts).
-const counters = new Float64Array(new ArrayBuffer(8 * STATS_COUNTERS));
+const counters = new Float64Array(new ArrayBuffer(8 * STATS_COUNTERS)) as Elements<
+  Float64Array,
+  (typeof StatsCounter)[keyof typeof StatsCounter]
+>;
 let countersAt = 0;
 
 /** The live counters (sweeps released pins first). */

@@ -18,10 +18,10 @@ import { ceil } from "../facts/intrinsics.ts";
 /** Options of {@link empty} and {@link zeros}. */
 export interface AllocOptions {
   /** Byte alignment of the data (a power of two up to 2^20); default 64. */
-  readonly align?: number;
+  readonly align?: number | undefined;
   /** Where to allocate; default the CPU. "cuda" (device memory of device `id`), "cudaHost"
    * (page-locked host memory) and "cudaManaged" (managed memory) need the CUDA driver. */
-  readonly device?: { readonly type: Device["type"]; readonly id?: number };
+  readonly device?: { readonly type: Device["type"]; readonly id?: number | undefined } | undefined;
 }
 
 /** The default alignment: a cache line, and what AVX-512 loads want. */
@@ -122,7 +122,7 @@ function allocateView(
       throw kind < 0
         ? status === Status.outOfMemory
           ? new DLPackError("library", `allocating ${sizeText(nbytes)} failed: out of memory`)
-          : refusalError(status, scratch, false)
+          : refusalError(status, scratch, null)
         : cudaAllocationError(status, kind, id, nbytes);
     }
     owner = scratch.u32[U32.ownerHi] * 0x1_0000_0000 + scratch.u32[U32.ownerLo];

@@ -33,17 +33,17 @@ export interface ArrayInterface {
   /** Extents. */
   readonly shape: readonly number[];
   /** Strides in BYTES, or null/absent for C order. */
-  readonly strides?: readonly number[] | null;
+  readonly strides?: readonly number[] | null | undefined;
   /** Element type such as "<f4", "|u1", "<c8". */
   readonly typestr: string;
   /** The interface version (2 or 3). */
-  readonly version?: number;
+  readonly version?: number | undefined;
   /** numpy's masked arrays are not supported; a non-null mask is refused. */
   readonly mask?: unknown;
   /** Where the memory lives (default the CPU; `__cuda_array_interface__` memory is on CUDA). */
-  readonly device?: { readonly type: DeviceType; readonly id?: number };
+  readonly device?: { readonly type: DeviceType; readonly id?: number | undefined } | undefined;
   /** The producer's stream (CUDA array interface); recorded, not synchronised here. */
-  readonly stream?: number | null;
+  readonly stream?: number | null | undefined;
 }
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
@@ -71,9 +71,10 @@ const KINDS: Readonly<Record<string, DType | undefined>> = {
 export function parseTypestr(typestr: unknown): DType {
   const m = typeof typestr === "string" ? /^([<>|=])([a-zA-Z])(\d+)$/.exec(typestr) : null;
   if (m === null) throw new DLPackError("dtype", `typestr must look like "<f4", got ${shown(typestr)}`);
-  const order = m[1];
-  const kind = m[2];
-  const size = m[3];
+  // Three groups, none optional: each matched.
+  const order = m[1]!;
+  const kind = m[2]!;
+  const size = m[3]!;
   const dtype = KINDS[kind + size];
   if (dtype === undefined) {
     throw new DLPackError("dtype", `typestr ${typestr} (kind ${kind}, ${size} bytes) has no DLPack dtype`);
@@ -128,7 +129,7 @@ export function importArrayInterface(iface: ArrayInterface, keepAlive: unknown, 
     const at = s.at;
     const status = lib.dlpk_export(EXPORT_VERSIONED | EXPORT_ADOPT_OWNER, at);
     adopted = status === 0;
-    if (status !== 0) throw refusalError(status, s, false);
+    if (status !== 0) throw refusalError(status, s, null);
     address = s.u32[U32.addressHi] * 0x1_0000_0000 + s.u32[U32.addressLo];
     capsule = new Capsule(address, true);
     // A refusal from here on releases the pin through the struct's deleter.
@@ -189,13 +190,14 @@ function checkFields(iface: ArrayInterface): Fields {
   else {
     strides = checkStrides(stridesField, shape.length, "byte strides");
     for (let d = 0; d < strides.length; d++) {
-      if (strides[d] % itemsize !== 0) {
+      const stride = strides[d]!;
+      if (stride % itemsize !== 0) {
         throw new DLPackError(
           "strides",
-          `byte stride ${strides[d]} of dimension ${d} is not a multiple of the ${itemsize}-byte item size`,
+          `byte stride ${stride} of dimension ${d} is not a multiple of the ${itemsize}-byte item size`,
         );
       }
-      strides[d] = strides[d] / itemsize;
+      strides[d] = stride / itemsize;
     }
   }
   let deviceType = 1;
@@ -218,7 +220,7 @@ function releaseKeepAlive(value: unknown): void {
   if (value === null || (typeof value !== "object" && typeof value !== "function")) return;
   const v = value as Record<PropertyKey, unknown>;
   for (let i = 0; i < RELEASE_METHODS.length; i++) {
-    const method = v[RELEASE_METHODS[i]];
+    const method = v[RELEASE_METHODS[i]!];
     if (typeof method === "function") {
       callWith(method as () => void, value, undefined);
       return;

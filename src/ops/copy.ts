@@ -40,7 +40,7 @@ export interface CopyOptions {
    * source's producer stream if one was recorded, else the synchronous driver copies (ordered on
    * the legacy default stream).
    */
-  readonly stream?: StreamHandle;
+  readonly stream?: StreamHandle | undefined;
 }
 
 type Place = "host" | "cuda";
@@ -141,22 +141,24 @@ function isDense(shape: readonly number[], strides: readonly number[]): boolean 
   const extents = slots(shape.length);
   const steps = slots(shape.length);
   let n = 0;
+  // n stays at most shape.length, the arrays' length; strides are as long as the shape.
   for (let d = 0; d < shape.length; d++) {
-    if (shape[d] === 1) continue;
-    const step = abs(strides[d]);
+    const extent = shape[d]!;
+    if (extent === 1) continue;
+    const step = abs(strides[d]!);
     let i = n++;
-    while (i > 0 && steps[i - 1] > step) {
-      steps[i] = steps[i - 1];
-      extents[i] = extents[i - 1];
+    while (i > 0 && steps[i - 1]! > step) {
+      steps[i] = steps[i - 1]!;
+      extents[i] = extents[i - 1]!;
       i--;
     }
     steps[i] = step;
-    extents[i] = shape[d];
+    extents[i] = extent;
   }
   let expected = 1;
   for (let i = 0; i < n; i++) {
     if (steps[i] !== expected) return false;
-    expected *= extents[i];
+    expected *= extents[i]!;
   }
   return true;
 }
@@ -347,7 +349,7 @@ export function copyOf(view: BufferView): BufferView {
     scratch.setAddress(addressOf(view));
     scratch.setLayout(shape, stridesOf(view));
     const status = core().dlpk_copy(scratch.at, addressOf(out), info.bits / 8);
-    if (status !== 0) throw refusalError(status, scratch, false);
+    if (status !== 0) throw refusalError(status, scratch, null);
     return out;
   } catch (error) {
     deferredObjects[deferredObjectCount[0]++] = out; // parked before any call: the stack may be exhausted

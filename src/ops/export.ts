@@ -60,16 +60,16 @@ const onMainThread = runtime().mainThread;
 /** Options of the export functions. */
 export interface ExportOptions {
   /** Extents of the exported tensor (default: the source's shape; 1-D for a TypedArray). */
-  readonly shape?: readonly number[];
+  readonly shape?: readonly number[] | undefined;
   /** Strides in elements (default: C order). */
-  readonly strides?: readonly number[];
+  readonly strides?: readonly number[] | undefined;
   /** Reinterpret the bytes as this dtype (checked against the source's byte length). */
-  readonly dtype?: DType;
+  readonly dtype?: DType | undefined;
   /** Elements (of the exported dtype) from the start of the source to element 0; needed when
    * strides are negative. Default 0. */
-  readonly offset?: number;
+  readonly offset?: number | undefined;
   /** Export read-only even if the source is writable. */
-  readonly readonly?: boolean;
+  readonly readonly?: boolean | undefined;
 }
 
 /** What can be exported. */
@@ -205,7 +205,7 @@ function exportError(status: number, s: Scratch, what: string): DLPackError {
   if (status === Status.outOfMemory) {
     return new DLPackError("library", `out of memory while building the export of ${what}`);
   }
-  return refusalError(status, s, false);
+  return refusalError(status, s, null);
 }
 
 /**
@@ -498,11 +498,11 @@ export function adoptCapsule(capsule: Capsule): BufferView {
 /** `__dlpack__` keyword arguments in camelCase (the Python array API's names). */
 export interface DLPackProtocolOptions {
   /** The highest version the consumer reads; absent or below (1, 0) asks for the legacy struct. */
-  readonly maxVersion?: readonly [number, number] | null;
+  readonly maxVersion?: readonly [number, number] | null | undefined;
   /** true: always copy (IS_COPIED set); false: never copy (refuse if one is needed). */
-  readonly copy?: boolean | null;
+  readonly copy?: boolean | null | undefined;
   /** The device the consumer wants the data on, as [device type code, id]. */
-  readonly dlDevice?: readonly [number, number] | null;
+  readonly dlDevice?: readonly [number, number] | null | undefined;
   /** The consumer's stream (protocol values: null/undefined = legacy default stream, -1 = no
    * synchronization, 0 refused, 1 legacy default, 2 per-thread default, larger = a handle). Only
    * null/undefined is allowed for host data. */

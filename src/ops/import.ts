@@ -4,8 +4,8 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { KEY_OWNER, refusalError, scratch } from "../native/description.ts";
-import { DLPackError, optionsObject, shown } from "../facts/errors.ts";
+import { KEY_OWNER, refusalError, scratch, Status } from "../native/description.ts";
+import { DLPackError, isDLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import { BufferView, buildKeyed, buildKeyedKeeping, isBufferView, keepAliveOf } from "../view/view.ts";
 import type { Owner } from "../native/owner.ts";
@@ -27,11 +27,11 @@ import { type Checked, checkImported, readRequirements, type RequiredView, type 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
   /** Names the producer (recorded as `view.producer`). */
-  readonly producer?: string;
+  readonly producer?: string | undefined;
   /** What the view must meet (as `view.require`); a view that does not is released and
    * `DLPackError` ("requirements") thrown. A literal `dtype` and `ndim` (or `shape`) type the
    * result: `importDLPack(x, { require: { dtype: "float32", ndim: 2 } })` is a `TypedView<"float32", 2>`. */
-  readonly require?: Requirements;
+  readonly require?: Requirements | undefined;
 }
 
 /** A raw managed-tensor address of either generation. */
@@ -59,11 +59,53 @@ const POINTER_OBJECTS = runtime().pointerObjects;
 /** 2^53 as a bigint: the addresses below it are the ones a number holds exactly too. */
 const BIGINT_EXACT = 9007199254740992n;
 
+// Who owns a tensor when an import throws. An exception that is not a DLPackError (the engine's
+// RangeError from an exhausted stack, above all) is only ever thrown before the import took the
+// tensor: it is still the caller's. Once the library has taken it (native code took the struct, or
+// a capsule was taken), the import returns the view or throws a DLPackError, and the tensor is
+// released (a refusal's deleter ran; what could not be handed over is parked and released at the
+// next call). So every catch block after the take parks what is owed without a call, then turns
+// whatever was thrown into a DLPackError, falling back to one made at load when even that call
+// cannot start.
+
+const STACK_MESSAGE = "the JS stack ran out after the import had taken the tensor, before it could return its view " +
+  "or report its refusal: the library released the tensor (its deleter runs once), so there is nothing to release; " +
+  "import it with more stack left";
+/** What an import that took its tensor throws when the stack is too short even to make an error.
+ * Made at load, and so shared by every such throw. */
+const EXHAUSTED = new DLPackError("stack", STACK_MESSAGE);
+
+/** The error an import throws for `error`, thrown after it took its tensor (whose release the
+ * caller parked): a DLPackError as it is, anything else as a "stack" error. Releases what is
+ * parked when the stack allows. */
+function afterTaking(error: unknown): unknown {
+  retryQuietly();
+  return isDLPackError(error) ? error : new DLPackError("stack", STACK_MESSAGE);
+}
+
+/** 1 at the index of each native import status after which the library has taken the tensor
+ * (`ok`) or released it (a refusal whose deleter ran); 0 for the refusals that took and released
+ * nothing: no struct, an unreadable one, a deleter that is not code, an export another import holds
+ * or that was released. */
+const TOOK = ((): Uint8Array => {
+  const took = new Uint8Array(64).fill(1);
+  const none = [
+    Status.nullManaged,
+    Status.badAddress,
+    Status.unmappedStruct,
+    Status.badDeleter,
+    Status.alreadyImported,
+    Status.releasedExport,
+  ];
+  for (let i = 0; i < none.length; i++) took[none[i]!] = 0;
+  return took;
+})();
+
 /**
  * Imports one managed tensor: a raw address the caller hands over, or a capsule (taken here).
  * Refusals release the producer (deleter called once) and throw. Every exception after libdlpack
  * has taken the tensor (an exhausted stack included) releases it: the catch only writes what is
- * owed into the deferred buffers, which cannot throw, and retries.
+ * owed into the deferred buffers, which cannot throw, and throws a DLPackError.
  */
 function importTensor(
   source: number | Capsule,
@@ -98,11 +140,16 @@ function importTensor(
     let owed = 0;
     if (owner !== 0) owed = owner;
     else if (!seen && ownStruct) owed = -(address * 2 + (versioned ? 1 : 0));
-    if (owed !== 0) {
-      deferredNumbers[deferredCount[0]++] = owed;
-      retryQuietly();
+    if (owed !== 0) deferredNumbers[deferredCount[0]++] = owed;
+    // Nothing taken yet (the capsule is untouched): the caller keeps it.
+    if (!ownStruct) throw error;
+    let thrown: unknown = EXHAUSTED;
+    try {
+      thrown = afterTaking(error);
+    } catch {
+      // Still no stack: EXHAUSTED, and the release waits for the next call.
     }
-    throw error;
+    throw thrown;
   }
 }
 
@@ -128,14 +175,21 @@ export function importManaged(address: number, options: number, producer: string
   const status = options === IMPORT_VERSIONED
     ? core().dlpk_import_versioned(address)
     : core().dlpk_import_keyed(address, options, scratch.at);
-  if (status !== 0) return managedRefused(status, address, options);
-  const owner = scratch.f64[KEY_OWNER];
+  const owner = status === 0 ? scratch.f64[KEY_OWNER] : 0;
   try {
+    if (status !== 0) return managedRefused(status, address, options);
     return buildKeyed(scratch, owner, options, producer);
   } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owner;
-    retryQuietly();
-    throw error;
+    // No call before the owner is parked: the stack may be exhausted here.
+    if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    if (TOOK[status] === 0) throw error;
+    let thrown: unknown = EXHAUSTED;
+    try {
+      thrown = afterTaking(error);
+    } catch {
+      // Still no stack: the release waits for the next call.
+    }
+    throw thrown;
   }
 }
 
@@ -155,15 +209,23 @@ function addressKey(options: number): string {
  * native code as it is. Anything the runtime does not take as a pointer goes the general way. */
 function importPointer(pointer: object, options: number, producer: string | null): BufferView {
   const status = pointerImport(pointer, options);
-  // A pointer object is never NULL (Deno hands out null for that), so a refusal released the tensor.
-  if (status !== 0) return status === NOT_A_POINTER ? importConverted(pointer, options, producer) : refused(status);
-  const owner = scratch.f64[KEY_OWNER];
+  if (status === NOT_A_POINTER) return importConverted(pointer, options, producer);
+  const owner = status === 0 ? scratch.f64[KEY_OWNER] : 0;
   try {
+    // A pointer object is never NULL (Deno hands out null for that), so a refusal released the tensor.
+    if (status !== 0) return refused(status);
     return buildKeyed(scratch, owner, options, producer);
   } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owner;
-    retryQuietly();
-    throw error;
+    // No call before the owner is parked: the stack may be exhausted here.
+    if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    if (TOOK[status] === 0) throw error;
+    let thrown: unknown = EXHAUSTED;
+    try {
+      thrown = afterTaking(error);
+    } catch {
+      // Still no stack: the release waits for the next call.
+    }
+    throw thrown;
   }
 }
 
@@ -214,14 +276,21 @@ function importConverted(address: unknown, options: number, producer: string | n
  * to a number costs more than the import's FFI call in Deno. */
 function importWord(address: bigint, options: number, producer: string | null): BufferView {
   const status = core().dlpk_import_word_keyed(address, options, scratch.at);
-  if (status !== 0) throw refusalError(status, scratch, address !== 0n);
-  const owner = scratch.f64[KEY_OWNER];
+  const owner = status === 0 ? scratch.f64[KEY_OWNER] : 0;
   try {
+    if (status !== 0) throw refusalError(status, scratch, address !== 0n);
     return buildKeyed(scratch, owner, options, producer);
   } catch (error) {
-    deferredNumbers[deferredCount[0]++] = owner;
-    retryQuietly();
-    throw error;
+    // No call before the owner is parked: the stack may be exhausted here.
+    if (owner !== 0) deferredNumbers[deferredCount[0]++] = owner;
+    if (TOOK[status] === 0) throw error;
+    let thrown: unknown = EXHAUSTED;
+    try {
+      thrown = afterTaking(error);
+    } catch {
+      // Still no stack: the release waits for the next call.
+    }
+    throw thrown;
   }
 }
 
@@ -275,12 +344,17 @@ function importProvided(
   } catch (error) {
     // A capsule the provider handed over is ours: if the import could not even start it is parked
     // for disposal (the disposer leaves a taken capsule alone), before any call since the stack
-    // may be exhausted here.
-    if (ours) {
-      deferredObjects[deferredObjectCount[0]++] = capsule as Capsule;
-      retryQuietly();
+    // may be exhausted here; and what is thrown is a DLPackError, as for any import that took
+    // what it was given.
+    if (!ours) throw error;
+    deferredObjects[deferredObjectCount[0]++] = capsule as Capsule;
+    let thrown: unknown = EXHAUSTED;
+    try {
+      thrown = afterTaking(error);
+    } catch {
+      // Still no stack: disposed at the next call.
     }
-    throw error;
+    throw thrown;
   }
 }
 
@@ -335,7 +409,7 @@ function importOther(src: unknown, strict: boolean, producer: string | null): Bu
 
 /** @internal The `require` option, read and checked before anything is taken (undefined when absent). */
 export function requirementsOf(
-  opts: { readonly require?: Requirements } | null | undefined,
+  opts: { readonly require?: Requirements | undefined } | null | undefined,
   fn: string,
 ): Checked | undefined {
   if (opts === undefined || opts === null) return undefined;
@@ -348,7 +422,20 @@ function importChecked(src: DLPackSource, strict: boolean, opts: ImportOptions |
   releaseDeferred();
   const required = requirementsOf(opts, strict ? "fromDLPack" : "importDLPack");
   const view = importSource(src, strict, producerOf(opts));
-  return required === undefined ? view : checkImported(view, required, "the imported tensor");
+  if (required === undefined) return view;
+  try {
+    return checkImported(view, required, "the imported tensor");
+  } catch (error) {
+    // Parked before any call (disposal is idempotent: a failed requirement disposed it already).
+    deferredObjects[deferredObjectCount[0]++] = view;
+    let thrown: unknown = EXHAUSTED;
+    try {
+      thrown = afterTaking(error);
+    } catch {
+      // Still no stack: disposed at the next call.
+    }
+    throw thrown;
+  }
 }
 
 /**
@@ -385,7 +472,12 @@ export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: Buf
     return { view, owner: keepAliveOf(view) };
   } catch (error) {
     deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
-    retryQuietly();
-    throw error;
+    let thrown: unknown = EXHAUSTED;
+    try {
+      thrown = afterTaking(error);
+    } catch {
+      // Still no stack: disposed at the next call.
+    }
+    throw thrown;
   }
 }

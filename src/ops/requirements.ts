@@ -27,21 +27,21 @@ import { isArray, isCount, isInteger, objectSlots } from "../facts/intrinsics.ts
 /** What a caller needs of a view. Every field is optional. */
 export interface Requirements {
   /** One dtype, or any of several. */
-  readonly dtype?: DType | readonly DType[];
+  readonly dtype?: DType | readonly DType[] | undefined;
   /** Extents; `null` accepts any extent in that dimension. Implies the rank. */
-  readonly shape?: readonly (number | null)[];
+  readonly shape?: readonly (number | null)[] | undefined;
   /** Number of dimensions. */
-  readonly ndim?: number;
+  readonly ndim?: number | undefined;
   /** Element count. */
-  readonly size?: number;
+  readonly size?: number | undefined;
   /** "C" row-major, "F" column-major, "any" either (no gaps). */
-  readonly contiguous?: "C" | "F" | "any";
+  readonly contiguous?: "C" | "F" | "any" | undefined;
   /** Byte alignment of element 0's address (a power of two). */
-  readonly alignment?: number;
+  readonly alignment?: number | undefined;
   /** Device type, and id when given. */
-  readonly device?: { readonly type: DeviceType; readonly id?: number };
+  readonly device?: { readonly type: DeviceType; readonly id?: number | undefined } | undefined;
   /** The view may be written (`access` is "readwrite"). */
-  readonly writable?: boolean;
+  readonly writable?: boolean | undefined;
 }
 
 /** The dtype a requirement pins down statically (`DType` unless it is one literal). */

@@ -30,6 +30,7 @@ import {
   disposeView,
   flagsOf,
   infoOf,
+  jsBuffer,
   ownerOf,
   shapeOf,
   sizeOf,
@@ -103,6 +104,18 @@ export function shaped(view: BufferView, op: ShapeOp, args: readonly unknown[]):
   }
   const nbytes = ceil((size * info.bits) / 8);
   if (nbytes > MAX_EXACT) throw new DLPackError("overflow", `${op}(): ${nbytes} bytes exceed 2^53`);
+  // Strides are what an empty view's layout can grow without bound (reshape, slice steps, ...):
+  // beyond 2^53 no number holds them exactly, nor could the view be exported.
+  for (let d = 0; d < s.strides.length; d++) {
+    const stride = s.strides[d]!;
+    if (stride > MAX_SAFE || -stride > MAX_SAFE) {
+      throw new DLPackError(
+        "overflow",
+        `${op}() would give shape ${listText(s.shape)} the strides ${listText(s.strides)}: stride ${stride} of ` +
+          `dimension ${d} is beyond 2^53 - 1 elements, the largest a JS number holds exactly`,
+      );
+    }
+  }
   const derived = deriveView(view, {
     byteOffset: (offset * slotBits) / 8,
     shape: s.shape,
@@ -132,8 +145,9 @@ function* pairs(view: BufferView, n: number, one: boolean): Generator<[number, S
 export function iterate(view: BufferView, entries: boolean): IterableIterator<unknown> {
   ownerOf(view);
   const shape = shapeOf(view);
-  if (shape.length === 0) throw new DLPackError("shape", "a 0-d view has no axis to iterate over");
-  return entries ? pairs(view, shape[0], shape.length === 1) : items(view, shape[0], shape.length === 1);
+  const n = shape[0];
+  if (n === undefined) throw new DLPackError("shape", "a 0-d view has no axis to iterate over");
+  return entries ? pairs(view, n, shape.length === 1) : items(view, n, shape.length === 1);
 }
 
 /** Whether `view`'s memory can be read and written from JS. */
@@ -151,11 +165,25 @@ function drop(view: BufferView): void {
   }
 }
 
+/** The most elements a JS array holds (2^32 - 1): nested arrays of more could not even be a flat
+ * list (and would exhaust the JS heap long before; the engine's heap limit still applies below). */
+const MAX_JS_ARRAY = 2 ** 32 - 1;
+/** The largest integer a JS number holds exactly (2^53 - 1). */
+const MAX_SAFE = MAX_EXACT - 1;
+
 /** `view.toNested()`: nested arrays of values (device memory is copied to the host first). */
 export function toNested(view: BufferView): unknown {
   ownerOf(view);
   const info = infoOf(view);
   const shape = shapeOf(view);
+  const size = sizeOf(view);
+  if (size > MAX_JS_ARRAY) {
+    throw new DLPackError(
+      "overflow",
+      `toNested() of ${size} elements (shape ${listText(shape)}): JS arrays hold at most 2^32 - 1; ` +
+        `take part of the view with slice(), or copy() it into library memory`,
+    );
+  }
   let flat: AnyTypedArray;
   if (onHost(view)) flat = toArrayOf(view);
   else {
@@ -169,7 +197,7 @@ export function toNested(view: BufferView): unknown {
   if (shape.length === 0) return decodeElement(info, flat, 0);
   let k = 0;
   const build = (d: number): unknown[] => {
-    const n = shape[d];
+    const n = shape[d]!;
     const out = objectSlots<unknown>(n);
     for (let i = 0; i < n; i++) out[i] = d === shape.length - 1 ? decodeElement(info, flat, k++) : build(d + 1);
     return out;
@@ -211,11 +239,12 @@ export function fill(view: BufferView, value: Scalar): void {
   const index = slots(ndim);
   let at = -minOffset;
   for (let k = 0; k < size; k++) {
+    // `one` holds one element: info.slots slots.
     if (packed) writeBits(a as Uint8Array, at, slotBits, minOffset, one[0] as number);
     else if (info.slots === 2) {
-      a[2 * at] = one[0];
-      a[2 * at + 1] = one[1];
-    } else a[at] = one[0];
+      a[2 * at] = one[0]!;
+      a[2 * at + 1] = one[1]!;
+    } else a[at] = one[0]!;
     at = nextOffset(index, shape, strides, at);
   }
 }
@@ -224,7 +253,7 @@ export function fill(view: BufferView, value: Scalar): void {
 function fillDevice(view: BufferView, one: AnyTypedArray, size: number): void {
   const info = infoOf(view);
   const full = new info.array(new ArrayBufferCtor(size * info.slots * info.slotBytes));
-  for (let k = 0; k < size * info.slots; k++) full[k] = one[k % info.slots];
+  for (let k = 0; k < size * info.slots; k++) full[k] = one[k % info.slots]!;
   const shape = shapeOf(view);
   const staged = info.bits < 8 ? packedCodes(full as Uint8Array, info, shape) : typedArrayView(full, info, shape);
   try {
@@ -239,7 +268,7 @@ export function flatten(view: BufferView, nested: readonly unknown[]): AnyTypedA
   ownerOf(view);
   const info = infoOf(view);
   const shape = shapeOf(view);
-  const out = new info.array(new ArrayBufferCtor(sizeOf(view) * info.slots * info.slotBytes));
+  const out = new info.array(jsBuffer(sizeOf(view) * info.slots * info.slotBytes, "copyFrom()"));
   let k = 0;
   const walk = (value: unknown, d: number): void => {
     if (d === shape.length) {
@@ -250,13 +279,14 @@ export function flatten(view: BufferView, nested: readonly unknown[]): AnyTypedA
       throw new DLPackError("shape", `copyFrom: expected an array of ${shape[d]} at depth ${d}, got ${shown(value)}`);
     }
     const n: unknown = value.length; // read once
-    if (n !== shape[d]) {
+    const extent = shape[d]!;
+    if (n !== extent) {
       throw new DLPackError(
         "shape",
-        `copyFrom: an array at depth ${d} has ${shown(n)} entries; shape ${listText(shape)} needs ${shape[d]}`,
+        `copyFrom: an array at depth ${d} has ${shown(n)} entries; shape ${listText(shape)} needs ${extent}`,
       );
     }
-    for (let i = 0; i < shape[d]; i++) walk(value[i], d + 1);
+    for (let i = 0; i < extent; i++) walk(value[i], d + 1);
   };
   walk(nested, 0);
   return out;
@@ -265,13 +295,13 @@ export function flatten(view: BufferView, nested: readonly unknown[]): AnyTypedA
 /** Options of {@link fromArray}. */
 export interface FromArrayOptions<S extends readonly number[] = readonly number[]> {
   /** Extents (default: 1-d over the whole array). */
-  readonly shape?: S;
+  readonly shape?: S | undefined;
   /** Strides in elements (default: C order). */
-  readonly strides?: readonly number[];
+  readonly strides?: readonly number[] | undefined;
   /** Elements from the array's start to element 0 (needed with negative strides). Default 0. */
-  readonly offset?: number;
+  readonly offset?: number | undefined;
   /** A read-only view even though the array can be written. */
-  readonly readonly?: boolean;
+  readonly readonly?: boolean | undefined;
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 import { core, openLibrary, runtime } from "../../ffi/mod.ts";
 import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
-import type { Bound } from "../../ffi/types.ts";
+import type { Bound, PointerObject } from "../../ffi/types.ts";
 import { DLPackError, shown as shownValue } from "../facts/errors.ts";
 import { ObjectCheck, PythonStatus } from "../facts/abi.ts";
 import { LazyBackstop } from "../native/owner.ts";
@@ -27,7 +27,7 @@ export type PyArg =
   | null
   | undefined
   | PyObject
-  | { readonly handle: bigint | number | Deno.PointerObject }
+  | { readonly handle: bigint | number | PointerObject }
   | readonly PyArg[];
 
 /** Per-process bridge state: one interpreter, one `dlpack_ts` helper module. */
@@ -60,7 +60,7 @@ function utf8(text: string): { bytes: Uint8Array<ArrayBuffer>; length: number } 
 export function cString(text: string): Uint8Array<ArrayBuffer> {
   const { bytes, length } = utf8(text);
   const out = new Uint8Array(length + 1);
-  for (let i = 0; i < length; i++) out[i] = bytes[i];
+  for (let i = 0; i < length; i++) out[i] = bytes[i]!;
   return out;
 }
 
@@ -418,10 +418,11 @@ export class PyObject {
         if (names.length > 0) {
           dict = check(s.capi.PyDict_New(), "dict");
           for (let i = 0; i < names.length; i++) {
+            const name = names[i]!;
             const v = toPython(s, values[i]);
-            const status = s.capi.PyDict_SetItemString(dict, cString(names[i]), v);
+            const status = s.capi.PyDict_SetItemString(dict, cString(name), v);
             s.capi.Py_DecRef(v);
-            if (status !== 0) throw pythonError(`keyword ${names[i]}`);
+            if (status !== 0) throw pythonError(`keyword ${name}`);
           }
         }
         // Again: converting the arguments ran the caller's getters, which may have disposed this.
@@ -493,7 +494,7 @@ export class PyObject {
 /** Options of {@link openPython}. */
 export interface OpenPythonOptions {
   /** Path of the libpython shared library (else `DLPACK_PYTHON`, else `python3` on PATH). */
-  readonly library?: string;
+  readonly library?: string | undefined;
 }
 
 /** A handle on the embedded interpreter. Several handles share one interpreter. */
@@ -580,7 +581,7 @@ export class Python {
   }
 
   /** Wraps an object of another bridge (anything with a `handle`) in a PyObject of this one. */
-  wrap(foreign: { readonly handle: bigint | number | Deno.PointerObject }): PyObject {
+  wrap(foreign: { readonly handle: bigint | number | PointerObject }): PyObject {
     const s = stateOf(this);
     if (isPyObject(foreign)) return wrapIn(this, foreign);
     const h = foreignHandle(foreign, "py.wrap()");

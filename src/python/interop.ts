@@ -5,6 +5,7 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
+import type { PointerObject } from "../../ffi/types.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
 import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
@@ -42,17 +43,17 @@ import {
 /** Options of {@link fromPython}: the `__dlpack__` keywords, camelCased. */
 export interface FromPythonOptions {
   /** The highest DLPack version to ask for (default [1, 3]); null asks for the legacy struct. */
-  readonly maxVersion?: readonly [number, number] | null;
+  readonly maxVersion?: readonly [number, number] | null | undefined;
   /** true: ask the producer to copy; false: refuse if a copy would be needed. */
-  readonly copy?: boolean | null;
+  readonly copy?: boolean | null | undefined;
   /** The device the data should be on. */
-  readonly device?: { readonly type: DeviceType; readonly id?: number } | null;
+  readonly device?: { readonly type: DeviceType; readonly id?: number | undefined } | null | undefined;
   /** The consumer's stream, passed to the producer (CUDA; None for CPU): -1 (no synchronization)
    * or a positive handle below 2^53 (1 and 2 are CUDA's legacy and per-thread default streams). */
-  readonly stream?: number | bigint | null;
+  readonly stream?: number | bigint | null | undefined;
   /** What the view must meet (as `view.require`); one that does not is released and
    * `DLPackError` ("requirements") thrown. A literal `dtype` and `ndim` (or `shape`) type the result. */
-  readonly require?: Requirements;
+  readonly require?: Requirements | undefined;
 }
 
 const STATUS_CONSUMED = PythonStatus.consumed;
@@ -165,12 +166,15 @@ function streamOption(value: unknown): number {
 
 /**
  * Imports a Python object as a zero-copy view. When the object's type has a DLPack C exchange
- * table (`__dlpack_c_exchange_api__`, DLPack 1.3: torch.Tensor, DLPackTensor) and no option asks
- * for the legacy struct, a copy, a device or a stream, its `managed_tensor_from_py_object_no_sync`
- * is called natively (no capsule, no Python code; the table is cached per type) and the tensor
- * goes through the same checks as every import; CUDA data then records the producer's
- * `current_work_stream` as the view's producer stream. A BufferError from the table falls back to
- * `__dlpack__`. Otherwise: calls `obj.__dlpack__(max_version=(1, 3), ...)`
+ * table (`__dlpack_c_exchange_api__`, DLPack 1.3: torch.Tensor, DLPackTensor) that certainly
+ * belongs to it (see docs/python.md) and no option asks for the legacy struct, a copy, a device or
+ * a stream, its `managed_tensor_from_py_object_no_sync` is called natively (no capsule, no Python
+ * code; the table is cached per type) and the tensor goes through the same checks as every import;
+ * CUDA data then records the producer's `current_work_stream` as the view's producer stream. A
+ * BufferError from the table falls back to `__dlpack__`. A torch tensor with its conjugate or
+ * negative bit set is imported as the copy torch resolves (refused for `copy: false`), one that
+ * requires gradients through `__dlpack__` (which refuses it). Otherwise: calls
+ * `obj.__dlpack__(max_version=(1, 3), ...)`
  * once (retrying the pre-2023 signature on TypeError), accepts a raw PyCapsule too, checks the
  * capsule name and the tensor, and only then renames the capsule to `used_*` and owns its
  * deleter. A refused capsule keeps its own destructor (nothing leaks). Objects without
@@ -179,16 +183,16 @@ function streamOption(value: unknown): number {
  * before Python is called.
  */
 export function fromPython<const R extends Requirements>(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts: FromPythonOptions & { readonly require: R },
 ): RequiredView<R>;
 /** Imports a Python object's tensor as a zero-copy view (see the overload above). */
 export function fromPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts?: FromPythonOptions | null,
 ): BufferView;
 export function fromPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts?: FromPythonOptions | null,
 ): BufferView {
   // Checked before Python is called, like every other option.
@@ -198,7 +202,7 @@ export function fromPython(
 }
 
 function importPython(
-  obj: PyObject | { readonly handle: bigint | number | Deno.PointerObject },
+  obj: PyObject | { readonly handle: bigint | number | PointerObject },
   opts: FromPythonOptions | null | undefined,
 ): BufferView {
   let s: BridgeState;
@@ -348,15 +352,16 @@ function fromArrayInterfaceOf(
  * `torch.Tensor`): the result is then that type's tensor, made by its
  * `managed_tensor_to_py_object_no_sync` without running Python code. Read-only data is refused
  * there (torch 2.15 ignores the READ_ONLY flag on that path). */
-export type ToPythonOptions = ExportOptions & { readonly as?: PyObject | null };
+export type ToPythonOptions = ExportOptions & { readonly as?: PyObject | null | undefined };
 
 /**
  * A Python object over a view or TypedArray, without a copy: a `dlpack_ts.DLPackTensor` whose
  * `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)` follows the protocol
  * (legacy capsule for max_version None or < (1, 0), refused with BufferError for read-only data;
- * versioned with READ_ONLY otherwise; copy=True copies and sets IS_COPIED). Its type also has a
- * DLPack C exchange table (`__dlpack_c_exchange_api__`), through which C consumers such as tvm-ffi
- * take the memory without Python code. With `{ as: T }` the result is a `T` made by T's exchange
+ * versioned with READ_ONLY otherwise; copy=True copies and sets IS_COPIED; wrong arguments raise
+ * what numpy raises for them). Its type also has a DLPack C exchange table
+ * (`__dlpack_c_exchange_api__`), through which C consumers such as tvm-ffi take the memory
+ * without Python code (read-only data marked READ_ONLY). With `{ as: T }` the result is a `T` made by T's exchange
  * table instead. The JS memory stays pinned until Python has dropped the object and every array
  * made from it.
  */

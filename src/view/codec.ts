@@ -15,6 +15,10 @@ export function expectNumber(value: Scalar, dtype: DType): number {
   return value;
 }
 
+/** The dtypes stored as JS numbers that must be integers (storage kind "int"), and as bigints. */
+type NumberIntDType = "int8" | "int16" | "int32" | "uint8" | "uint16" | "uint32";
+type BigIntDType = "int64" | "uint64";
+
 // Prototype-less: only the dtype names here are found.
 const INT_RANGES = {
   __proto__: null,
@@ -24,17 +28,17 @@ const INT_RANGES = {
   uint8: [0, 255],
   uint16: [0, 65535],
   uint32: [0, 2 ** 32 - 1],
-} as unknown as Readonly<Record<string, readonly [number, number]>>;
+} as unknown as Readonly<Record<NumberIntDType, readonly [number, number]>>;
 
 const BIGINT_RANGES = {
   __proto__: null,
   int64: [-(2n ** 63n), 2n ** 63n - 1n],
   uint64: [0n, 2n ** 64n - 1n],
-} as unknown as Readonly<Record<string, readonly [bigint, bigint]>>;
+} as unknown as Readonly<Record<BigIntDType, readonly [bigint, bigint]>>;
 
 /** An integer element must be an integer in the dtype's range: a TypedArray store would
  * silently truncate 1.5, wrap 300 to 44 and turn NaN into 0. */
-export function expectInteger(value: Scalar, dtype: DType): number {
+export function expectInteger(value: Scalar, dtype: NumberIntDType): number {
   const n = expectNumber(value, dtype);
   const range = INT_RANGES[dtype];
   const lo = range[0];
@@ -44,7 +48,7 @@ export function expectInteger(value: Scalar, dtype: DType): number {
 }
 
 /** A 64-bit integer element must be a bigint in the dtype's range. */
-export function expectBigInt(value: Scalar, dtype: DType): bigint {
+export function expectBigInt(value: Scalar, dtype: BigIntDType): bigint {
   if (typeof value !== "bigint") throw typeError(dtype, "a bigint", value);
   const range = BIGINT_RANGES[dtype];
   const lo = range[0];
@@ -58,6 +62,10 @@ export function typeError(dtype: DType, expected: string, got: unknown): DLPackE
   return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${shown(got)}`);
 }
 
+// Bit positions pass 2^32 in views of more than 512 MiB (2^30 float4 elements): they are split
+// into byte and bit with double arithmetic (exact below 2^53), never with 32-bit shifts or masks,
+// which would wrap them around to an element near the start. Only the byte-sized words are shifted.
+
 /** Bit position from the start of `array()` of the element at `at`, for packed sub-byte data
  * whose lowest element sits at `minOffset`. */
 function bitOf(at: number, bits: number, minOffset: number): number {
@@ -66,16 +74,19 @@ function bitOf(at: number, bits: number, minOffset: number): number {
   return (at + minOffset) * bits - startBit;
 }
 
-/** The code of the sub-byte element at `at` (`bits` per slot: 8 when padded). */
+/** The code of the sub-byte element at `at` (`bits` per slot: 8 when padded), an element of the
+ * view `bytes` holds (its byte is there; the next one may not be). */
 export function readBits(bytes: Uint8Array, at: number, bits: number, minOffset: number): number {
-  if (bits === 8) return bytes[at];
+  if (bits === 8) return bytes[at]!;
   const bit = bitOf(at, bits, minOffset);
+  const byte = floor(bit / 8);
   const mask = (1 << bits) - 1;
-  const word = bytes[bit >>> 3] | ((bytes[(bit >>> 3) + 1] ?? 0) << 8);
-  return (word >>> (bit & 7)) & mask;
+  const word = bytes[byte]! | ((bytes[byte + 1] ?? 0) << 8);
+  return (word >>> (bit - byte * 8)) & mask;
 }
 
-/** Stores `code` as the sub-byte element at `at`, leaving its neighbours' bits alone. */
+/** Stores `code` as the sub-byte element at `at` (as in {@link readBits}), leaving its neighbours'
+ * bits alone. */
 export function writeBits(bytes: Uint8Array, at: number, bits: number, minOffset: number, code: number): void {
   if (bits === 8) {
     bytes[at] = code;
@@ -83,22 +94,25 @@ export function writeBits(bytes: Uint8Array, at: number, bits: number, minOffset
   }
   const bit = bitOf(at, bits, minOffset);
   const mask = (1 << bits) - 1;
-  const byte = bit >>> 3;
-  const shift = bit & 7;
-  const word = (bytes[byte] | ((bytes[byte + 1] ?? 0) << 8)) & ~(mask << shift) | ((code & mask) << shift);
+  const byte = floor(bit / 8);
+  const shift = bit - byte * 8;
+  const word = (bytes[byte]! | ((bytes[byte + 1] ?? 0) << 8)) & ~(mask << shift) | ((code & mask) << shift);
   bytes[byte] = word & 0xff;
   if (shift + bits > 8) bytes[byte + 1] = word >>> 8;
 }
 
-/** Packs one-code-per-element sub-byte data (C order, `bits` each) into zeroed-first `bytes`. */
+/** Packs one-code-per-element sub-byte data (C order, `bits` each) into zeroed-first `bytes`
+ * (long enough for them). */
 export function packCodes(codes: Uint8Array, bytes: Uint8Array, bits: number): void {
   const n = typedArrayLength(codes);
   for (let i = typedArrayLength(bytes) - 1; i >= 0; i--) bytes[i] = 0;
   for (let k = 0; k < n; k++) {
     const bit = k * bits;
-    const word = (codes[k] & ((1 << bits) - 1)) << (bit & 7);
-    bytes[bit >>> 3] |= word & 0xff;
-    if ((bit & 7) + bits > 8) bytes[(bit >>> 3) + 1] |= word >>> 8;
+    const byte = floor(bit / 8);
+    const shift = bit - byte * 8;
+    const word = (codes[k]! & ((1 << bits) - 1)) << shift;
+    bytes[byte]! |= word & 0xff;
+    if (shift + bits > 8) bytes[byte + 1]! |= word >>> 8;
   }
 }
 
@@ -107,13 +121,13 @@ export function packCodes(codes: Uint8Array, bytes: Uint8Array, bits: number): v
 export function encodeElement(info: DTypeInfo, value: Scalar, out: AnyTypedArray, k: number): void {
   switch (info.kind) {
     case "int":
-      out[k] = expectInteger(value, info.name);
+      out[k] = expectInteger(value, info.name as NumberIntDType);
       return;
     case "float":
       out[k] = expectNumber(value, info.name);
       return;
     case "bigint":
-      out[k] = expectBigInt(value, info.name);
+      out[k] = expectBigInt(value, info.name as BigIntDType);
       return;
     case "bool":
       if (typeof value !== "boolean") throw typeError(info.name, "a boolean", value);
@@ -147,7 +161,7 @@ export function decodeElement(info: DTypeInfo, flat: AnyTypedArray, k: number): 
     case "int":
     case "float":
     case "bigint":
-      return flat[k];
+      return flat[k]!;
     case "bool":
       return flat[k] !== 0;
     case "bfloat16":

@@ -52,11 +52,11 @@ export type Unread = "disposed" | "device" | { readonly error: string } | undefi
 /** How much of a tensor is printed. */
 export interface InspectOptions {
   /** Above this many elements, each axis shows only its first and last `edgeItems`. Default 1000 (numpy's). */
-  readonly threshold?: number;
+  readonly threshold?: number | undefined;
   /** Items kept at each end of a summarised axis. Default 3. */
-  readonly edgeItems?: number;
+  readonly edgeItems?: number | undefined;
   /** Rows of the last axis wrap past this width. Default 100. */
-  readonly lineWidth?: number;
+  readonly lineWidth?: number | undefined;
 }
 
 const THRESHOLD = 1000;
@@ -87,7 +87,7 @@ export function formatValues(facts: InspectFacts, read: ElementReader, opts?: In
   const shape = facts.shape;
   const ndim = shape.length;
   let size = 1;
-  for (let d = 0; d < ndim; d++) size *= shape[d];
+  for (let d = 0; d < ndim; d++) size *= shape[d]!;
   const threshold = opts?.threshold ?? THRESHOLD;
   const edge = opts?.edgeItems ?? EDGE_ITEMS;
   const format = elementFormatter(facts.kind, facts.bits);
@@ -98,11 +98,13 @@ export function formatValues(facts: InspectFacts, read: ElementReader, opts?: In
   const cells: string[] = [];
   let width = 0;
   const index = slots(ndim);
+  // d < ndim throughout.
   const visit = (d: number): void => {
-    const kept = keptIndices(shape[d], summarise, edge);
+    const kept = keptIndices(shape[d]!, summarise, edge);
     for (let k = 0; k < kept.length; k++) {
-      if (kept[k] < 0) continue;
-      index[d] = kept[k];
+      const i = kept[k]!;
+      if (i < 0) continue;
+      index[d] = i;
       if (d === ndim - 1) {
         const text = format(read(index));
         cells[cells.length] = text;
@@ -138,17 +140,18 @@ export function keptIndices(n: number, summarise: boolean, edge: number): number
   return out;
 }
 
-/** The bracketed block of axis `d`, taking its cells from `layout.cells` in order. */
+/** The bracketed block of axis `d` (below the rank), taking its cells from `layout.cells` in order
+ * (one per index the first pass kept). */
 function nested(layout: Layout, d: number): string {
   const ndim = layout.shape.length;
-  const kept = keptIndices(layout.shape[d], layout.summarise, layout.edge);
+  const kept = keptIndices(layout.shape[d]!, layout.summarise, layout.edge);
   const indent = repeated(" ", d + 1);
   if (d === ndim - 1) {
     // One row: items padded to a common width, wrapped past lineWidth under the bracket.
     let text = "[";
     let line = d + 1;
     for (let k = 0; k < kept.length; k++) {
-      const item = kept[k] < 0 ? "..." : padded(layout.cells[layout.next++], layout.width);
+      const item = kept[k]! < 0 ? "..." : padded(layout.cells[layout.next++]!, layout.width);
       const sep = k === 0 ? "" : ",";
       if (k > 0 && line + 2 + item.length + 1 > layout.lineWidth) {
         text += `${sep}\n${indent}${item}`;
@@ -165,7 +168,7 @@ function nested(layout: Layout, d: number): string {
   let text = "[";
   for (let k = 0; k < kept.length; k++) {
     if (k > 0) text += between;
-    text += kept[k] < 0 ? "..." : nested(layout, d + 1);
+    text += kept[k]! < 0 ? "..." : nested(layout, d + 1);
   }
   return `${text}]`;
 }
@@ -251,9 +254,9 @@ export interface ViewJSON {
 /** Builds the frozen `toJSON()` object (arrays copied, so the caller may keep it). */
 export function viewJSON(fields: ViewJSON): ViewJSON {
   const shape: number[] = [];
-  for (let i = 0; i < fields.shape.length; i++) shape[i] = fields.shape[i];
+  for (let i = 0; i < fields.shape.length; i++) shape[i] = fields.shape[i]!;
   const strides: number[] = [];
-  for (let i = 0; i < fields.strides.length; i++) strides[i] = fields.strides[i];
+  for (let i = 0; i < fields.strides.length; i++) strides[i] = fields.strides[i]!;
   return freeze({
     dtype: fields.dtype,
     shape,

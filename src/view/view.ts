@@ -41,6 +41,8 @@ import {
   LAYOUT_C,
   LAYOUT_F,
   type Scratch,
+  type ScratchF64,
+  type ScratchU32,
   U32,
 } from "../native/description.ts";
 import { infoOfTriple } from "../facts/dtypes.ts";
@@ -70,6 +72,7 @@ import {
   isDetached,
   newSet,
   numbersFrom,
+  ObjectCtor,
   pinInstanceof,
   slots,
   toBigInt,
@@ -493,11 +496,12 @@ function factsOfScratch(
   lastOwnerName = ownerName;
   lastKeyed = verified === undefined && ndim >= 1 && ndim <= 2;
   lastFacts = facts;
-  for (let i = KEY_FIRST; i <= KEY_LAST; i++) lastWords[i - KEY_FIRST] = u32[i];
-  for (let i = 0; i < 4; i++) lastNumbers[i] = f64[F64.size + i];
+  for (let i = KEY_FIRST; i <= KEY_LAST; i++) lastWords[i - KEY_FIRST] = u32[i]!;
+  // size, nbytes, minOffset and maxOffset are consecutive fields.
+  for (let i = 0; i < 4; i++) lastNumbers[i] = f64[F64.size + i]!;
   for (let i = 0; i < ndim && i < 2; i++) {
-    lastNumbers[4 + i] = f64[F64.shape + i];
-    lastNumbers[6 + i] = f64[F64.strides + i];
+    lastNumbers[4 + i] = f64[F64.shape + i]!;
+    lastNumbers[6 + i] = f64[F64.strides + i]!;
   }
   return facts;
 }
@@ -514,7 +518,7 @@ let lastOwnerName = "";
 let lastKeyed = false;
 
 /** Whether the description in the scratch is the one `lastFacts` was made from. */
-function sameDescription(u32: Uint32Array, f64: Float64Array): boolean {
+function sameDescription(u32: ScratchU32, f64: ScratchF64): boolean {
   const w = lastWords;
   const n = lastNumbers;
   const ndim = u32[KEY_FIRST];
@@ -554,7 +558,7 @@ let keyedFacts: ViewFacts = lastFacts;
 let keyedAccess: Access = "unknown";
 
 function factsFromScratch(
-  f64: Float64Array,
+  f64: ScratchF64,
   ndim: number,
   info: DTypeInfo,
   layout: number,
@@ -566,12 +570,12 @@ function factsFromScratch(
   const shape = ndim === 1
     ? [f64[F64.shape]]
     : ndim === 2
-    ? [f64[F64.shape], f64[F64.shape + 1]]
+    ? [f64[F64.shape], f64[F64.shape + 1]!]
     : numbersFrom(f64, F64.shape, ndim);
   const strides = ndim === 1
     ? [f64[F64.strides]]
     : ndim === 2
-    ? [f64[F64.strides], f64[F64.strides + 1]]
+    ? [f64[F64.strides], f64[F64.strides + 1]!]
     : numbersFrom(f64, F64.strides, ndim);
   return {
     info,
@@ -592,6 +596,34 @@ function factsFromScratch(
 export function isBufferView(x: unknown): x is BufferView {
   return typeof x === "object" && x !== null && branded(x);
 }
+
+/** @internal A new ArrayBuffer of `bytes` for a copy in JS memory (`what` makes it), refused with
+ * a DLPackError where the engine cannot make one that large (copy() gives library memory instead). */
+export function jsBuffer(bytes: number, what: string): ArrayBuffer {
+  try {
+    return new ArrayBufferCtor(bytes);
+  } catch {
+    throw new DLPackError(
+      "library",
+      `${what} needs a JS ArrayBuffer of ${bytes} bytes, which this runtime could not allocate; ` +
+        `copy() makes the copy in library memory, or take part of the view with slice()`,
+    );
+  }
+}
+
+/** The error of a BufferView method or getter called with a `this` that is no view (a method
+ * taken off the prototype, an `Object.create(BufferView.prototype)` impostor): each checks its
+ * receiver's private brand first, one check the engine folds into the field read that follows. */
+function notAView(receiver: unknown, member: string): DLPackError {
+  return new DLPackError("argument", `BufferView ${member} needs a BufferView as this, got ${shown(receiver)}`);
+}
+
+/** {@link ObjectCtor} in a constant of this module, which the JIT folds (an imported binding it
+ * reads anew each time). */
+const asObject: ObjectConstructor = ObjectCtor;
+
+/** What printing something that only pretends to be a view shows (printing never throws). */
+const NOT_A_VIEW_TEXT = "[an object that only pretends to be a BufferView]";
 
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
@@ -634,7 +666,8 @@ export class BufferView {
           device: base.device,
           origin: base.origin,
         });
-        const access = d.readonly && v.#access === "readwrite" ? "readonly" : v.#access;
+        // A broadcast repeats elements, so it is never writable, whatever the base's access.
+        const access = d.readonly ? "readonly" : v.#access;
         const extras = v.#extras;
         return construct(owner, v.#address + d.byteOffset, facts, access, extras?.keepAlive);
       } catch (error) {
@@ -686,73 +719,87 @@ export class BufferView {
 
   /** Address of element 0 (the producer's `byte_offset` already folded in). */
   get address(): bigint {
+    if (!(#owner in asObject(this))) throw notAView(this, "address");
     return toBigInt(this.#address);
   }
 
   /** The dtype name ("float32", "bfloat16", "float8_e4m3fn", "complex64", "bool", ...). */
   get dtype(): DType {
+    if (!(#owner in asObject(this))) throw notAView(this, "dtype");
     return this.#facts.info.name;
   }
 
   /** The DLPack triple of the dtype. */
   get dl(): DLDataType {
+    if (!(#owner in asObject(this))) throw notAView(this, "dl");
     return this.#facts.info.dl;
   }
 
   /** Extents per dimension. */
   get shape(): readonly number[] {
+    if (!(#owner in asObject(this))) throw notAView(this, "shape");
     // The view's own array, frozen once: nothing can change it, so nothing needs a copy.
     return freeze(this.#facts.shape);
   }
 
   /** Strides in elements (computed in C order when the producer sent NULL). */
   get strides(): readonly number[] {
+    if (!(#owner in asObject(this))) throw notAView(this, "strides");
     return freeze(this.#facts.strides);
   }
 
   /** Number of dimensions. */
   get ndim(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "ndim");
     return this.#facts.shape.length;
   }
 
   /** Number of elements. */
   get size(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "size");
     return this.#facts.size;
   }
 
   /** Bytes of the elements themselves (`size` x item size; packed sub-byte types round up). */
   get nbytes(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "nbytes");
     return this.#facts.nbytes;
   }
 
   /** Where the memory lives. */
   get device(): Device {
+    if (!(#owner in asObject(this))) throw notAView(this, "device");
     return this.#facts.device;
   }
 
   /** Whether the CUDA driver confirmed the device claim (always true for host memory). */
   get verified(): boolean {
+    if (!(#owner in asObject(this))) throw notAView(this, "verified");
     return this.#facts.origin.verified;
   }
 
   /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct; "readonly"
    * whatever the producer said when the data lies in memory this process cannot write. */
   get access(): Access {
+    if (!(#owner in asObject(this))) throw notAView(this, "access");
     return this.#access;
   }
 
   /** "external" for imports, the library's name for memory it allocated. */
   get owner(): string {
+    if (!(#owner in asObject(this))) throw notAView(this, "owner");
     return this.#facts.origin.ownerName;
   }
 
   /** The producer's name when known (e.g. "numpy.ndarray"), else null. */
   get producer(): string | null {
+    if (!(#owner in asObject(this))) throw notAView(this, "producer");
     return this.#facts.origin.producer;
   }
 
   /** The producer's DLPack version, or null for the legacy struct. */
   get version(): DLPackVersion | null {
+    if (!(#owner in asObject(this))) throw notAView(this, "version");
     const version = this.#facts.origin.version;
     return version === null ? null : { major: version.major, minor: version.minor };
   }
@@ -760,6 +807,7 @@ export class BufferView {
   /** The versioned struct's flags (all false for legacy imports); `readOnly` is also set when the data
    * lies in memory this process cannot write. */
   get flags(): Flags {
+    if (!(#owner in asObject(this))) throw notAView(this, "flags");
     const f = this.#facts.origin.flags;
     return {
       readOnly: (f & READ_ONLY) !== 0,
@@ -770,22 +818,26 @@ export class BufferView {
 
   /** Whether the elements are laid out in C (row-major) order with no gaps. */
   get cContiguous(): boolean {
+    if (!(#owner in asObject(this))) throw notAView(this, "cContiguous");
     return (this.#facts.layout & LAYOUT_C) !== 0;
   }
 
   /** Whether the elements are laid out in Fortran (column-major) order with no gaps. */
   get fContiguous(): boolean {
+    if (!(#owner in asObject(this))) throw notAView(this, "fContiguous");
     return (this.#facts.layout & LAYOUT_F) !== 0;
   }
 
   /** Elements from the start of `array()` to element 0 (non-zero only with negative strides). */
   get spanOffset(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "spanOffset");
     return -this.#facts.minOffset * this.#facts.info.slots;
   }
 
   /** This view's own share of the memory. `keepAlive.retain()` gives an independent share that
    * keeps the memory alive after the view is disposed; releasing this one disposes the view. */
   get keepAlive(): Owner {
+    if (!(#owner in asObject(this))) throw notAView(this, "keepAlive");
     return this.#keepAlive();
   }
 
@@ -809,43 +861,51 @@ export class BufferView {
 
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
   get keepAliveValue(): unknown {
+    if (!(#owner in asObject(this))) throw notAView(this, "keepAliveValue");
     const extras = this.#extras;
     return extras === undefined ? undefined : extras.keepAlive;
   }
 
   /** Whether `dispose()` ran. */
   get disposed(): boolean {
+    if (!(#owner in asObject(this))) throw notAView(this, "disposed");
     return this.#owner === 0;
   }
 
   /** @ignore (library-internal) The native owner record (for exports that retain it). */
   get nativeOwner(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "nativeOwner");
     this.#live();
     return this.#owner;
   }
 
   /** @ignore (library-internal) Element 0's address as a number. */
   get addressNumber(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "addressNumber");
     return this.#address;
   }
 
   /** @ignore (library-internal) Strides without the defensive copy. */
   get rawStrides(): readonly number[] {
+    if (!(#owner in asObject(this))) throw notAView(this, "rawStrides");
     return this.#facts.strides;
   }
 
   /** @ignore (library-internal) Shape without the defensive copy. */
   get rawShape(): readonly number[] {
+    if (!(#owner in asObject(this))) throw notAView(this, "rawShape");
     return this.#facts.shape;
   }
 
   /** @ignore (library-internal) The raw flag bits. */
   get flagBits(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "flagBits");
     return this.#facts.origin.flags;
   }
 
   /** Whether `set` may write: "readwrite" access, or "unknown" after `assumeWritable()`. */
   get writable(): boolean {
+    if (!(#owner in asObject(this))) throw notAView(this, "writable");
     return this.#access === "readwrite";
   }
 
@@ -859,6 +919,7 @@ export class BufferView {
    * copy of your own.
    */
   array(): AnyTypedArray {
+    if (!(#owner in asObject(this))) throw notAView(this, "array()");
     return this.#makeArray();
   }
 
@@ -908,6 +969,7 @@ export class BufferView {
 
   /** Reads one element. Indices must be integers within the shape. */
   get(...index: number[]): Scalar {
+    if (!(#owner in asObject(this))) throw notAView(this, "get()");
     const at = this.#position(index, "get");
     const a = this.#extras?.array ?? this.#makeArray();
     // An array detached under the view (its buffer transferred by other code) has length 0 and
@@ -918,7 +980,8 @@ export class BufferView {
       case "int":
       case "float":
       case "bigint":
-        return first;
+        // Read from a live array, so an element.
+        return first!;
       case "bool":
         return first !== 0;
       case "bfloat16":
@@ -936,11 +999,13 @@ export class BufferView {
   /** Writes one element; refused for read-only views and for "unknown" access until
    * `assumeWritable()`. */
   set(value: Scalar, ...index: number[]): void {
+    if (!(#owner in asObject(this))) throw notAView(this, "set()");
     if (this.#access !== "readwrite") {
       throw new DLPackError(
         "readonly",
         this.#access === "readonly"
-          ? "this view is read-only (the producer set READ_ONLY, or its memory cannot be written in this process)"
+          ? "this view is read-only (the producer set READ_ONLY, its memory cannot be written in this process, or it " +
+            "is a broadcast, whose elements repeat)"
           : "this view's access is unknown (legacy DLPack carries no read-only flag); call assumeWritable() if you know it may be written",
       );
     }
@@ -980,10 +1045,12 @@ export class BufferView {
       if (i % 1 !== 0) {
         throw new DLPackError("shape", `index ${i} of dimension ${d} is not an integer`);
       }
-      if (i < 0 || i >= shape[d]) {
-        throw new DLPackError("shape", `index ${i} is out of range for dimension ${d} of extent ${shape[d]}`);
+      // The strides are as long as the shape.
+      const extent = shape[d]!;
+      if (i < 0 || i >= extent) {
+        throw new DLPackError("shape", `index ${i} is out of range for dimension ${d} of extent ${extent}`);
       }
-      at += i * strides[d];
+      at += i * strides[d]!;
     }
     return at;
   }
@@ -994,6 +1061,7 @@ export class BufferView {
    * (a read-only view's `array()` is writable; see {@link BufferView.array}).
    */
   toArray(): AnyTypedArray {
+    if (!(#owner in asObject(this))) throw notAView(this, "toArray()");
     return this.#toArray();
   }
 
@@ -1004,7 +1072,7 @@ export class BufferView {
     const packed = info.kind === "minifloat" && this.#slotBits() < 8;
     const Ctor = info.array;
     const slotCount = info.slots;
-    const out = new Ctor(new ArrayBufferCtor(this.#facts.size * slotCount * info.slotBytes));
+    const out = new Ctor(jsBuffer(this.#facts.size * slotCount * info.slotBytes, "toArray()"));
     if (this.#facts.size === 0) return out;
     const shape = this.#facts.shape;
     const strides = this.#facts.strides;
@@ -1013,10 +1081,11 @@ export class BufferView {
     let at = -this.#facts.minOffset;
     for (let k = 0; k < this.#facts.size; k++) {
       if (packed) out[k] = readBits(src as Uint8Array, at, this.#slotBits(), this.#facts.minOffset);
+      // Offsets the layout walk reaches lie within the array (its facts span them).
       else if (slotCount === 2) {
-        out[2 * k] = src[2 * at];
-        out[2 * k + 1] = src[2 * at + 1];
-      } else out[k] = src[at];
+        out[2 * k] = src[2 * at]!;
+        out[2 * k + 1] = src[2 * at + 1]!;
+      } else out[k] = src[at]!;
       at = nextOffset(index, shape, strides, at);
     }
     return out;
@@ -1025,6 +1094,7 @@ export class BufferView {
   /** A C-contiguous copy in library-owned native memory: host views through the native strided
    * copy, CUDA device views on the same device through the driver. */
   copy(): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "copy()");
     this.#live();
     return viewOps.copy(this);
   }
@@ -1036,6 +1106,7 @@ export class BufferView {
    * `DLPackError` ("cuda") when device memory needs a driver that is missing.
    */
   toHost(opts?: CopyOptions): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "toHost()");
     this.#live();
     return viewOps.toHost(this, opts);
   }
@@ -1051,6 +1122,7 @@ export class BufferView {
    * arrays of element values shaped exactly like this view (the form `toNested()` returns).
    */
   copyFrom(src: BufferView | AnyTypedArray | readonly unknown[], opts?: CopyOptions): this {
+    if (!(#owner in asObject(this))) throw notAView(this, "copyFrom()");
     this.#live();
     if (isBufferView(src)) {
       viewOps.copyInto(this, src, opts);
@@ -1133,11 +1205,12 @@ export class BufferView {
     const index = slots(ndim);
     let at = -this.#facts.minOffset;
     for (let k = 0; k < this.#facts.size; k++) {
-      if (packed) writeBits(a as Uint8Array, at, this.#slotBits(), this.#facts.minOffset, (src as Uint8Array)[k]);
+      // `src` holds the view's elements (its caller checked its length).
+      if (packed) writeBits(a as Uint8Array, at, this.#slotBits(), this.#facts.minOffset, (src as Uint8Array)[k]!);
       else if (pairs) {
-        a[2 * at] = src[2 * k];
-        a[2 * at + 1] = src[2 * k + 1];
-      } else a[at] = src[k];
+        a[2 * at] = src[2 * k]!;
+        a[2 * at + 1] = src[2 * k + 1]!;
+      } else a[at] = src[k]!;
       at = nextOffset(index, shape, strides, at);
     }
   }
@@ -1150,11 +1223,13 @@ export class BufferView {
    * `fenceForConsumer` in src/ops/streams.ts); on host data a stream is refused. `importDLPack(view)` uses it.
    */
   __dlpack__(opts?: DLPackProtocolOptions): Capsule {
+    if (!(#owner in asObject(this))) throw notAView(this, "__dlpack__()");
     return viewOps.dlpack(this, opts);
   }
 
   /** `[device type code, device id]`, as the protocol's `__dlpack_device__()`. */
   __dlpack_device__(): [number, number] {
+    if (!(#owner in asObject(this))) throw notAView(this, "__dlpack_device__()");
     return [deviceCode(this.#facts.device.type), this.#facts.device.id];
   }
 
@@ -1164,6 +1239,7 @@ export class BufferView {
    * ("requirements") when the dtype or rank differ.
    */
   as<D extends DType, N extends number>(dtype: D, ndim: N): TypedView<D, N> {
+    if (!(#owner in asObject(this))) throw notAView(this, "as()");
     this.#live();
     if (dtype === undefined || ndim === undefined) {
       throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
@@ -1184,12 +1260,13 @@ export class BufferView {
    * written. The library never makes that assumption by itself; read-only views stay read-only.
    */
   assumeWritable(): this {
+    if (!(#owner in asObject(this))) throw notAView(this, "assumeWritable()");
     this.#live();
     if (this.#access === "readonly") {
       throw new DLPackError(
         "readonly",
-        "this view is read-only (the producer marked the tensor READ_ONLY, or its memory cannot be written in this " +
-          "process); assumeWritable() cannot override that",
+        "this view is read-only (the producer marked the tensor READ_ONLY, its memory cannot be written in this " +
+          "process, or it is a broadcast, whose elements repeat); assumeWritable() cannot override that",
       );
     }
     this.#access = "readwrite";
@@ -1198,12 +1275,14 @@ export class BufferView {
 
   /** Each requirement this view fails, as `"<field>: required <x>, got <y>"`. */
   refusals(req: Requirements): string[] {
+    if (!(#owner in asObject(this))) throw notAView(this, "refusals()");
     this.#live();
     return viewOps.refusals(this, req);
   }
 
   /** Returns this view if it meets every requirement, else throws `DLPackError` listing them all. */
   require(req: Requirements): this {
+    if (!(#owner in asObject(this))) throw notAView(this, "require()");
     this.#live();
     const refusals = viewOps.refusals(this, req);
     if (refusals.length > 0) {
@@ -1220,63 +1299,75 @@ export class BufferView {
    * Axes without an item are kept whole. The result shares this view's memory and owner.
    */
   slice(...items: SliceItem[]): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "slice()");
     return viewOps.shaped(this, "slice", items);
   }
 
   /** The sub-view at integer indices on the leading axes (negative from the end, like
    * `Array.prototype.at`); with `ndim` indices a 0-d view of one element. Zero-copy. */
   at(...indices: number[]): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "at()");
     return viewOps.shaped(this, "at", indices);
   }
 
   /** The axes reversed (numpy's `.T`), zero-copy. */
   transpose(): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "transpose()");
     return viewOps.shaped(this, "transpose", []);
   }
 
   /** The axes in the order `axes` lists them (the array API's `permute_dims`), zero-copy. */
   permute(axes: readonly number[]): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "permute()");
     return viewOps.shaped(this, "permute", [axes]);
   }
 
   /** The same elements in C order under a new shape (one extent may be -1). Zero-copy; throws
    * `DLPackError` ("strides") when the strides do not allow it: reshape `copy()` then. */
   reshape(shape: readonly number[]): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "reshape()");
     return viewOps.shaped(this, "reshape", [shape]);
   }
 
   /** numpy's broadcasting to `shape`: repeated axes get stride 0. Zero-copy and read-only. */
   broadcastTo(shape: readonly number[]): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "broadcastTo()");
     return viewOps.shaped(this, "broadcastTo", [shape]);
   }
 
   /** Without extent-1 axes: all of them, or the axis (or axes) given, which must have extent 1. */
   squeeze(axis?: number | readonly number[]): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "squeeze()");
     return viewOps.shaped(this, "squeeze", [axis]);
   }
 
   /** With a new extent-1 axis at `axis` of the result (default 0; negative from the end). */
   expandDims(axis?: number): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "expandDims()");
     return viewOps.shaped(this, "expandDims", [axis]);
   }
 
   /** Iterates the first axis: element values for a 1-d view, sub-views (`at(i)`) otherwise. */
   [Symbol.iterator](): IterableIterator<Scalar | BufferView> {
+    if (!(#owner in asObject(this))) throw notAView(this, "[Symbol.iterator]()");
     return viewOps.iterate(this, false) as IterableIterator<Scalar | BufferView>;
   }
 
   /** `[index, item]` pairs over the first axis, as `Array.prototype.entries`. */
   entries(): IterableIterator<[number, Scalar | BufferView]> {
+    if (!(#owner in asObject(this))) throw notAView(this, "entries()");
     return viewOps.iterate(this, true) as IterableIterator<[number, Scalar | BufferView]>;
   }
 
   /** The values as nested JS arrays (numpy's `tolist()`); a 0-d view gives its one value. */
   toNested(): unknown {
+    if (!(#owner in asObject(this))) throw notAView(this, "toNested()");
     return viewOps.toNested(this);
   }
 
   /** Writes `value` into every element (checked once, as `set` checks it). */
   fill(value: Scalar): this {
+    if (!(#owner in asObject(this))) throw notAView(this, "fill()");
     viewOps.fill(this, value);
     return this;
   }
@@ -1286,6 +1377,7 @@ export class BufferView {
    * view or export needs it. Arrays from `array()` are detached first. Idempotent.
    */
   dispose(): void {
+    if (!(#owner in asObject(this))) throw notAView(this, "dispose()");
     this.#dispose();
   }
 
@@ -1351,6 +1443,7 @@ export class BufferView {
 
   /** Same as {@link BufferView.dispose}, for `using`. */
   [Symbol.dispose](): void {
+    if (!(#owner in asObject(this))) throw notAView(this, "[Symbol.dispose]()");
     this.dispose();
   }
 
@@ -1373,11 +1466,13 @@ export class BufferView {
 
   /** @ignore (library-internal) `console.log(view)` in Deno; see {@link BufferView.toJSON}. */
   [DENO_INSPECT](): string {
+    if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
     return this.#inspect();
   }
 
   /** @ignore (library-internal) `console.log(view)` in Bun and Node (the same text as in Deno). */
   [NODE_INSPECT](): string {
+    if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
     return this.#inspect();
   }
 
@@ -1387,6 +1482,7 @@ export class BufferView {
    * each axis above 1000 elements, no values for device memory or a disposed view.
    */
   toJSON(): ViewJSON {
+    if (!(#owner in asObject(this))) throw notAView(this, "toJSON()");
     const facts = this.#facts;
     const origin = facts.origin;
     return viewJSON({
@@ -1432,6 +1528,7 @@ export class BufferView {
 
   /** @ignore (library-internal) A one-line description for logs. */
   toString(): string {
+    if (!(#owner in asObject(this))) throw notAView(this, "toString()");
     return `BufferView(${this.#facts.info.name}, ${listText(this.#facts.shape)}, ${formatDevice(this.#facts.device)}${
       this.#owner === 0 ? ", disposed" : ""
     })`;

@@ -52,14 +52,14 @@ function edgesOf(file: string): Edge[] {
   const text = readFileSync(`${repoRoot}/${file}`, "utf8");
   const edges: Edge[] = [];
   for (const m of text.matchAll(FROM)) {
-    edges.push({ from: file, to: resolve(file, m[3]), typeOnly: m[2] !== undefined });
+    edges.push({ from: file, to: resolve(file, m[3]!), typeOnly: m[2] !== undefined });
   }
   return edges;
 }
 
 function layerOf(file: string): number {
   const i = LAYERS.findIndex(([, prefix]) => file === prefix || (prefix.endsWith("/") && file.startsWith(prefix)));
-  return i < 0 ? -1 : LAYERS.findIndex(([name]) => name === LAYERS[i][0]);
+  return i < 0 ? -1 : LAYERS.findIndex(([name]) => name === LAYERS[i]![0]);
 }
 
 const files = [...sources("src"), ...sources("ffi"), "mod.ts", "python.ts", "cuda.ts"];

@@ -42,16 +42,17 @@ interface Layout {
 function layoutOf(shape: number[], order: number[], steps: number[], flips: boolean[]): Layout {
   const strides = shape.map(() => 0);
   let pitch = 1;
+  // `order` is a permutation of the dims; steps, flips and strides have one entry per dim.
   for (let k = order.length - 1; k >= 0; k--) {
-    const d = order[k];
-    strides[d] = pitch * steps[d];
-    pitch *= shape[d] * steps[d];
+    const d = order[k]!;
+    strides[d] = pitch * steps[d]!;
+    pitch *= shape[d]! * steps[d]!;
   }
   let offset = 0;
   for (let d = 0; d < shape.length; d++) {
     if (!flips[d]) continue;
-    offset += (shape[d] - 1) * strides[d];
-    strides[d] = -strides[d];
+    offset += (shape[d]! - 1) * strides[d]!;
+    strides[d] = -strides[d]!;
   }
   return { shape, strides, offset, elements: pitch };
 }
@@ -66,14 +67,14 @@ function randomLayout(next: () => number): Layout {
     // Now and then an extent past a 1-byte tile's 64 items, a few thousand elements in all.
     const big = count < 200 && next() % 3 === 0;
     shape.push(big ? 60 + next() % 91 : 1 + next() % 9);
-    count *= shape[d];
+    count *= shape[d]!;
     steps.push(next() % 4 === 0 ? 2 : 1);
     flips.push(next() % 2 === 0);
   }
   const order = shape.map((_, d) => d);
   for (let k = ndim - 1; k > 0; k--) {
     const j = next() % (k + 1);
-    [order[k], order[j]] = [order[j], order[k]];
+    [order[k], order[j]] = [order[j]!, order[k]!];
   }
   return layoutOf(shape, order, steps, flips);
 }
@@ -86,10 +87,10 @@ function reference(buffer: Uint8Array, layout: Layout, itemsize: number): Uint8A
   const index = shape.map(() => 0);
   for (let k = 0; k < count; k++) {
     let element = layout.offset;
-    for (let d = 0; d < shape.length; d++) element += index[d] * strides[d];
+    for (let d = 0; d < shape.length; d++) element += index[d]! * strides[d]!;
     out.set(buffer.subarray(element * itemsize, (element + 1) * itemsize), k * itemsize);
     for (let d = shape.length - 1; d >= 0; d--) {
-      if (++index[d] < shape[d]) break;
+      if (++index[d]! < shape[d]!) break;
       index[d] = 0;
     }
   }
@@ -132,7 +133,7 @@ for (const [dtype, itemsize] of DTYPES) {
 
   test(`transposes around the kernel's tiles: whole tiles, ragged edges, flipped (${dtype})`, () => {
     const next = generator(0x51ed ^ itemsize);
-    for (const [rows, cols] of [[64, 64], [128, 192], [67, 130], [1, 200], [300, 5], [257, 63]]) {
+    for (const [rows, cols] of [[64, 64], [128, 192], [67, 130], [1, 200], [300, 5], [257, 63]] as const) {
       for (const flip of [false, true]) {
         // The source is contiguous down the output's columns: `a.T` of a rows x cols C array.
         checkLayout(dtype, itemsize, layoutOf([rows, cols], [1, 0], [1, 1], [false, flip]), next);

@@ -20,7 +20,7 @@ function facts(shape: number[], dtype = "int32", kind = "int", bits = 32): Inspe
   let s = 1;
   for (let d = shape.length - 1; d >= 0; d--) {
     strides[d] = s;
-    s *= shape[d];
+    s *= shape[d]!;
   }
   return { dtype, kind, bits, shape, strides, device: "cpu:0", access: "readwrite", disposed: false };
 }
@@ -30,7 +30,7 @@ function counting(shape: number[], reads: number[][] = []): (index: number[]) =>
   return (index) => {
     reads.push([...index]);
     let at = 0;
-    for (let d = 0; d < shape.length; d++) at = at * shape[d] + index[d];
+    for (let d = 0; d < shape.length; d++) at = at * shape[d]! + index[d]!;
     return at;
   };
 }

@@ -106,8 +106,9 @@ test(
         if (i % 3 === 0) views.pop()!.dispose();
       }
       for (let i = 0; i < views.length; i++) {
-        if (i % 2 === 0) views[i].dispose();
-        else if (i % 5 === 0) kept.push(views[i]);
+        const view = views[i]!;
+        if (i % 2 === 0) view.dispose();
+        else if (i % 5 === 0) kept.push(view);
       }
     })();
     const disposed = 34 + 33;
@@ -134,7 +135,11 @@ test(
       // Three views wait (no microtask runs) while 2,500 import/dispose pairs make the backstop
       // renew its young list twice (where the runtime renews it: Deno) and move the waiting ones
       // over each time.
-      const waiting = [0, 1, 2].map(() => importDLPack(make({ shape: [3] }).source));
+      const waiting = [0, 1, 2].map(() => importDLPack(make({ shape: [3] }).source)) as [
+        BufferView,
+        BufferView,
+        BufferView,
+      ];
       for (let i = 0; i < 2500; i++) importDLPack(make({ shape: [1] }).source).dispose();
       assert.equal(deleted() - producerBefore, 2500, "each disposed view released at once");
       waiting[1].dispose();
@@ -211,7 +216,7 @@ test(
       }
     })();
     await Promise.resolve(); // the microtask flush registers the live ones
-    for (let i = 0; i < keep.length; i += 2) keep[i].dispose(); // disposed after being registered
+    for (let i = 0; i < keep.length; i += 2) keep[i]!.dispose(); // disposed after being registered
     keep = [];
     for (let i = 0; i < 30 && deleted() - before < count; i++) await collectGarbage();
     assert.equal(deleted() - before, count, "every producer released exactly once");

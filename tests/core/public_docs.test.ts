@@ -67,6 +67,6 @@ test("deno doc of mod.ts, python.ts and cuda.ts shows only the public API", asyn
   for (const hidden of ["nativeOwner", "addressNumber", "rawShape", "rawStrides", "flagBits", "toString"]) {
     assert.ok(!members.includes(hidden), `${hidden} is not shown`);
   }
-  const refusals = find("DLPackError", "class")?.def.constructors?.[0].params?.[2];
+  const refusals = find("DLPackError", "class")?.def.constructors?.[0]?.params?.[2];
   assert.deepEqual([refusals?.name, refusals?.optional], ["refusals", true]);
 }, { timeout: 120_000 });

@@ -20,7 +20,7 @@ function iota(shape: number[]): BufferView {
 function nested(shape: number[], at = 0, d = 0): unknown {
   if (d === shape.length) return at;
   const inner = shape.slice(d + 1).reduce((a, b) => a * b, 1);
-  return Array.from({ length: shape[d] }, (_, i) => nested(shape, at + i * inner, d + 1));
+  return Array.from({ length: shape[d]! }, (_, i) => nested(shape, at + i * inner, d + 1));
 }
 
 test("slice: integers, null, strings and ranges, negative steps, ellipsis, clamping", () => {
@@ -154,7 +154,7 @@ test("reshape: a view when strides allow (numpy's rule), else a DLPackError poin
       const out: number[] = [];
       const rec = (d: number, at: number) => {
         if (d === s.length) return void out.push(at);
-        for (let i = 0; i < s[d]; i++) rec(d + 1, at + i * st[d]);
+        for (let i = 0; i < s[d]!; i++) rec(d + 1, at + i * st[d]!);
       };
       rec(0, 0);
       return out;

@@ -39,7 +39,9 @@ test("int64 and uint64 read and write bigints", () => {
   for (const dtype of ["int64", "uint64"] as const) {
     const made = make({ dtype, shape: [3] });
     const dv = new DataView(made.bytes(24).buffer);
-    const values = dtype === "int64" ? [-(2n ** 63n), -1n, 2n ** 63n - 1n] : [0n, 2n ** 63n, 2n ** 64n - 1n];
+    const values: [bigint, bigint, bigint] = dtype === "int64"
+      ? [-(2n ** 63n), -1n, 2n ** 63n - 1n]
+      : [0n, 2n ** 63n, 2n ** 64n - 1n];
     values.forEach((v, k) => (dtype === "int64" ? dv.setBigInt64(8 * k, v, LE) : dv.setBigUint64(8 * k, v, LE)));
     using view = importDLPack(made.source);
     assert.deepEqual([0, 1, 2].map((k) => view.get(k)), values);

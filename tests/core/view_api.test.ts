@@ -151,7 +151,7 @@ test("requirements: every field, one message per failure in the exact form", () 
   );
   assert.deepEqual(v.refusals({ ndim: 3 }), ["ndim: required 3, got 2"]);
   assert.deepEqual(v.refusals({ alignment: 1 << 20 }).length, 1);
-  assert.match(v.refusals({ alignment: 1 << 20 })[0], /^alignment: required 1048576, got \d+$/);
+  assert.match(v.refusals({ alignment: 1 << 20 })[0]!, /^alignment: required 1048576, got \d+$/);
   assert.throws(() => v.require({ dtype: "int8", size: 1 }), (e: unknown) => {
     assert.ok(e instanceof DLPackError && e.code === "requirements");
     assert.deepEqual(e.refusals, ["dtype: required int8, got float32", "size: required 1, got 6"]);

@@ -19,7 +19,7 @@ function asFfiReturns(address: number): unknown {
 function filled(shape: number[], strides?: number[]) {
   const made = make({ shape, strides, dtype: "float32" });
   const n = strides === undefined ? shape.reduce((a, b) => a * b, 1) : 1 +
-    shape.reduce((a, e, d) => a + (e - 1) * strides[d], 0);
+    shape.reduce((a, e, d) => a + (e - 1) * strides[d]!, 0);
   const values = new Float32Array(made.bytes(n * 4).buffer);
   for (let i = 0; i < n; i++) values[i] = i;
   return made;
@@ -76,10 +76,10 @@ test("views of one layout share their facts; every other layout gets its own", (
     [[2, 1, 3], undefined],
   ];
   const views = cases.map(([shape, strides]) => importDLPack(filled(shape, strides).source));
-  assert.equal(factsOf(views[0]), factsOf(views[1]), "the same layout twice: one facts record");
+  assert.equal(factsOf(views[0]!), factsOf(views[1]!), "the same layout twice: one facts record");
   for (let i = 0; i < cases.length; i++) {
-    const [shape, strides] = cases[i];
-    const v = views[i];
+    const [shape, strides] = cases[i]!;
+    const v = views[i]!;
     assert.deepEqual(v.shape, shape);
     assert.deepEqual(v.strides, strides ?? (shape.length === 2 ? [shape[1], 1] : shape.length === 1 ? [1] : [3, 3, 1]));
     assert.ok(Object.isFrozen(v.shape) && Object.isFrozen(v.strides));
@@ -87,7 +87,7 @@ test("views of one layout share their facts; every other layout gets its own", (
     assert.equal(v.cContiguous, strides === undefined);
     // Element values through the view's own layout.
     const last = shape.map((e) => e - 1);
-    const expected = last.reduce((a, e, d) => a + e * (strides ?? v.strides)[d], 0);
+    const expected = last.reduce((a, e, d) => a + e * (strides ?? v.strides)[d]!, 0);
     assert.equal(v.get(...last), expected);
   }
   for (const v of views) v.dispose();

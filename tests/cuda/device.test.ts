@@ -46,9 +46,10 @@ const CASES: readonly CudaCase[] = [
       if (ctx.fake !== null) {
         assert.equal(status.driverVersion, 12080);
         assert.equal(list.length, 2);
-        assert.equal(list[1].name, "Fake CUDA Device 1 (host memory)");
-        assert.deepEqual(list[0].computeCapability, [9, 0]);
-        assert.equal(list[0].pciBusId, "0000:01:00.0");
+        const [first, second] = list as [cuda.CudaDevice, cuda.CudaDevice];
+        assert.equal(second.name, "Fake CUDA Device 1 (host memory)");
+        assert.deepEqual(first.computeCapability, [9, 0]);
+        assert.equal(first.pciBusId, "0000:01:00.0");
       }
     },
   },

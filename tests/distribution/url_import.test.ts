@@ -31,7 +31,7 @@ function handler(path: string): Response {
     const file = `${repoRoot}/dist/${name}`;
     if (folder === "missing" || !existsSync(file)) return new Response("not found", { status: 404 });
     const bytes = readFileSync(file);
-    if (folder === "tampered") bytes[bytes.length >> 1] ^= 0xff; // one flipped byte in the middle
+    if (folder === "tampered") bytes[bytes.length >> 1]! ^= 0xff; // one flipped byte in the middle
     return new Response(bytes, { headers: { "content-type": "application/octet-stream" } });
   }
   if (SERVED.test(path) && existsSync(`${repoRoot}${path}`)) {

@@ -106,8 +106,9 @@ function timeIt(label: string, bytes: number, op: () => void, reps = 7): void {
     times.push(performance.now() - t0);
   }
   times.sort((a, b) => a - b);
-  const best = times[0];
-  const median = times[Math.floor(times.length / 2)];
+  // reps >= 1 times.
+  const best = times[0]!;
+  const median = times[Math.floor(times.length / 2)]!;
   const record = {
     copy: label,
     bytes,

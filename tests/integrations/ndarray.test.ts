@@ -14,6 +14,7 @@ const noNdarray = "missing" in loaded ? loaded.missing : false;
 function agrees(view: BufferView): void {
   const nd = toNdarray((loaded as { module: NdArrayFn }).module, view);
   const [rows, cols] = view.shape;
+  if (rows === undefined || cols === undefined) throw new Error(`agrees() takes a 2-d view, got ${view.ndim}-d`);
   for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) assert.equal(nd.get(i, j), view.get(i, j), `${i},${j}`);
   if (view.writable) {
     nd.set(rows - 1, 0, -1);

@@ -39,7 +39,9 @@ test("ONNX Runtime takes a strided view's values after toArray() (it reads C ord
   assert.equal(t.cContiguous, false);
   const a = new ort.Tensor("float32", t.toArray() as Float32Array, t.shape);
   const ones = new ort.Tensor("float32", new Float32Array(12).fill(1), [4, 3]);
-  const y = (await session.run({ A: a, B: ones })).Y.data;
+  const out = (await session.run({ A: a, B: ones })).Y;
+  assert.ok(out !== undefined, "the model's output Y");
+  const y = out.data;
   for (let i = 0; i < 4; i++) for (let j = 0; j < 3; j++) assert.equal(y[i * 3 + j], 2 * (t.get(i, j) as number));
   await session.release();
 }, { skip: noOrt });

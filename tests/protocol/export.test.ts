@@ -325,10 +325,10 @@ test("a capsule's address as a bigint is its own struct's, however many capsules
   const slots = new Set(first.map((a) => Number((a >> 4n) & 4095n)));
   assert.ok(slots.size < capsules.length, "some live capsules share a cache slot");
   // Read again in the opposite order, so each read meets a slot another address wrote last.
-  for (let i = capsules.length - 1; i >= 0; i--) assert.equal(capsules[i].address, first[i]);
+  for (let i = capsules.length - 1; i >= 0; i--) assert.equal(capsules[i]!.address, first[i]);
   assert.equal(new Set(first).size, capsules.length, "live capsules have distinct structs");
   for (let i = 0; i < capsules.length; i++) {
-    const c = capsules[i];
+    const c = capsules[i]!;
     const big = i % 3 ? c.address : c.take();
     const address = i % 3 ? c.takeAddress() : Number(big);
     assert.equal(big, BigInt(address));

@@ -72,7 +72,7 @@ const HOSTILE = [-1n, -(2n ** 63n), 2n ** 63n - 1n, 2n ** 31n, 2n ** 32n, EXACT,
 const hostile = (r: Rng) => (r.chance(70) ? r.pick(HOSTILE) : r.i64());
 
 function generate(r: Rng): Case {
-  const dtypes = [...SUPPORTED].map((k) => k.split(":").map(Number));
+  const dtypes = [...SUPPORTED].map((k) => k.split(":").map(Number) as [number, number]);
   const [code, bits] = r.chance(90) ? r.pick(dtypes) : [r.chance(50) ? r.int(0, 19) : r.int(0, 255), r.int(0, 255)];
   const ndim = r.chance(85) ? r.int(0, 5) : r.chance(60) ? r.int(6, 64) : r.pick([65, 200, -1, -(2 ** 31)]);
   const rank = Math.max(0, Math.min(ndim, RANK));
@@ -94,10 +94,11 @@ function generate(r: Rng): Case {
   for (let i = 0; i < rank; i++) {
     const d = pattern === 1 ? i : rank - 1 - i;
     strides[d] = step;
-    step = BigInt.asIntN(64, step * (shape[d] > 0n ? shape[d] : 1n));
+    const extent = shape[d]!;
+    step = BigInt.asIntN(64, step * (extent > 0n ? extent : 1n));
   }
   for (let d = 0; d < rank; d++) {
-    if (pattern === 2) strides[d] = BigInt.asIntN(64, -strides[d]);
+    if (pattern === 2) strides[d] = BigInt.asIntN(64, -strides[d]!);
     else if (pattern === 3) strides[d] = BigInt(r.int(-6, 6));
     else if (pattern === 4 && r.chance(30)) strides[d] = 0n;
     else if (pattern === 5 && r.chance(25)) strides[d] = hostile(r);
@@ -187,12 +188,12 @@ function modelLayout(c: Case): Model {
     m.strides = new Array<bigint>(c.ndim);
     for (let d = c.ndim - 1; d >= 0; d--) {
       m.strides[d] = step;
-      step *= c.shape[d];
+      step *= c.shape[d]!;
     }
   } else m.strides = c.strides.slice();
   if (!m.empty) {
     for (let d = 0; d < c.ndim; d++) {
-      const reach = (c.shape[d] - 1n) * m.strides[d];
+      const reach = (c.shape[d]! - 1n) * m.strides[d]!;
       if (reach < 0n) m.min += reach;
       else m.max += reach;
     }

@@ -85,12 +85,13 @@ test("rounding to each small float matches ml_dtypes (nearest, ties to even, ove
       } catch {
         ours = -1;
       }
-      const same = ours === expected[i] ||
-        (Number.isNaN(decodeMiniFloat(dtype, ours)) && Number.isNaN(decodeMiniFloat(dtype, expected[i])));
+      const theirs = expected[i]!;
+      const same = ours === theirs ||
+        (Number.isNaN(decodeMiniFloat(dtype, ours)) && Number.isNaN(decodeMiniFloat(dtype, theirs)));
       if (!same) {
         mismatches++;
         if (examples.length < 5) {
-          examples.push(`${v} -> ours 0x${ours.toString(16)}, ml_dtypes 0x${expected[i].toString(16)}`);
+          examples.push(`${v} -> ours 0x${ours.toString(16)}, ml_dtypes 0x${theirs.toString(16)}`);
         }
       }
     });

@@ -1,7 +1,9 @@
 /**
  * Python (ctypes) helpers for the DLPack C exchange API tests: the 1.3 layout read at its byte
  * offsets, the five functions called through ctypes at those offsets, and a fake producer type
- * whose table is made of ctypes callbacks. Run once per interpreter as module `xt`.
+ * whose table is made of ctypes callbacks, made immutable through ctypes as a type defined in C
+ * is (fromPython trusts a table on a mutable class only when its code comes with the class's
+ * native layout). Run once per interpreter as module `xt`.
  * @module
  */
 
@@ -83,6 +85,16 @@ def take_object(address):
 def release(managed_address):
     m = Managed.from_address(managed_address)
     DELETER(m.deleter)(managed_address)
+
+
+def freeze(cls):
+    """Sets Py_TPFLAGS_IMMUTABLETYPE on a class, as C code defining a type does: its attributes,
+    __dlpack_c_exchange_api__ included, can no longer be set from Python."""
+    offset = next(o for o in range(128, 256, 8) if ctypes.c_ulong.from_address(id(cls) + o).value == cls.__flags__)
+    ctypes.c_ulong.from_address(id(cls) + offset).value |= 1 << 8
+    P.PyType_Modified(ctypes.py_object(cls))
+    assert cls.__flags__ & (1 << 8)
+    return cls
 
 
 def shape_of(m):
@@ -174,6 +186,22 @@ class FakeUnusableTensor(FakeTensor):
     __dlpack_c_exchange_api__ = _capsule(_v2_alone)
 
 
+class LooseTensor:
+    """The same table on a class left mutable: its code is not the class's (ctypes made it at run
+    time), so it might as well be another type's copied here; fromPython takes __dlpack__."""
+    __dlpack_c_exchange_api__ = _capsule(_v1)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+
+for _cls in (FakeTensor, FakeNewerTensor, FakeUnusableTensor):
+    freeze(_cls)
+
+
 class IntTableTensor:
     """The 1.2 form (an int address): never dereferenced, __dlpack__ is used instead."""
     __dlpack_c_exchange_api__ = 16
@@ -198,6 +226,7 @@ export const COUNTER_NAMES = [
   "consumerImports",
   "consumerFallbacks",
   "consumerToPyObject",
+  "dunderDlpack",
 ] as const;
 
 /** Python statements that make module `xt` from {@link EXCHANGE_CTYPES} (once per interpreter). */

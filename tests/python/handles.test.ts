@@ -228,7 +228,7 @@ out.imports = dl.stats().imports;
 tensor.dispose();
 out.refs = [refsBefore, refcount.call(arr).toJS()];
 `);
-  const [errors, count] = out.scan as number[];
+  const [errors, count] = out.scan as [number, number];
   assert.ok(errors > 0 && count > 0, `the scan reached the stack limit and succeeded further up (${errors}, ${count})`);
   assert.equal(out.imports, 0, "no imported tensor is left behind");
   const [before, after] = out.refs as number[];

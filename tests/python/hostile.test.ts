@@ -134,6 +134,61 @@ out.balanced = after.exports === before.exports && after.pinned === before.pinne
   assert.equal(out.balanced, true, "every export released once, every pin swept");
 }, skip);
 
+test("the DLPackTensor type is immutable, and an object without an export raises in every method", () => {
+  const out = isolated(`
+const before = stats();
+const x = new Float32Array([1, 2]);
+const t = toPython(x, py);
+py.set("t", t);
+t.dispose();
+py.exec("import ctypes, gc, numpy as np, dlpack_ts\\nT = dlpack_ts.DLPackTensor");
+out.set = [
+  "T.__new__ = staticmethod(lambda c: object.__new__(c))",
+  "del T.__new__",
+  "T.__dlpack__ = lambda self, **kw: None",
+  "T.__dlpack_c_exchange_api__ = None",
+  "T.shape = 1",
+  "type.__setattr__(T, 'shape', 1)",
+].map(tried);
+out.objectSetattr = tried("object.__setattr__(T, 'shape', 1)");
+out.setClass = tried("class Y:\\n    __slots__ = ('a', 'b', 'c')\\ny = Y()\\ny.__class__ = T");
+// What a replaced __new__ made before: an object without an export. C code can still make one.
+py.exec([
+  "alloc = ctypes.pythonapi.PyType_GenericAlloc",
+  "alloc.restype = ctypes.py_object",
+  "alloc.argtypes = [ctypes.py_object, ctypes.c_ssize_t]",
+  "e = alloc(T, 0)",
+].join("\\n"));
+out.empty = ["e.shape", "e.dtype", "repr(e)", "str(e)", "e.__dlpack__()", "e.__dlpack__(max_version=(1, 0))",
+  "e.__dlpack_device__()", "np.from_dlpack(e)"].map((c) => tried("r = " + c));
+const e = py.eval("e");
+try {
+  fromPython(e);
+  out.fromPython = "imported";
+} catch (error) {
+  out.fromPython = (error as Error).message.split("\\n")[0];
+}
+e.dispose();
+py.exec("del e\\ngc.collect()");
+out.still = tried("a = np.from_dlpack(t)\\na[0] = 5\\ndel a, t\\ngc.collect()");
+out.x = Array.from(x);
+const after = stats();
+out.balanced = after.exports === before.exports && after.pinned === before.pinned;
+`);
+  for (const s of out.set as string[]) {
+    assert.match(s, /TypeError: cannot set .* attribute of immutable type 'dlpack_ts\.DLPackTensor'/);
+  }
+  assert.match(String(out.objectSetattr), /TypeError: can't apply this __setattr__ to type object/);
+  assert.match(String(out.setClass), /TypeError: __class__ assignment only supported for mutable types/);
+  for (const m of out.empty as string[]) {
+    assert.match(m, /TypeError: dlpack-ts: this dlpack_ts\.DLPackTensor holds no export/);
+  }
+  assert.match(String(out.fromPython), /TypeError: dlpack-ts: this dlpack_ts\.DLPackTensor holds no export/);
+  assert.equal(out.still, "ok");
+  assert.deepEqual(out.x, [5, 2]);
+  assert.equal(out.balanced, true, "the export released once, the pin swept");
+}, skip);
+
 test("PyObject and Python cannot be constructed with forged handles", () => {
   const out = isolated(`
 const attempt = (f: () => unknown) => {

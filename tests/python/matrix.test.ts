@@ -1,7 +1,8 @@
 // The interop certification matrix: every peer of tests/support/peers.ts (numpy, JAX, pyarrow,
 // PyTorch, TensorFlow, PaddlePaddle, TVM FFI, array-api-strict in the embedded CPython) in both
 // directions, every dtype each side supports, both DLPack generations where the peer offers them,
-// and the layouts users hit; plus JS itself. Each case checks the address (zero-copy), dtype,
+// and the layouts users hit; the protocol's arguments (stream, max_version, dl_device, copy) and
+// the tensor states no struct carries (conjugate and negative bits, gradients); plus JS itself. Each case checks the address (zero-copy), dtype,
 // shape and every value, and is recorded in .scratch/matrix/<runtime>.json; tools/matrix.ts turns
 // the latest run into docs/python.md's tables (a cell says supported only if a case exercised it).
 import assert from "node:assert/strict";
@@ -64,7 +65,13 @@ function childResults(peer: Peer) {
 }
 
 function runCase(peer: Peer, c: Case): Result {
-  const cell = { pair: c.pair, dtype: c.dtype, generation: c.generation, layout: c.layout };
+  const cell = {
+    pair: c.pair,
+    dtype: c.dtype,
+    generation: c.generation,
+    layout: c.layout,
+    ...(c.protocol ? { protocol: true } : {}),
+  };
   if (peer.isolate !== undefined) {
     const run = childResults(peer);
     const found = run.results.get(caseKey(c));

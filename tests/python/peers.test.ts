@@ -27,7 +27,7 @@ function pins(path: string): Array<{ name: string; version: string; line: string
   return readFileSync(path, "utf8").split("\n").filter((l) => l.trim() !== "" && !l.startsWith("#")).map((line) => {
     const match = /^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+)$/.exec(line.trim());
     assert.ok(match, `${path}: "${line}" is not name==version`);
-    return { name: match[1].toLowerCase().replace(/[-_.]+/g, "-"), version: match[2], line };
+    return { name: match[1]!.toLowerCase().replace(/[-_.]+/g, "-"), version: match[2]!, line };
   });
 }
 

@@ -318,7 +318,7 @@ test("every native status has its own message, and abi.zig and description.ts ag
   const body = zig.slice(zig.indexOf("pub const Status = enum(i32) {"));
   const native: Record<string, number> = {};
   for (const m of body.slice(0, body.indexOf("_,")).matchAll(/^\s+([a-z_]+) = (\d+),/gm)) {
-    native[m[1].replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())] = Number(m[2]);
+    native[m[1]!.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())] = Number(m[2]);
   }
   assert.deepEqual(native, { ...Status });
   const s = new Scratch();

@@ -36,7 +36,8 @@ test(`imports: ${RELEASES.toLocaleString("en")} owners released from ${THREADS} 
     const addresses = makeMany({ versioned, shape: [2, 2], dtype: "float32" }, count);
     const tagged = new Float64Array(count);
     for (let i = 0; i < count; i++) {
-      const view = importDLPack(versioned ? { versioned: addresses[i] } : { legacy: addresses[i] });
+      const address = addresses[i]!;
+      const view = importDLPack(versioned ? { versioned: address } : { legacy: address });
       const capsule = i % 3 === 0 ? exportDLPackLegacy(view) : exportDLPack(view);
       tagged[i] = Number(capsule.take()) * 2 + (capsule.versioned ? 1 : 0);
       view.dispose(); // the export, held by the consumer, is now the last share
@@ -74,7 +75,7 @@ test(
       const count = Math.min(BATCH, RELEASES - done);
       const tagged = new Float64Array(count);
       for (let i = 0; i < count; i++) {
-        const capsule = i % 2 === 0 ? exportDLPack(arrays[i % arrays.length]) : exportDLPackLegacy(arrays[i % 64]);
+        const capsule = i % 2 === 0 ? exportDLPack(arrays[i % arrays.length]!) : exportDLPackLegacy(arrays[i % 64]!);
         tagged[i] = Number(capsule.take()) * 2 + (capsule.versioned ? 1 : 0);
       }
       assert.ok(stats().pinned >= baseline.pinned + count, "every export pins its array");

@@ -6,8 +6,8 @@ import { exportDLPack, share, stats } from "../../mod.ts";
 import { pinnedCount, realmAddress } from "../../src/native/owner.ts";
 import { core } from "../../ffi/mod.ts";
 import { consumerValues, tp } from "../support/producer.ts";
-import { collectGarbage, test } from "../support/harness.ts";
-import { live } from "../support/assertions.ts";
+import { collectGarbage, repoRoot, runIsolated, test } from "../support/harness.ts";
+import { live, settledLive } from "../support/assertions.ts";
 
 const WORKER_URL = new URL("../support/worker.ts", import.meta.url).href;
 
@@ -61,8 +61,8 @@ class Realm {
 }
 
 test("three Workers and the main thread export one SharedArrayBuffer concurrently", async () => {
-  await collectGarbage();
-  const before = live();
+  // Settled first: pins an earlier file left to the sweep timer must not move under this count.
+  const before = await settledLive();
   const sab = new SharedArrayBuffer(64);
   const all = new Float32Array(sab);
   const realms = [new Realm(), new Realm(), new Realm()];
@@ -167,4 +167,73 @@ test("a terminated Worker's pins stop counting once their consumers release them
   // Nothing will ever drain the ended realm's queue: its thread's exit freed the record.
   assert.ok(await eventually(() => live().pinned === before.pinned), `pins: ${live().pinned}`);
   assert.deepEqual(live(), before);
+}, { timeout: 60_000 });
+
+/** Runs, in a child process (reading freed memory may crash it), Workers that each export a
+ * SharedArrayBuffer of their own of 65,536 floats (1, 2, 3, ...) and are terminated as soon as the
+ * address arrives; then reads every export and releases it. `loadFirst`: the main thread uses the
+ * library before starting them. Returns the child's report. */
+function exportsOfEndedWorkers(loadFirst: boolean): Record<string, unknown> {
+  const source = `
+import { stats } from "${repoRoot}/mod.ts";
+import { loadedCore } from "${repoRoot}/ffi/mod.ts";
+import { tp } from "${repoRoot}/tests/support/producer.ts";
+if (${loadFirst}) stats();
+const loadedBefore = loadedCore() !== undefined;
+const N = 65536;
+const addresses = [];
+for (let k = 0; k < 4; k++) {
+  const worker = new Worker("file://${repoRoot}/tests/support/worker.ts", { type: "module" });
+  const answer = await new Promise((resolve) => {
+    worker.onmessage = (e) => { worker.terminate(); resolve(e.data); };
+    worker.postMessage({ op: "export-own", shared: true, length: N });
+  });
+  if (answer.error !== undefined) throw new Error(answer.error);
+  addresses.push(answer.address);
+}
+await new Promise((resolve) => setTimeout(resolve, 300));
+for (let i = 0; i < 4; i++) {
+  globalThis.gc?.();
+  globalThis.Bun?.gc(true);
+  await new Promise((resolve) => setTimeout(resolve, 20));
+}
+const out = new Float64Array(N);
+const read = [];
+for (const address of addresses) {
+  const n = tp.tp_read_values(address, 1, out, N);
+  let wrong = 0;
+  for (let i = 0; i < N; i++) if (out[i] !== i + 1) wrong++;
+  read.push({ n, wrong });
+  tp.tp_consume(address, 1);
+}
+let pinned = -1;
+for (let i = 0; i < 100 && pinned !== 0; i++) {
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  pinned = stats().pinned;
+}
+console.log("RESULT " + JSON.stringify({ loadedBefore, read, pinned }));
+`;
+  const run = runIsolated(source, { gc: true });
+  const line = run.stdout.split("\n").find((l) => l.startsWith("RESULT "));
+  assert.ok(
+    run.code === 0 && line !== undefined,
+    `child exited with ${run.code}\nstdout: ${run.stdout.slice(-2000)}\nstderr: ${run.stderr.slice(-3000)}`,
+  );
+  return JSON.parse(line.slice(7));
+}
+
+const EVERY_VALUE_READ = Array.from({ length: 4 }, () => ({ n: 65536, wrong: 0 }));
+
+test("a Worker's SharedArrayBuffer export outlives it when the main thread never used the library first", () => {
+  const out = exportsOfEndedWorkers(false);
+  assert.equal(out.loadedBefore, false, "the main thread had not loaded the library");
+  assert.deepEqual(out.read, EVERY_VALUE_READ, "the exports read the Workers' values after they ended");
+  assert.equal(out.pinned, 0, "the keeper pins went with the exports");
+}, { timeout: 60_000 });
+
+test("a Worker terminated right after its first SharedArrayBuffer export leaves the export readable", () => {
+  const out = exportsOfEndedWorkers(true);
+  assert.equal(out.loadedBefore, true);
+  assert.deepEqual(out.read, EVERY_VALUE_READ, "the exports read the Workers' values after they ended");
+  assert.equal(out.pinned, 0, "the keeper pins went with the exports");
 }, { timeout: 60_000 });

@@ -52,7 +52,7 @@ const collect = async () => {
 while (performance.now() - start < seconds * 1000) {
   // Bursts of work between samples; timers (the pin sweep) and finalizers run in the gaps.
   for (let k = 0; k < 200; k++, i++) {
-    const w = schedule[i % schedule.length];
+    const w = schedule[i % schedule.length]!;
     w.run(i);
     counts.set(w.name, counts.get(w.name)! + 1);
   }
@@ -75,9 +75,10 @@ for (let k = 0; k < 50; k++) {
 const final = stats();
 sample();
 
+// Of at least one sample (the last is taken after the loop).
 const median = (xs: number[]) => {
   const s = xs.slice().sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)];
+  return s[Math.floor(s.length / 2)]!;
 };
 // The first fifth warms up (JIT, allocator pools, heap sizing); drift compares the median of the
 // next fifth with the median of the last fifth.
@@ -111,7 +112,7 @@ if (producerDeleted !== produced.count) {
   failures.push(`${produced.count} producer tensors made, ${producerDeleted} deleted`);
 }
 const series = (key: keyof (typeof samples)[number]) => ({
-  first: mb(samples[0][key]),
+  first: mb(samples[0]![key]),
   warm: mb(median(early.map((s) => s[key]))),
   last: mb(median(late.map((s) => s[key]))),
   max: mb(Math.max(...samples.map((s) => s[key]))),

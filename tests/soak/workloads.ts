@@ -119,7 +119,7 @@ export const workloads: Workload[] = [
       const tagged = new Float64Array(512);
       const pinnedSource = new Float32Array(8).fill(i);
       for (let k = 0; k < 256; k++) {
-        const view = importDLPack({ versioned: addresses[k] });
+        const view = importDLPack({ versioned: addresses[k]! });
         const capsule = exportDLPack(view);
         tagged[k] = Number(capsule.take()) * 2 + 1;
         view.dispose();

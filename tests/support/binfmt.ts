@@ -19,7 +19,7 @@ export interface LibraryFacts {
   /** ELF only: the glibc symbol versions the library needs ("GLIBC_2.17", ...), sorted. */
   readonly glibcVersions?: readonly string[];
   /** Mach-O only: the minimum macOS version from LC_BUILD_VERSION ("11.0.0"). */
-  readonly minOS?: string;
+  readonly minOS?: string | undefined;
 }
 
 /** A file the readers cannot make sense of. */

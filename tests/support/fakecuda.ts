@@ -55,19 +55,19 @@ export function bindFakeDriver(path: string): FakeDriver {
     stats() {
       lib.symbols.fakecuda_stats(out);
       return {
-        deviceAllocations: out[0],
-        hostAllocations: out[1],
-        managedAllocations: out[2],
-        events: out[3],
-        streams: out[4],
-        waits: out[5],
-        syncs: out[6],
-        records: out[7],
-        wrongContext: out[8],
-        contextDepth: out[9],
-        retains: out[10],
-        syncCopies: out[11],
-        asyncCopies: out[12],
+        deviceAllocations: out[0]!,
+        hostAllocations: out[1]!,
+        managedAllocations: out[2]!,
+        events: out[3]!,
+        streams: out[4]!,
+        waits: out[5]!,
+        syncs: out[6]!,
+        records: out[7]!,
+        wrongContext: out[8]!,
+        contextDepth: out[9]!,
+        retains: out[10]!,
+        syncCopies: out[11]!,
+        asyncCopies: out[12]!,
       };
     },
     failNext(name: string, result: number) {
@@ -75,7 +75,7 @@ export function bindFakeDriver(path: string): FakeDriver {
     },
     lastWait() {
       lib.symbols.fakecuda_last_wait(wait);
-      return { stream: wait[0], event: wait[1], recordedOn: wait[2] };
+      return { stream: wait[0]!, event: wait[1]!, recordedOn: wait[2]! };
     },
   };
 }

@@ -18,9 +18,9 @@ const isDeno = (globalThis as { Deno?: unknown }).Deno !== undefined;
 /** Options of {@link test}. */
 export interface TestOptions {
   /** Skip with this reason (shown in the test name); never reported as passed. */
-  readonly skip?: string | false;
+  readonly skip?: string | false | undefined;
   /** Milliseconds (Bun's default of 5 s is short for the soak-style tests). */
-  readonly timeout?: number;
+  readonly timeout?: number | undefined;
 }
 
 /** Set in a child process started on a test file to run that file's CUDA cases of one group
@@ -174,7 +174,7 @@ export async function spawn(cmd: string, args: readonly string[], options: Spawn
     try {
       const out = await new Deno.Command(cmd, {
         args: [...args],
-        cwd: options.cwd,
+        ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
         env,
         clearEnv: true,
         stdin: "null",
@@ -217,7 +217,7 @@ export async function spawn(cmd: string, args: readonly string[], options: Spawn
 interface BunSpawn {
   spawn(o: {
     cmd: string[];
-    cwd?: string;
+    cwd?: string | undefined;
     env: Record<string, string>;
     stdin: "ignore";
     stdout: "pipe";

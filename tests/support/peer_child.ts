@@ -18,5 +18,6 @@ for (const c of peerCases(peer)) {
     const detail = String((error as Error)?.stack ?? error).slice(0, 2000);
     result = { pair: c.pair, dtype: c.dtype, generation: c.generation, layout: c.layout, outcome: "failed", detail };
   }
+  if (c.protocol) result.protocol = true;
   console.log(`PEER-CASE ${JSON.stringify({ key: caseKey(c), ...result })}`);
 }

@@ -23,7 +23,7 @@ import {
   stats,
   zeros,
 } from "../../mod.ts";
-import { fromPython, type Python, toPython } from "../../python.ts";
+import { fromPython, type FromPythonOptions, type Python, toPython } from "../../python.ts";
 import { runtime } from "../../ffi/mod.ts";
 import { encodeMiniFloat, isMiniFloat } from "../../src/facts/scalars.ts";
 import { dtypeInfo } from "../../src/facts/dtypes.ts";
@@ -49,9 +49,12 @@ export interface Result {
   pair: string;
   dtype: DType;
   generation: Generation;
+  /** The layout, or for a protocol case the row (one request of the protocol). */
   layout: string;
   outcome: Outcome;
   detail: string;
+  /** A case of the protocol tables (a `__dlpack__` argument, a tensor state), not of a layout. */
+  protocol?: boolean;
 }
 
 /** A behaviour of a peer the table documents, checked by every case it covers. */
@@ -115,6 +118,45 @@ export interface PeerImport {
   readonly known?: readonly Known[];
 }
 
+/** The protocol's arguments and tensor states, per peer (docs/python.md's protocol tables). */
+export interface PeerProtocol {
+  /** Peer → JS: tensors in a state DLPack cannot say, by row of {@link STATE_ROWS}, with the numpy
+   * values they stand for (`make(a)` as in the layouts; `base` holds float64 values, or complex128
+   * ones for the conjugate bit). */
+  readonly states?: Readonly<Partial<Record<StateRow, PeerLayout>>>;
+  /** JS → peer: the peer's import of `producer` with each argument; "as is" without one (its
+   * `__dlpack__` call shows the stream and max_version the peer passes). Rows left out: the peer's
+   * import has no such argument. */
+  readonly consume?: Readonly<Partial<Record<"as is" | ImportArgumentRow, (producer: string) => string>>>;
+  /** What the peer does with each request, by row (in `layouts`): peer → JS ... */
+  readonly exportKnown?: readonly Known[];
+  /** ... and JS → peer. */
+  readonly importKnown?: readonly Known[];
+}
+
+/** Peer → JS: `fromPython` options, one request each, passed on to the peer's `__dlpack__`. */
+export const EXPORT_REQUESTS: Readonly<Record<string, FromPythonOptions>> = {
+  "stream=-1": { stream: -1 },
+  "max_version=(2, 0)": { maxVersion: [2, 0] },
+  "dl_device=(1, 0)": { device: { type: "cpu" } },
+  "copy=True": { copy: true },
+  "copy=False": { copy: false },
+};
+
+/** Peer → JS: tensor states that no DLPack struct carries. */
+export const STATE_ROWS = ["conjugate bit", "negative bit", "requires grad"] as const;
+type StateRow = (typeof STATE_ROWS)[number];
+
+/** JS → peer: the rows, each an import by the peer of a DLPackTensor over 64-byte-aligned memory. */
+export const IMPORT_ROWS = [
+  "stream (as passed)",
+  "max_version (as asked)",
+  "dl_device=(1, 0)",
+  "copy=True",
+  "copy=False",
+] as const;
+type ImportArgumentRow = "dl_device=(1, 0)" | "copy=True" | "copy=False";
+
 /** One Python framework in the matrix. */
 export interface Peer {
   /** Column name in the matrix. */
@@ -131,6 +173,7 @@ export interface Peer {
   readonly dtypes: readonly DType[];
   readonly exports?: PeerExport;
   readonly imports?: PeerImport;
+  readonly protocol?: PeerProtocol;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,7 +220,7 @@ const TORCH_FLOAT8: readonly DType[] = [
 ];
 
 /** Peer layouts in numpy terms (`make` turns the numpy array into the peer's tensor). */
-const STD: Readonly<Record<string, PeerLayout>> = {
+const STD = {
   "C": { peer: "make(base.reshape(2, 3))", expect: "base.reshape(2, 3)" },
   "F": { peer: "make(base.reshape(3, 2)).T", expect: "base.reshape(3, 2).T" },
   "sliced with offset": {
@@ -186,7 +229,7 @@ const STD: Readonly<Record<string, PeerLayout>> = {
   },
   "0-d": { peer: "make(base[3:4].reshape(()))", expect: "base[3:4].reshape(())" },
   "size 0": { peer: "make(base[:0].reshape(0, 3))", expect: "base[:0].reshape(0, 3)" },
-};
+} as const satisfies Readonly<Record<string, PeerLayout>>;
 
 /** Layouts numpy itself makes (numpy arrays as they are, and the peers that wrap them). */
 const NUMPY_MADE: Readonly<Record<string, PeerLayout>> = {
@@ -247,13 +290,22 @@ class LegacyOnly:
     def __dlpack__(self, stream=None): return self.inner.__dlpack__()
     def __dlpack_device__(self): return self.inner.__dlpack_device__()
 class Spy:
-    '''Passes every keyword on, and records the max_version the consumer asked for.'''
+    '''Passes every keyword on, and records them (and the max_version) the consumer asked for.'''
     asked = None
+    kw = None
     def __init__(self, inner): self.inner = inner
     def __dlpack__(self, **kw):
-        Spy.asked = kw.get('max_version'); return self.inner.__dlpack__(**kw)
+        Spy.asked = kw.get('max_version'); Spy.kw = dict(kw); return self.inner.__dlpack__(**kw)
     def __dlpack_device__(self): return self.inner.__dlpack_device__()
 `;
+
+/** numpy's refusal of a stream for host data. */
+const STREAM_REFUSED_BY_NUMPY: Known = {
+  kind: "refuses",
+  layouts: ["stream=-1"],
+  match: /RuntimeError: NumPy only supports stream=None/,
+  detail: "numpy takes only stream=None",
+};
 
 /** The peers. numpy, JAX and pyarrow come from tools/python-requirements.txt; the others from
  * tools/python-peers/. */
@@ -285,6 +337,15 @@ export const PEERS: readonly Peer[] = [
       readback: "y",
       // numpy marks legacy imports read-only; versioned ones follow READ_ONLY.
       check: "assert y.flags.writeable == (is_versioned and not is_readonly), y.flags.writeable",
+    },
+    protocol: {
+      consume: {
+        "as is": (producer) => `np.from_dlpack(${producer})`,
+        "dl_device=(1, 0)": (producer) => `np.from_dlpack(${producer}, device="cpu")`,
+        "copy=True": (producer) => `np.from_dlpack(${producer}, copy=True)`,
+        "copy=False": (producer) => `np.from_dlpack(${producer}, copy=False)`,
+      },
+      exportKnown: [STREAM_REFUSED_BY_NUMPY],
     },
   },
   {
@@ -330,6 +391,26 @@ export const PEERS: readonly Peer[] = [
         },
       ],
     },
+    protocol: {
+      consume: {
+        "as is": (producer) => `jax.dlpack.from_dlpack(${producer})`,
+        "dl_device=(1, 0)": (producer) => `jax.dlpack.from_dlpack(${producer}, device=jax.devices("cpu")[0])`,
+        "copy=True": (producer) => `jax.dlpack.from_dlpack(${producer}, copy=True)`,
+        "copy=False": (producer) => `jax.dlpack.from_dlpack(${producer}, copy=False)`,
+      },
+      exportKnown: [{
+        kind: "refuses",
+        layouts: ["stream=-1"],
+        match: /UNIMPLEMENTED: WaitUntilBufferReadyOnStream is only implemented for GPU/,
+        detail: "JAX takes a stream only for GPU data",
+      }],
+      importKnown: [{
+        kind: "deviates",
+        layouts: ["copy=True"],
+        match: /copy=True gave JS memory/,
+        detail: "jax.dlpack.from_dlpack(t, copy=True) still aliases the memory in JAX 0.10.2",
+      }],
+    },
   },
   {
     name: "pyarrow",
@@ -364,6 +445,14 @@ export const PEERS: readonly Peer[] = [
         dtypes: ["bool"],
         match: /ArrowTypeError: Bit-packed boolean data type not supported by DLPack/,
         detail: "pyarrow does not export bit-packed booleans",
+      }],
+    },
+    protocol: {
+      exportKnown: [{
+        kind: "refuses",
+        layouts: ["stream=-1"],
+        match: /NotImplementedError: Only stream=None is supported/,
+        detail: "pyarrow takes only stream=None",
       }],
     },
   },
@@ -426,6 +515,25 @@ def torch_np(y):
         layouts: ["negative strides"],
         match: /RuntimeError: .*(negative|overflow)/i,
         detail: "torch has no negative strides",
+      }],
+    },
+    protocol: {
+      states: {
+        "conjugate bit": { peer: "torch.conj(make(base.reshape(2, 3)))", expect: "np.conj(base.reshape(2, 3))" },
+        "negative bit": { peer: "torch._neg_view(make(base.reshape(2, 3)))", expect: "-base.reshape(2, 3)" },
+        "requires grad": { peer: "make(base.reshape(2, 3)).requires_grad_()", expect: "base.reshape(2, 3)" },
+      },
+      consume: {
+        "as is": (producer) => `torch.from_dlpack(${producer})`,
+        "dl_device=(1, 0)": (producer) => `torch.from_dlpack(${producer}, device="cpu")`,
+        "copy=True": (producer) => `torch.from_dlpack(${producer}, copy=True)`,
+        "copy=False": (producer) => `torch.from_dlpack(${producer}, copy=False)`,
+      },
+      exportKnown: [{
+        kind: "refuses",
+        layouts: ["requires grad"],
+        match: /BufferError: Can't export tensors that require gradient/,
+        detail: "torch refuses tensors that require gradients (fromPython takes its `__dlpack__` for them)",
       }],
     },
   },
@@ -493,6 +601,15 @@ def make(a): return tf.constant(a)
           detail: "TensorFlow imports only compact C-order strides",
         },
       ],
+    },
+    protocol: {
+      exportKnown: [{
+        kind: "refuses",
+        layouts: ["stream=-1", "dl_device=(1, 0)", "copy=True"],
+        match:
+          /RuntimeError: tf\.Tensor does not support DLPack export with a (non-None stream|non-None dl_device|copy=True)/,
+        detail: "TensorFlow's `__dlpack__` takes no stream, dl_device or copy=True",
+      }],
     },
   },
   {
@@ -569,6 +686,34 @@ def paddle_np(y):
         },
       ],
     },
+    protocol: {
+      states: {
+        "requires grad": {
+          peer: "paddle.to_tensor(base.reshape(2, 3), stop_gradient=False)",
+          expect: "base.reshape(2, 3)",
+        },
+      },
+      consume: {
+        "as is": (producer) => `paddle.from_dlpack(${producer})`,
+        "dl_device=(1, 0)": (producer) => `paddle.from_dlpack(${producer}, device="cpu")`,
+        "copy=True": (producer) => `paddle.from_dlpack(${producer}, copy=True)`,
+        "copy=False": (producer) => `paddle.from_dlpack(${producer}, copy=False)`,
+      },
+      exportKnown: [
+        {
+          kind: "refuses",
+          layouts: ["stream=-1"],
+          match: /AssertionError: CPU tensor stream must be None/,
+          detail: "PaddlePaddle takes only stream=None for CPU tensors",
+        },
+        {
+          kind: "refuses",
+          layouts: ["requires grad"],
+          match: /BufferError: Can't get __dlpack__ from Tensor that requires gradients/,
+          detail: "PaddlePaddle refuses tensors that require gradients (fromPython takes its `__dlpack__` for them)",
+        },
+      ],
+    },
   },
   {
     name: "TVM FFI",
@@ -607,6 +752,16 @@ def make(a): return tvm_ffi.from_dlpack(a)
       dtypeName: "dlpack",
       readback: "dlpack",
     },
+    protocol: {
+      // tvm_ffi.from_dlpack has no device or copy argument.
+      consume: { "as is": (producer) => `tvm_ffi.from_dlpack(${producer})` },
+      exportKnown: [{
+        kind: "refuses",
+        layouts: ["copy=True"],
+        match: /BufferError: copy not yet supported/,
+        detail: "TVM FFI's `__dlpack__` cannot copy",
+      }],
+    },
   },
   {
     name: "array-api-strict",
@@ -636,6 +791,18 @@ def make(a): return xp.asarray(a)
       address: "y._array.ctypes.data",
       dtypeName: "str(y.dtype).split('.')[-1]",
       readback: "y._array",
+    },
+    protocol: {
+      consume: {
+        "as is": (producer) => `xp.from_dlpack(${producer})`,
+        "dl_device=(1, 0)": (producer) => `xp.from_dlpack(${producer}, device=xp.Device("CPU_DEVICE"))`,
+        "copy=True": (producer) => `xp.from_dlpack(${producer}, copy=True)`,
+        "copy=False": (producer) => `xp.from_dlpack(${producer}, copy=False)`,
+      },
+      exportKnown: [{
+        ...STREAM_REFUSED_BY_NUMPY,
+        detail: "array-api-strict (numpy underneath) takes only stream=None",
+      }],
     },
   },
 ];
@@ -707,8 +874,8 @@ export function jsSource(dtype: DType): { array: AnyTypedArray; dtype?: DType } 
     codes.forEach((code, k) => {
       const bit = k * bits;
       const word = code << (bit & 7);
-      bytes[bit >>> 3] |= word & 0xff;
-      bytes[(bit >>> 3) + 1] |= word >>> 8;
+      bytes[bit >>> 3]! |= word & 0xff;
+      bytes[(bit >>> 3) + 1]! |= word >>> 8;
     });
     return { array: bytes, dtype };
   }
@@ -717,6 +884,13 @@ export function jsSource(dtype: DType): { array: AnyTypedArray; dtype?: DType } 
 
 function subByteBits(dtype: DType): number {
   return dtype.startsWith("float4") ? 4 : dtype.startsWith("float6") ? 6 : 8;
+}
+
+/** The JS source layout of that name (the tables name only layouts that exist). */
+function importLayout(name: string): ImportLayout {
+  const layout = IMPORT_LAYOUTS[name];
+  if (layout === undefined) throw new Error(`no JS source layout named ${name}`);
+  return layout;
 }
 
 /** Whether element 0 of a layout starts on a byte boundary for packed sub-byte dtypes. */
@@ -733,7 +907,7 @@ export function jsValues(view: BufferView): unknown[] {
     const v = view.get(...index);
     out.push(typeof v === "bigint" ? Number(v) : v);
     for (let d = shape.length - 1; d >= 0; d--) {
-      if (++index[d] < shape[d]) break;
+      if (++index[d]! < shape[d]!) break;
       index[d] = 0;
     }
   }
@@ -761,6 +935,8 @@ export interface Case {
   readonly dtype: DType;
   readonly generation: Generation;
   readonly layout: string;
+  /** A case of the protocol tables (its `layout` is the row). */
+  readonly protocol?: boolean;
   /** Runs the case in this process; returns what it found (throws on a failure). */
   run(py: Python): { outcome: Outcome; detail: string };
 }
@@ -804,7 +980,7 @@ export function peerCases(peer: Peer): Case[] {
     for (const dtype of imp.dtypes ?? peer.dtypes) {
       for (const generation of imp.generations) {
         for (const layout of imp.layouts) {
-          if (!layoutFits(dtype, IMPORT_LAYOUTS[layout])) continue;
+          if (!layoutFits(dtype, importLayout(layout))) continue;
           const known = imp.known?.find((k) => covers(k, dtype, generation, layout));
           cases.push({
             peer,
@@ -816,6 +992,34 @@ export function peerCases(peer: Peer): Case[] {
           });
         }
       }
+    }
+  }
+  return [...cases, ...protocolCases(peer)];
+}
+
+/** The protocol cases of a peer: each request of {@link EXPORT_REQUESTS} and state of
+ * {@link STATE_ROWS} it has (peer → JS), and each of its imports of {@link IMPORT_ROWS} (JS → peer). */
+function protocolCases(peer: Peer): Case[] {
+  const cases: Case[] = [];
+  const protocol = peer.protocol;
+  const add = (pair: string, dtype: DType, row: string, run: Case["run"]) =>
+    cases.push({ peer, pair, dtype, generation: "versioned", layout: row, protocol: true, run });
+  if (peer.exports !== undefined) {
+    const pair = `${peer.name} → JS`;
+    for (const row of Object.keys(EXPORT_REQUESTS)) add(pair, "float64", row, (py) => exportRequestCase(py, peer, row));
+    for (const row of STATE_ROWS) {
+      const state = protocol?.states?.[row];
+      if (state === undefined) continue;
+      const dtype = row === "conjugate bit" ? "complex128" : "float64";
+      add(pair, dtype, row, (py) => stateCase(py, peer, dtype, row, state));
+    }
+  }
+  const consume = protocol?.consume;
+  if (peer.imports !== undefined && consume !== undefined) {
+    const pair = `JS → ${peer.name}`;
+    for (const row of IMPORT_ROWS) {
+      const call = row.includes("(as ") ? consume["as is"] : consume[row as ImportArgumentRow];
+      if (call !== undefined) add(pair, "float64", row, (py) => importRequestCase(py, peer, row, call));
     }
   }
   return cases;
@@ -847,7 +1051,7 @@ function evalNumber(py: Python, expr: string): number {
 function expectRefusal(error: unknown, known: Known, what: string): { outcome: Outcome; detail: string } {
   if (!(error instanceof DLPackError) || !known.match.test(error.message)) throw error;
   assert.equal(error.code, "python", `${what}: the refusal arrives as a DLPackError with code "python"`);
-  const first = error.message.split("\n")[0].replace(/^exec: /, "");
+  const first = error.message.split("\n")[0]!.replace(/^exec: /, "");
   return { outcome: "refused", detail: `${known.detail}: ${first.slice(0, 160)}` };
 }
 
@@ -862,6 +1066,7 @@ function exportCase(
 ): { outcome: Outcome; detail: string } {
   prepare(py, peer);
   const layout = exp.layouts[layoutName];
+  if (layout === undefined) throw new Error(`${peer.name} exports no layout named ${layoutName}`);
   const what = `${peer.name} → JS ${dtype} ${generation} ${layoutName}`;
   py.exec(`dt = '${dtype}'\nbase = ${pyValues(dtype)}\nexpect = ${layout.expect}`);
   let view: BufferView;
@@ -892,6 +1097,136 @@ function exportCase(
   }
 }
 
+/** Peer → JS: one `fromPython` request (a row of {@link EXPORT_REQUESTS}) of the peer's C-order
+ * tensor (the tensor itself, not a capsule: the request reaches its `__dlpack__`). */
+function exportRequestCase(py: Python, peer: Peer, row: string): { outcome: Outcome; detail: string } {
+  prepare(py, peer);
+  const exp = peer.exports!;
+  const layout = exp.layouts.C;
+  if (layout === undefined) throw new Error(`${peer.name} exports no C layout`);
+  py.exec(`dt = 'float64'\nbase = ${pyValues("float64")}\nexpect = ${layout.expect}`);
+  const known = peer.protocol?.exportKnown?.find((k) => k.layouts?.includes(row));
+  const what = `${peer.name} → JS ${row}`;
+  return requestCase(py, layout.peer, EXPORT_REQUESTS[row], known, what, (v) => {
+    const same = v.address === BigInt(evalNumber(py, exp.address));
+    if (row !== "copy=True") {
+      assert.ok(same, `${what}: zero-copy`);
+      return { outcome: "zero-copy", detail: "" };
+    }
+    assert.ok(!same, `${what}: copy=True gave the peer's own memory`);
+    return { outcome: "copy", detail: "the producer copied, as asked" };
+  });
+}
+
+/** Peer → JS: a tensor in a state DLPack cannot say; `fromPython` must give the values it stands
+ * for (a copy the peer made) or the peer's refusal. */
+function stateCase(
+  py: Python,
+  peer: Peer,
+  dtype: DType,
+  row: string,
+  state: PeerLayout,
+): { outcome: Outcome; detail: string } {
+  prepare(py, peer);
+  py.exec(`dt = '${dtype}'\nbase = ${pyValues(dtype)}\nexpect = ${state.expect}`);
+  const known = peer.protocol?.exportKnown?.find((k) => k.layouts?.includes(row));
+  return requestCase(
+    py,
+    state.peer,
+    undefined,
+    known,
+    `${peer.name} → JS ${row}`,
+    (v) =>
+      v.flags.isCopied
+        ? { outcome: "copy", detail: "resolved: the peer copied the values the tensor stands for" }
+        : { outcome: "zero-copy", detail: "" },
+  );
+}
+
+/** `fromPython(src, opts)` of the Python expression `peer`: the refusal `known` names, or a view
+ * whose shape and values are `expect`'s, then judged by `judge`. */
+function requestCase(
+  py: Python,
+  peer: string,
+  opts: FromPythonOptions | undefined,
+  known: Known | undefined,
+  what: string,
+  judge: (v: BufferView) => { outcome: Outcome; detail: string },
+): { outcome: Outcome; detail: string } {
+  let view: BufferView;
+  try {
+    py.exec(`src = ${peer}`);
+    using handed = py.eval("src");
+    view = fromPython(handed, opts);
+  } catch (error) {
+    py.exec("src = None");
+    if (known?.kind !== "refuses") throw error;
+    return expectRefusal(error, known, what);
+  }
+  using v = view;
+  try {
+    assert.ok(known?.kind !== "refuses", `${what}: the table says "${known?.detail}", but it worked`);
+    return deviation(known, what, () => {
+      using shape = py.eval("list(expect.shape)");
+      assert.deepEqual(v.shape, shape.toJS(), `${what}: shape`);
+      sameValues(jsValues(v), pyFlat(py, "expect"), what);
+      return judge(v);
+    });
+  } finally {
+    py.exec("src = None");
+  }
+}
+
+/** JS → peer: the peer's import (`consume`) of a DLPackTensor over a 64-byte-aligned allocation
+ * (no peer copies for want of alignment), through the spy that records its `__dlpack__` keywords. */
+function importRequestCase(
+  py: Python,
+  peer: Peer,
+  row: string,
+  consume: (producer: string) => string,
+): { outcome: Outcome; detail: string } {
+  prepare(py, peer);
+  const imp = peer.imports!;
+  const what = `JS → ${peer.name} ${row}`;
+  const known = peer.protocol?.importKnown?.find((k) => k.layouts?.includes(row));
+  using memory = empty([2, 3], "float64");
+  (memory.array() as Float64Array).set(jsSource("float64").array as Float64Array);
+  {
+    using t = toPython(memory, py);
+    py.set("t", t);
+  }
+  try {
+    py.exec(`Spy.kw = None\ny = ${consume("Spy(t)")}`);
+  } catch (error) {
+    py.exec("y = None\nt = None");
+    if (known?.kind !== "refuses") throw error;
+    return expectRefusal(error, known, what);
+  }
+  try {
+    assert.ok(known?.kind !== "refuses", `${what}: the table says "${known?.detail}", but it worked`);
+    using passed = py.eval("Spy.kw");
+    const kw = (passed.toJS() ?? {}) as Record<string, unknown>;
+    using back = imp.readback === "dlpack" ? fromPython(py.eval("y")) : undefined;
+    return deviation(known, what, () => {
+      sameValues(jsValues(memory), back !== undefined ? jsValues(back) : pyFlat(py, imp.readback), what);
+      const address = back !== undefined ? Number(back.address) : evalNumber(py, imp.address);
+      const same = address === Number(memory.address);
+      if (row === "copy=True") {
+        assert.ok(!same, `${what}: copy=True gave JS memory`);
+        return { outcome: "copy", detail: `the ${kw.copy === true ? "producer" : "consumer"} copied` };
+      }
+      assert.ok(same, `${what}: zero-copy`);
+      if (row.startsWith("stream")) {
+        assert.ok(kw.stream === undefined || kw.stream === null, `${what}: a CPU consumer passes no stream`);
+      }
+      const asked = row.startsWith("max_version") ? `asked ${JSON.stringify(kw.max_version ?? null)}` : "";
+      return { outcome: "zero-copy", detail: asked };
+    });
+  } finally {
+    py.exec("y = None\nt = None");
+  }
+}
+
 /** Runs the checks of a case that worked. A documented deviation must make them fail the way
  * the table says (and is then the outcome); anything else must pass them. */
 function deviation(
@@ -904,7 +1239,7 @@ function deviation(
     checks();
   } catch (error) {
     if (!(error instanceof assert.AssertionError) || !known.match.test(error.message)) throw error;
-    const found = error.message.replace(what, "").replace(/^[: ]+/, "").split("\n")[0].slice(0, 100);
+    const found = error.message.replace(what, "").replace(/^[: ]+/, "").split("\n")[0]!.slice(0, 100);
     return { outcome: "deviates", detail: `${known.detail} (${found})` };
   }
   assert.fail(`${what}: the table says "${known.detail}", but every check passed`);
@@ -954,7 +1289,7 @@ function importCase(
   known: Known | undefined,
 ): { outcome: Outcome; detail: string } {
   prepare(py, peer);
-  const layout = IMPORT_LAYOUTS[layoutName];
+  const layout = importLayout(layoutName);
   const what = `JS → ${peer.name} ${dtype} ${generation} ${layoutName}`;
   const source = importSource(dtype, layout, imp.alignedOnly !== undefined);
   using _keep = source.keep;
@@ -1029,7 +1364,7 @@ function verifyImport(
     sameValues(jsValues(mirror), pyFlat(py, imp.readback), what);
   }
   if (imp.check !== undefined) {
-    const readonly = IMPORT_LAYOUTS[layoutName].opts.readonly === true;
+    const readonly = importLayout(layoutName).opts.readonly === true;
     py.exec(
       `is_versioned = ${generation === "versioned" ? "True" : "False"}\nis_readonly = ${readonly ? "True" : "False"}`,
     );

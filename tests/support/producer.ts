@@ -44,21 +44,21 @@ type Int = number | bigint;
 /** Every field of a managed tensor the producer can set. Defaults: a valid, versioned, CPU,
  * C-contiguous tensor with a counting deleter and zeroed data. */
 export interface TensorSpec {
-  versioned?: boolean;
-  version?: [number, number];
-  flags?: Int;
-  dtype?: DType | { code: number; bits: number; lanes: number };
-  device?: [number, number];
-  shape?: Int[] | null;
+  versioned?: boolean | undefined;
+  version?: [number, number] | undefined;
+  flags?: Int | undefined;
+  dtype?: DType | { code: number; bits: number; lanes: number } | undefined;
+  device?: [number, number] | undefined;
+  shape?: Int[] | null | undefined;
   /** Overrides ndim (for hostile ranks); shape/strides arrays hold at most 64 entries. */
-  ndim?: number;
-  strides?: Int[] | null;
-  byteOffset?: Int;
+  ndim?: number | undefined;
+  strides?: Int[] | null | undefined;
+  byteOffset?: Int | undefined;
   /** "alloc" (default), "null", or an explicit address. */
-  data?: "alloc" | "null" | Int;
+  data?: "alloc" | "null" | Int | undefined;
   /** Bytes to allocate (default: enough for the span plus byteOffset). */
-  dataBytes?: number;
-  deleter?: "counted" | "null";
+  dataBytes?: number | undefined;
+  deleter?: "counted" | "null" | undefined;
 }
 
 /** A tensor the producer made. */
@@ -83,7 +83,7 @@ function defaultBytes(spec: TensorSpec, dl: { bits: number }): number {
   const strides = spec.strides === null || spec.strides === undefined ? undefined : spec.strides.map(Number);
   let span = 1;
   if (strides === undefined) span = shape.reduce((a, b) => a * b, 1);
-  else if (shape.every((e) => e > 0)) span = 1 + shape.reduce((a, e, d) => a + (e - 1) * Math.abs(strides[d]), 0);
+  else if (shape.every((e) => e > 0)) span = 1 + shape.reduce((a, e, d) => a + (e - 1) * Math.abs(strides[d] ?? 0), 0);
   const bytes = Math.ceil((span * Math.max(dl.bits, 8)) / 8) + Number(spec.byteOffset ?? 0);
   return Math.min(Math.max(bytes, 1), 1 << 24);
 }
@@ -190,13 +190,13 @@ export function inspect(address: number | bigint, versioned: boolean): Inspected
   const ndim = tp.tp_inspect(address, versioned ? 1 : 0, out);
   if (ndim < 0) throw new Error("consumer found NULL strides");
   return {
-    data: BigInt.asUintN(64, out[0]),
+    data: BigInt.asUintN(64, out[0]!),
     device: [Number(out[1]), Number(out[2])],
     ndim: Number(out[3]),
     dtype: { code: Number(out[4]), bits: Number(out[5]), lanes: Number(out[6]) },
-    byteOffset: out[7],
-    flags: out[8],
-    version: out[9] < 0n ? null : [Number(out[9]), Number(out[10])],
+    byteOffset: out[7]!,
+    flags: out[8]!,
+    version: out[9]! < 0n ? null : [Number(out[9]), Number(out[10])],
     shape: Array.from(out.slice(11, 11 + ndim), Number),
     strides: Array.from(out.slice(11 + RANK, 11 + RANK + ndim), Number),
   };

@@ -32,7 +32,8 @@ export class Rng {
 
   /** One element of a list. */
   pick<T>(items: readonly T[]): T {
-    return items[this.u32() % items.length];
+    if (items.length === 0) throw new Error("pick() from an empty list");
+    return items[this.u32() % items.length]!;
   }
 
   /** A uniform 64-bit value as a signed bigint. */

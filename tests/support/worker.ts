@@ -26,6 +26,9 @@ interface ExportOwn {
   op: "export-own";
   /** A SharedArrayBuffer this Worker makes (no other realm holds it), or a plain ArrayBuffer. */
   shared: boolean;
+  /** Float32 elements (default 4), holding 1, 2, 3, ...: a large buffer lies in a mapping of its
+   * own, which its free unmaps, so reading it after the free faults instead of reading garbage. */
+  length?: number;
 }
 type Message = Hammer | ImportAddress | Simple | ExportOwn;
 
@@ -84,9 +87,10 @@ scope.onmessage = (e: MessageEvent<Message>) => {
         break;
       }
       case "export-own": {
-        const memory = m.shared ? new SharedArrayBuffer(16) : new ArrayBuffer(16);
+        const length = m.length ?? 4;
+        const memory = m.shared ? new SharedArrayBuffer(4 * length) : new ArrayBuffer(4 * length);
         const values = new Float32Array(memory);
-        values.set([1, 2, 3, 4]);
+        for (let i = 0; i < length; i++) values[i] = i + 1;
         scope.postMessage({ op: m.op, address: share(values).take() });
         break;
       }

@@ -65,6 +65,8 @@ pub const TypeSpec = extern struct {
 };
 /// The `Py_tp_*` slot numbers of typeslots.h (stable across versions).
 pub const slot = struct {
+    pub const tp_base: c_int = 48;
+    pub const tp_bases: c_int = 49;
     pub const tp_dealloc: c_int = 52;
     pub const tp_doc: c_int = 56;
     pub const tp_init: c_int = 60;
@@ -76,6 +78,14 @@ pub const slot = struct {
 };
 /// Py_TPFLAGS_HAVE_VERSION_TAG: part of Py_TPFLAGS_DEFAULT up to 3.11, ignored later.
 pub const tpflags_default: c_uint = 1 << 18;
+/// `tp_flags` bits: Py_TPFLAGS_IMMUTABLETYPE (3.10+: no attribute can be set or deleted, by any
+/// Python code), Py_TPFLAGS_HEAPTYPE (allocated at run time: every `class` statement, and types
+/// made by PyType_FromSpec), Py_TPFLAGS_TUPLE_SUBCLASS and Py_TPFLAGS_UNICODE_SUBCLASS (tuple, str
+/// and their subclasses: what PyTuple_Check and PyUnicode_Check test).
+pub const tpflags_immutable: c_ulong = 1 << 8;
+pub const tpflags_heap: c_ulong = 1 << 9;
+pub const tpflags_tuple: c_ulong = 1 << 26;
+pub const tpflags_unicode: c_ulong = 1 << 28;
 /// `Py_EQ` and `Py_GE` of PyObject_RichCompareBool.
 pub const compare_eq: c_int = 2;
 pub const compare_ge: c_int = 5;
@@ -154,7 +164,21 @@ pub const Api = struct {
     PyObject_Repr: *const fn (*PyObject) callconv(.c) ?*PyObject,
     PyUnicode_FromStringAndSize: *const fn ([*]const u8, isize) callconv(.c) ?*PyObject,
     PyErr_Restore: *const fn (?*PyObject, ?*PyObject, ?*PyObject) callconv(.c) void,
+    PyType_GetSlot: *const fn (*PyObject, c_int) callconv(.c) ?*anyopaque,
+    PyType_GetFlags: *const fn (*PyObject) callconv(.c) c_ulong,
+    PyType_Modified: *const fn (*PyObject) callconv(.c) void,
+    PyObject_GenericSetAttr: *const fn (*PyObject, *PyObject, ?*PyObject) callconv(.c) c_int,
+    PyLong_AsLong: *const fn (*PyObject) callconv(.c) c_long,
+    PyExc_OverflowError: **PyObject,
+    PyExc_RuntimeError: **PyObject,
+    PyImport_ImportModule: *const fn ([*:0]const u8) callconv(.c) ?*PyObject,
 };
+
+/// `_PyType_Lookup(type, name)`: the attribute found along the type's real MRO, a borrowed
+/// reference or null, without raising and without running Python code (no descriptor, no
+/// metaclass). Not in the limited API, so resolved on its own: without it no producer's DLPack C
+/// exchange table is trusted (`fromPython` takes `__dlpack__`).
+pub var type_lookup: ?*const fn (*PyObject, *PyObject) callconv(.c) ?*PyObject = null;
 
 pub var api: ?Api = null;
 var load_error: [256]u8 = [_]u8{0} ** 256;
@@ -183,6 +207,7 @@ pub fn load(path: [*:0]const u8) LoadError!void {
     const unchecked = std.c.dlsym(handle, "PyThreadState_GetUnchecked") orelse
         std.c.dlsym(handle, "_PyThreadState_UncheckedGet");
     if (unchecked) |symbol| current_thread_state = @ptrCast(@alignCast(symbol));
+    if (std.c.dlsym(handle, "_PyType_Lookup")) |symbol| type_lookup = @ptrCast(@alignCast(symbol));
     api = resolved;
 }
 
@@ -322,6 +347,13 @@ pub fn newTuple(a: Api, items: []const ?*PyObject) ?*PyObject {
         return null;
     }
     return tuple;
+}
+
+/// Whether `object`'s type has the `tp_flags` bit `flag` (PyTuple_Check and friends are macros).
+pub fn hasTypeFlag(a: Api, object: *PyObject, flag: c_ulong) bool {
+    const kind = a.PyObject_Type(object).?;
+    defer a.Py_DecRef(kind); // the object holds its type
+    return a.PyType_GetFlags(kind) & flag != 0;
 }
 
 pub fn none(a: Api) *PyObject {

@@ -18,6 +18,8 @@ const admit = @import("admit.zig");
 const cpython = @import("cpython.zig");
 const dlpack = @import("dlpack.zig");
 const exports = @import("exports.zig");
+const guards = @import("guards.zig");
+const mappings = @import("mappings.zig");
 const memory = @import("memory.zig");
 const owner_mod = @import("owner.zig");
 const stats = @import("stats.zig");
@@ -109,6 +111,8 @@ pub const Counter = enum(u8) {
     consumer_fallbacks,
     /// `toPython(x, py, { as })` objects made by a type's `managed_tensor_to_py_object_no_sync`.
     consumer_to_py_object,
+    /// Calls of `DLPackTensor.__dlpack__` (the capsule path, which the table saves consumers).
+    dunder_dlpack,
 };
 pub const counter_count = @typeInfo(Counter).@"enum".fields.len;
 var counters = [_]std.atomic.Value(u64){std.atomic.Value(u64).init(0)} ** counter_count;
@@ -129,11 +133,18 @@ pub fn install(a: PyApi, cls: *PyObject) error{Raised}!void {
     attribute_name = try interned(a, attribute_name, attribute);
     module_name = try interned(a, module_name, "__module__");
     qualname_name = try interned(a, qualname_name, "__qualname__");
+    if (installed_on == cls) return; // the type is made once per process, and so is its table
     const capsule = a.PyCapsule_New(@ptrCast(@constCast(&table)), capsule_name, null) orelse
         return error.Raised;
     defer a.Py_DecRef(capsule);
-    if (a.PyObject_SetAttr(cls, attribute_name.?, capsule) != 0) return error.Raised;
+    // The type is immutable, so `type.__setattr__` refuses; the generic setter writes the type's
+    // own dict, as a C extension sets a class attribute of the type it has just made.
+    if (a.PyObject_GenericSetAttr(cls, attribute_name.?, capsule) != 0) return error.Raised;
+    a.PyType_Modified(cls);
+    installed_on = cls;
 }
+
+var installed_on: ?*PyObject = null;
 
 fn interned(a: PyApi, kept: ?*PyObject, text: [*:0]const u8) error{Raised}!*PyObject {
     return kept orelse a.PyUnicode_InternFromString(text) orelse error.Raised;
@@ -162,10 +173,10 @@ fn usable(comptime T: type, address: usize) bool {
 // Producer side: the functions of `table`. Each takes the GIL itself (PyGILState is reentrant), so
 // a caller that released it (ctypes.CFUNCTYPE) cannot make us touch objects without it.
 
-/// The export template of `object`, which must be a `dlpack_ts.DLPackTensor` over writable data
-/// without a producer stream; null with an exception set (BufferError for what `__dlpack__` can
-/// still export, so consumers that fall back to it do).
-fn lendable(a: PyApi, object: usize) ?usize {
+/// The export template of `object`, which must be a `dlpack_ts.DLPackTensor` without a producer
+/// stream, over writable data unless `readonly_ok`; null with an exception set (BufferError for
+/// what `__dlpack__` can still export, so consumers that fall back to it do).
+fn lendable(a: PyApi, object: usize, readonly_ok: bool) ?dlpack_tensor.Lent {
     if (!usable(usize, object)) {
         _ = raise(
             a,
@@ -175,14 +186,15 @@ fn lendable(a: PyApi, object: usize) ?usize {
         );
         return null;
     }
-    const lent = dlpack_tensor.lentBy(a, @ptrFromInt(object)) orelse return null;
+    var lent = dlpack_tensor.lentBy(a, @ptrFromInt(object)) orelse return null;
     const template = lent.template;
     const flags = @as(*const dlpack.ManagedTensorVersioned, @ptrFromInt(template)).flags;
-    if (lent.readonly or flags & dlpack.flag.read_only != 0) {
-        // Consumers of this API ignore READ_ONLY (tvm-ffi 0.1 and torch 2.15 make writable
-        // tensors of such structs): read-only data goes through __dlpack__, which keeps it so.
-        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not lent through the DLPack C " ++
-            "exchange API; use __dlpack__(max_version=(1, 0)), which marks it read-only", .{});
+    lent.readonly = lent.readonly or flags & dlpack.flag.read_only != 0;
+    if (lent.readonly and !readonly_ok) {
+        // A DLTensor has no flags: it cannot say read-only, as the legacy struct cannot.
+        _ = raise(a, a.PyExc_BufferError.*, "read-only data is not lent as a bare DLTensor (it " ++
+            "cannot say read-only); use managed_tensor_from_py_object_no_sync, whose versioned " ++
+            "struct carries READ_ONLY", .{});
         return null;
     }
     if (exports.hasProducerStream(template)) {
@@ -196,10 +208,11 @@ fn lendable(a: PyApi, object: usize) ?usize {
         );
         return null;
     }
-    return template;
+    return lent;
 }
 
-/// `managed_tensor_from_py_object_no_sync`: a new versioned export over the object's memory.
+/// `managed_tensor_from_py_object_no_sync`: a new versioned export over the object's memory,
+/// READ_ONLY set for read-only data (as `__dlpack__(max_version=(1, 0))` sets it).
 fn managedFromObject(object: usize, out: usize) callconv(.c) c_int {
     count(.from_py_object);
     const a = cpython.api orelse return -1;
@@ -210,9 +223,12 @@ fn managedFromObject(object: usize, out: usize) callconv(.c) c_int {
     }
     const slot: *usize = @ptrFromInt(out);
     slot.* = 0;
-    const template = lendable(a, object) orelse return -1;
-    slot.* = exports.clone(template, true) catch
+    const lent = lendable(a, object, true) orelse return -1;
+    const made = exports.clone(lent.template, true) catch
         return raise(a, a.PyExc_MemoryError.*, "out of memory making an export", .{});
+    const m: *dlpack.ManagedTensorVersioned = @ptrFromInt(made);
+    if (lent.readonly) m.flags |= dlpack.flag.read_only;
+    slot.* = made;
     return 0;
 }
 
@@ -225,7 +241,7 @@ fn tensorFromObject(object: usize, out: usize) callconv(.c) c_int {
     if (!usable(dlpack.Tensor, out)) {
         return raise(a, a.PyExc_TypeError.*, "out must point to a DLTensor", .{});
     }
-    const template = lendable(a, object) orelse return -1;
+    const template = (lendable(a, object, false) orelse return -1).template;
     const m: *const dlpack.ManagedTensorVersioned = @ptrFromInt(template);
     const target: *dlpack.Tensor = @ptrFromInt(out);
     target.* = m.dl_tensor;
@@ -250,7 +266,8 @@ fn currentWorkStream(device_type: i32, device_id: i32, out: usize) callconv(.c) 
 }
 
 /// `managed_tensor_to_py_object_no_sync`: a DLPackTensor over a producer's tensor, which it takes
-/// over (validated like every import; a refused one is released at once, as ownership passed).
+/// over (validated and claimed like every import: one of this library's exports is taken once,
+/// whichever way it comes back; a refused one is released at once, as ownership passed).
 fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
     count(.to_py_object);
     const a = cpython.api orelse return -1;
@@ -270,22 +287,13 @@ fn managedToObject(tensor: usize, out: usize) callconv(.c) c_int {
         );
     }
     var d: Description = undefined;
-    var own: ?exports.Own = null;
-    const status = admit.inspect(tensor, .{ .versioned = true }, &d, &own);
-    if (status != .ok) {
-        // As `dlpk_import` does: released once where that is safe (ownership passed to us).
-        const reported = admit.releaseRefused(tensor, true, status, &d, false);
+    const created = takeOver(tensor, false, &d) orelse {
+        const reported = std.enums.fromInt(abi.Status, d.status) orelse .invalid_argument;
+        if (reported == .out_of_memory) {
+            return raise(a, a.PyExc_MemoryError.*, "out of memory importing the tensor", .{});
+        }
         const reason = std.enums.tagName(abi.Status, reported) orelse "invalid";
-        return raise(
-            a,
-            a.PyExc_BufferError.*,
-            "the tensor was refused ({s}) and released",
-            .{reason},
-        );
-    }
-    const created = admit.record(tensor, true, &d) catch {
-        dlpack.deleteManaged(tensor, true);
-        return raise(a, a.PyExc_MemoryError.*, "out of memory importing the tensor", .{});
+        return raise(a, a.PyExc_BufferError.*, "the tensor was refused ({s})", .{reason});
     };
     const template = reexport(&d, created) catch {
         owner_mod.release(created); // calls the producer's deleter
@@ -336,12 +344,35 @@ fn reexport(d: *const Description, owner: *owner_mod.Owner) error{OutOfMemory}!u
 // The allocator: zeroed host memory (never stale heap bytes that would reach JS) in a versioned
 // export, C-contiguous. Errors go through SetError when given, else as a Python exception.
 
-/// Why the allocator refused: the exception type name and message for SetError.
+/// Why the allocator refused: the exception type (its name goes to SetError, the same type is
+/// raised without one) and the message.
 const Refusal = struct {
-    kind: [*:0]const u8 = "ValueError",
+    kind: Kind = .value_error,
     message: [*:0]const u8 = "",
 
-    fn set(self: *Refusal, kind: [*:0]const u8, message: [*:0]const u8) error{Refused} {
+    const Kind = enum {
+        value_error,
+        buffer_error,
+        memory_error,
+
+        fn name(kind: Kind) [*:0]const u8 {
+            return switch (kind) {
+                .value_error => "ValueError",
+                .buffer_error => "BufferError",
+                .memory_error => "MemoryError",
+            };
+        }
+
+        fn exception(kind: Kind, a: PyApi) *PyObject {
+            return switch (kind) {
+                .value_error => a.PyExc_ValueError.*,
+                .buffer_error => a.PyExc_BufferError.*,
+                .memory_error => a.PyExc_MemoryError.*,
+            };
+        }
+    };
+
+    fn set(self: *Refusal, kind: Kind, message: [*:0]const u8) error{Refused} {
         self.* = .{ .kind = kind, .message = message };
         return error.Refused;
     }
@@ -357,13 +388,13 @@ fn allocate(
     var refusal: Refusal = .{};
     const made = allocateChecked(prototype, out, &refusal) catch {
         if (set_error) |report| {
-            report(error_ctx, refusal.kind, refusal.message);
+            report(error_ctx, refusal.kind.name(), refusal.message);
             return -1;
         }
         const a = cpython.api orelse return -1;
         const gil = cpython.Gil.take(a);
         defer gil.release();
-        a.PyErr_SetString(a.PyExc_ValueError.*, refusal.message);
+        a.PyErr_SetString(refusal.kind.exception(a), refusal.message);
         return -1;
     };
     const slot: *usize = @ptrFromInt(out);
@@ -374,35 +405,35 @@ fn allocate(
 fn allocateChecked(prototype: usize, out: usize, refusal: *Refusal) error{Refused}!usize {
     if (!usable(usize, out)) {
         return refusal.set(
-            "ValueError",
+            .value_error,
             "dlpack-ts: out must point to a DLManagedTensorVersioned*",
         );
     }
     @as(*usize, @ptrFromInt(out)).* = 0;
     if (!usable(dlpack.Tensor, prototype)) {
-        return refusal.set("ValueError", "dlpack-ts: prototype must point to a DLTensor");
+        return refusal.set(.value_error, "dlpack-ts: prototype must point to a DLTensor");
     }
     const p: *const dlpack.Tensor = @ptrFromInt(prototype);
     if (p.device.device_type != @intFromEnum(dlpack.DeviceType.cpu)) {
         return refusal.set(
-            "BufferError",
+            .buffer_error,
             "dlpack-ts: the allocator makes host (kDLCPU) memory only",
         );
     }
     const ndim_raw = p.ndim;
     if (ndim_raw < 0 or ndim_raw > dlpack.rank_max) {
-        return refusal.set("ValueError", "dlpack-ts: ndim must be in 0..64");
+        return refusal.set(.value_error, "dlpack-ts: ndim must be in 0..64");
     }
     const dtype = p.dtype;
     if (!dtype.isSupported() or dtype.bits % 8 != 0) {
         return refusal.set(
-            "ValueError",
+            .value_error,
             "dlpack-ts: unsupported dtype (byte-sized DLPack 1.3 types, lanes 1)",
         );
     }
     const ndim: usize = @intCast(ndim_raw);
     if (ndim > 0 and (p.shape == null or !usable(i64, @intFromPtr(p.shape.?)))) {
-        return refusal.set("ValueError", "dlpack-ts: prototype.shape must point to ndim extents");
+        return refusal.set(.value_error, "dlpack-ts: prototype.shape must point to ndim extents");
     }
     return allocateShaped(p, ndim, refusal);
 }
@@ -417,15 +448,15 @@ fn allocateShaped(p: *const dlpack.Tensor, ndim: usize, refusal: *Refusal) error
     for (0..ndim) |d| {
         const extent = p.shape.?[d]; // read once
         if (extent < 0 or extent > abi.exact_max) {
-            return refusal.set("ValueError", "dlpack-ts: extents must be in 0..2^53");
+            return refusal.set(.value_error, "dlpack-ts: extents must be in 0..2^53");
         }
         shape[d] = extent;
         elements = std.math.mul(u64, elements, @intCast(extent)) catch
-            return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
+            return refusal.set(.value_error, "dlpack-ts: the tensor is too large");
     }
     const bytes = std.math.mul(u64, elements, dtype.bits / 8) catch abi.exact_max + 1;
     if (bytes > abi.exact_max) {
-        return refusal.set("ValueError", "dlpack-ts: the tensor is too large");
+        return refusal.set(.value_error, "dlpack-ts: the tensor is too large");
     }
     var step: i64 = 1;
     var d = ndim;
@@ -435,7 +466,7 @@ fn allocateShaped(p: *const dlpack.Tensor, ndim: usize, refusal: *Refusal) error
         step *|= @max(shape[d], 1);
     }
     const created = owner_mod.createNative(@intCast(bytes), 64, true) catch
-        return refusal.set("MemoryError", "dlpack-ts: out of memory");
+        return refusal.set(.memory_error, "dlpack-ts: out of memory");
     return exports.create(.{
         .data = created.payload,
         .device = .{ .device_type = @intFromEnum(dlpack.DeviceType.cpu), .device_id = 0 },
@@ -448,7 +479,7 @@ fn allocateShaped(p: *const dlpack.Tensor, ndim: usize, refusal: *Refusal) error
         .owner = created,
     }) catch {
         owner_mod.release(created);
-        return refusal.set("MemoryError", "dlpack-ts: out of memory");
+        return refusal.set(.memory_error, "dlpack-ts: out of memory");
     };
 }
 
@@ -458,16 +489,20 @@ fn allocateShaped(p: *const dlpack.Tensor, ndim: usize, refusal: *Refusal) error
 const name_bytes_max = 128;
 const cache_entries_max = 32;
 
-/// A producer type, its table (null: none, or one this library cannot use) and its name.
+/// A producer type, its table (null: none, one this library cannot use, or one that does not
+/// certainly belong to the type), what its framework may hold that DLPack cannot say
+/// (guards.zig), and its name.
 pub const Entry = struct {
     kind: usize,
     api: ?*const ExchangeApi,
+    framework: guards.Framework,
     name: [name_bytes_max]u8,
     name_len: usize,
 };
 
 /// Types seen so far. Each holds a reference to its type, so no other type can be allocated at a
-/// cached address. Beyond `cache_entries_max` types, tables are looked up on every call.
+/// cached address. Beyond `cache_entries_max` types, tables are looked up on every call. An entry
+/// keeps the table it found: replacing the type's attribute later changes nothing.
 var entries: [cache_entries_max]Entry = undefined;
 var entry_count: usize = 0;
 
@@ -475,9 +510,15 @@ var entry_count: usize = 0;
 fn entryFor(a: PyApi, kind: *PyObject, spare: *Entry) *const Entry {
     const address = @intFromPtr(kind);
     for (entries[0..entry_count]) |*e| if (e.kind == address) return e;
-    // Looking up may run Python code (a metaclass' __getattr__), which may let another thread
-    // in: fill a local entry first, and append only after no more Python code runs.
-    spare.* = .{ .kind = address, .api = discover(a, kind), .name = undefined, .name_len = 0 };
+    // Naming may run Python code (a metaclass' __getattr__), which may let another thread in:
+    // fill a local entry first, and append only after no more Python code runs.
+    spare.* = .{
+        .kind = address,
+        .api = discover(a, kind),
+        .framework = guards.frameworkOf(a, kind),
+        .name = undefined,
+        .name_len = 0,
+    };
     spare.name_len = typeName(a, kind, &spare.name);
     for (entries[0..entry_count]) |*e| if (e.kind == address) return e;
     if (entry_count == cache_entries_max) return spare;
@@ -487,26 +528,98 @@ fn entryFor(a: PyApi, kind: *PyObject, spare: *Entry) *const Entry {
     return &entries[entry_count - 1];
 }
 
+/// Steps followed through a type's bases and `prev_api` chains before giving up (real chains end
+/// within a few).
+const chain_max = 64;
+
 /// `kind.__dlpack_c_exchange_api__` as a table of major version 1 (walking `prev_api` from a
-/// newer major), or null. Only the 1.3 PyCapsule form is trusted: the 1.2 integer form could be
-/// set to any number by plain Python code.
+/// newer major) when it certainly belongs to `kind` (`belongs`), or null. The attribute is found
+/// along the real MRO (`_PyType_Lookup`), so no metaclass or descriptor answers for the type and
+/// no Python code runs. Only the 1.3 PyCapsule form is trusted: the 1.2 integer form could be set
+/// to any number by plain Python code.
 fn discover(a: PyApi, kind: *PyObject) ?*const ExchangeApi {
-    const capsule = a.PyObject_GetAttr(kind, attribute_name.?) orelse {
-        a.PyErr_Clear();
-        return null;
-    };
-    defer a.Py_DecRef(capsule);
+    const lookup = cpython.type_lookup orelse return null;
+    const capsule = lookup(kind, attribute_name.?) orelse return null; // borrowed
     if (a.PyCapsule_IsValid(capsule, capsule_name) == 0) return null;
     var address = @intFromPtr(a.PyCapsule_GetPointer(capsule, capsule_name));
-    for (0..8) |_| {
+    const found = for (0..8) |_| {
         if (!usable(Header, address)) return null;
         const header: *const Header = @ptrFromInt(address);
         if (header.version.major == dlpack.version_major) {
-            return if (usable(ExchangeApi, address)) @ptrFromInt(address) else null;
+            if (!usable(ExchangeApi, address)) return null;
+            break @as(*const ExchangeApi, @ptrFromInt(address));
         }
         address = @intFromPtr(header.prev_api);
+    } else return null;
+    const carrier = carrierOf(a, kind, capsule) orelse return null;
+    return if (belongs(a, carrier, found)) found else null;
+}
+
+/// The class of `kind`'s MRO whose own dict holds `capsule`: while a base of the current class
+/// still finds the same object, the attribute is not the current class's own (C3 keeps every
+/// base's MRO in order within the class's, so some base finds it), and so step to that base.
+fn carrierOf(a: PyApi, kind: *PyObject, capsule: *PyObject) ?*PyObject {
+    const lookup = cpython.type_lookup.?;
+    var current = kind;
+    for (0..chain_max) |_| {
+        const raw = a.PyType_GetSlot(current, cpython.slot.tp_bases) orelse return current;
+        const bases: *PyObject = @ptrCast(raw);
+        const count_bases = a.PyTuple_Size(bases);
+        var next: ?*PyObject = null;
+        for (0..@intCast(@max(count_bases, 0))) |i| {
+            const base = a.PyTuple_GetItem(bases, @intCast(i)) orelse break;
+            if (lookup(base, attribute_name.?) == capsule) {
+                next = base;
+                break;
+            }
+        }
+        current = next orelse return current;
     }
     return null;
+}
+
+/// Whether a table is certain to belong to instances of `carrier`, the class holding it. A table's
+/// functions take the object as it is (tvm-ffi's cast it unchecked), so another type's genuine
+/// capsule copied onto a class would run them on the wrong layout:
+/// - an immutable carrier (a static type, or one made in C with Py_TPFLAGS_IMMUTABLETYPE) got its
+///   attribute from C code: Python code cannot set it;
+/// - a mutable carrier got it from Python (torch.Tensor's class body, paddle's patches, a copy):
+///   trusted only when every function of the table lives in the binary that implements the
+///   carrier's native layout, the tp_dealloc of the carrier or of a type on its tp_base chain
+///   (torch.Tensor's torch._C.TensorBase, paddle.Tensor itself). A plain class (its layout is
+///   `object`'s, code of libpython) or a subclass of another framework's type never passes.
+fn belongs(a: PyApi, carrier: *PyObject, found: *const ExchangeApi) bool {
+    const flags = a.PyType_GetFlags(carrier);
+    if (flags & cpython.tpflags_heap == 0 or flags & cpython.tpflags_immutable != 0) return true;
+    const binary = tableBinary(found) orelse return false;
+    var current: ?*PyObject = carrier;
+    for (0..chain_max) |_| {
+        const kind = current orelse return false;
+        if (a.PyType_GetSlot(kind, cpython.slot.tp_dealloc)) |dealloc| {
+            if (mappings.binaryOf(@intFromPtr(dealloc)) == binary) return true;
+        }
+        current = @ptrCast(a.PyType_GetSlot(kind, cpython.slot.tp_base));
+    }
+    return false;
+}
+
+/// The load address of the one binary holding every function of `t`; null when they are spread
+/// over several, or one lies in none (code made at run time, as ctypes callbacks are).
+fn tableBinary(t: *const ExchangeApi) ?usize {
+    const functions = [_]?*const anyopaque{
+        @ptrCast(t.managed_tensor_allocator),
+        @ptrCast(t.managed_tensor_from_py_object_no_sync),
+        @ptrCast(t.managed_tensor_to_py_object_no_sync),
+        @ptrCast(t.dltensor_from_py_object_no_sync),
+        @ptrCast(t.current_work_stream),
+    };
+    var binary: ?usize = null;
+    for (functions) |function| {
+        const found = mappings.binaryOf(@intFromPtr(function orelse continue)) orelse return null;
+        if (binary) |b| if (b != found) return null;
+        binary = found;
+    }
+    return binary;
 }
 
 /// "module.qualname" of a type ("qualname" for builtins), as `view.producer` shows it.
@@ -602,6 +715,15 @@ fn adopt(
         _ = raise(a, a.PyExc_BufferError.*, message, .{});
         return error.Raised;
     }
+    const created = takeOver(managed, strict_offset, out) orelse return error.Refused;
+    count(.consumer_imports);
+    return recordStream(api_table, created, out);
+}
+
+/// The steps of admit.zig for a versioned struct whose ownership passed to this library: the
+/// owner that will call its deleter, or null with `out` saying why it was refused (then released
+/// once, where that is safe; never one of this library's exports that another import took).
+fn takeOver(managed: usize, strict_offset: bool, out: *Description) ?*owner_mod.Owner {
     var own: ?exports.Own = null;
     const options: admit.Options = .{ .versioned = true, .strict_offset = strict_offset };
     var status = admit.inspect(managed, options, out, &own);
@@ -613,13 +735,13 @@ fn adopt(
         }
     }
     if (status == .ok) {
-        if (admit.record(managed, true, out)) |created| {
-            count(.consumer_imports);
-            return recordStream(api_table, created, out);
-        } else |_| status = .out_of_memory;
+        if (admit.record(managed, true, out)) |created| return created else |_| {
+            status = .out_of_memory;
+        }
     }
-    _ = admit.releaseRefused(managed, true, status, out, claimed);
-    return error.Refused;
+    const reported = admit.releaseRefused(managed, true, status, out, claimed);
+    assert(reported != .ok);
+    return null;
 }
 
 /// For CUDA-family data, the producer's current work stream (the data is ready in its order);
@@ -783,7 +905,11 @@ fn lend(give: ManagedTensorToPyObject, template: usize) LendError!usize {
 pub fn countsTuple(a: PyApi) ?*PyObject {
     const tuple = a.PyTuple_New(counter_count) orelse return null;
     for (0..counter_count) |i| {
-        const value = a.PyLong_FromUnsignedLongLong(counters[i].load(.monotonic)) orelse {
+        const counted = if (i == @intFromEnum(Counter.dunder_dlpack))
+            dlpack_tensor.dunder_calls.load(.monotonic)
+        else
+            counters[i].load(.monotonic);
+        const value = a.PyLong_FromUnsignedLongLong(counted) orelse {
             a.Py_DecRef(tuple);
             return null;
         };
@@ -1012,4 +1138,44 @@ test "a lent export is released exactly once whatever the consumer does" {
     try testing.expectEqual(exported + 1, stats.get(.exports));
     dlpack.deleteManaged(template, true);
     try testing.expectEqual(exported, stats.get(.exports));
+}
+
+test "one of this library's exports is taken over once: a second hand-over is refused, not freed" {
+    const exported = stats.get(.exports);
+    const template = try testExport();
+    var d: Description = undefined;
+    const created = takeOver(template, false, &d) orelse return error.TestUnexpectedResult;
+    var again: Description = undefined;
+    try testing.expect(takeOver(template, false, &again) == null);
+    try testing.expectEqual(@as(i32, @intFromEnum(abi.Status.already_imported)), again.status);
+    try testing.expectEqual(exported + 1, stats.get(.exports)); // still held by the first owner
+    owner_mod.release(created);
+    try testing.expectEqual(exported, stats.get(.exports));
+}
+
+test "a table belongs to one binary only when every function lies in it" {
+    const ours = tableBinary(&table) orelse return error.SkipZigTest; // no dladdr here
+    try testing.expectEqual(ours, mappings.binaryOf(@intFromPtr(&allocate)).?);
+    // A function made at run time (as ctypes callbacks are) lies in no binary.
+    const heap = try std.testing.allocator.create(usize);
+    defer std.testing.allocator.destroy(heap);
+    var made = table;
+    made.current_work_stream = @ptrCast(heap);
+    try testing.expect(tableBinary(&made) == null);
+    // A table of NULLs but one function is that function's binary.
+    const lone = ExchangeApi{
+        .header = table.header,
+        .managed_tensor_allocator = null,
+        .managed_tensor_from_py_object_no_sync = managedFromObject,
+        .managed_tensor_to_py_object_no_sync = null,
+        .dltensor_from_py_object_no_sync = null,
+        .current_work_stream = null,
+    };
+    try testing.expectEqual(ours, tableBinary(&lone).?);
+}
+
+test "the allocator's refusals name the exception they raise without SetError" {
+    try testing.expectEqualStrings("ValueError", std.mem.span(Refusal.Kind.value_error.name()));
+    try testing.expectEqualStrings("BufferError", std.mem.span(Refusal.Kind.buffer_error.name()));
+    try testing.expectEqualStrings("MemoryError", std.mem.span(Refusal.Kind.memory_error.name()));
 }

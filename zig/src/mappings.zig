@@ -82,6 +82,24 @@ var asked = std.atomic.Value(u64).init(0);
 const ForkHandler = enum(u8) { none, registering, registered, failed };
 var fork_handler = std.atomic.Value(ForkHandler).init(.none);
 
+/// What `dladdr` says of an address: the loaded binary that holds it, and the nearest symbol.
+pub const DlInfo = extern struct {
+    fname: ?[*:0]const u8,
+    fbase: ?*anyopaque,
+    sname: ?[*:0]const u8,
+    saddr: ?*anyopaque,
+};
+pub extern "c" fn dladdr(address: *const anyopaque, info: *DlInfo) c_int;
+
+/// The load address of the loaded binary (the executable or a shared object) that holds
+/// `address`, or null: heap, stack, code made at run time, or a platform without `dladdr`.
+pub fn binaryOf(address: usize) ?usize {
+    if (builtin.os.tag == .windows or address == 0) return null;
+    var info: DlInfo = undefined;
+    if (dladdr(@ptrFromInt(address), &info) == 0) return null;
+    return @intFromPtr(info.fbase orelse return null);
+}
+
 /// Whether the checks are on: the platform can be asked (so far).
 pub fn available() bool {
     return !unavailable.load(.monotonic);

@@ -10,7 +10,9 @@ const abi = @import("abi.zig");
 const admit = @import("admit.zig");
 const cpython = @import("cpython.zig");
 const exchange = @import("exchange.zig");
+const dlpack = @import("dlpack.zig");
 const exports = @import("exports.zig");
+const guards = @import("guards.zig");
 const mappings = @import("mappings.zig");
 const templates = @import("templates.zig");
 const tensor = @import("tensor.zig");
@@ -101,6 +103,7 @@ pub fn install(module: usize) error{ NotLoaded, Raised }!void {
     capsule_of = try kept(a, capsule_of, m, "_capsule_of");
     not_capsule = try kept(a, not_capsule, m, "_not_capsule");
     try internNames(a);
+    try guards.install(a);
     for (&methods) |*def| {
         const function = a.PyCFunction_NewEx(def, null, null) orelse return error.Raised;
         defer a.Py_DecRef(function);
@@ -188,8 +191,9 @@ fn exchangeApplies(options: FromOptions) bool {
 }
 
 /// `fromPython`'s fast path: the producer type's C exchange table when it has one (exchange.zig),
-/// else the numpy-style negotiation (`negotiate`), then `consume`. Writes the producer's name
-/// (UTF-8, NUL-terminated, truncated) into `name`.
+/// else the numpy-style negotiation (`negotiate`), then `consume`; first, what the tensor holds
+/// that DLPack cannot say (guards.zig) decides between them, or resolves it. Writes the
+/// producer's name (UTF-8, NUL-terminated, truncated) into `name`.
 pub fn from(obj: usize, options: FromOptions, out: *Description, name: []u8) ImportError!void {
     assert(name.len > 0);
     const a = cpython.api orelse return error.NotLoaded;
@@ -200,13 +204,57 @@ pub fn from(obj: usize, options: FromOptions, out: *Description, name: []u8) Imp
     var spare: exchange.Entry = undefined;
     const entry = exchange.entryOf(a, object, &spare);
     exchange.writeName(entry, name);
-    if (exchangeApplies(options)) {
+    const producer = entry.name[0..entry.name_len];
+    return switch (guards.verdictOn(a, entry.framework, object) orelse return error.Raised) {
+        .plain => fromEither(a, entry, object, options, exchangeApplies(options), out),
+        // The framework's `__dlpack__` refuses it (its table would not): the caller sees that.
+        .dunder_only => fromEither(a, entry, object, options, false, out),
+        .lazy => fromResolved(a, entry, object, options, out, producer),
+    };
+}
+
+/// The table of `entry` when `use_table` (and it serves), else `__dlpack__`.
+fn fromEither(
+    a: Api,
+    entry: *const exchange.Entry,
+    object: *PyObject,
+    options: FromOptions,
+    use_table: bool,
+    out: *Description,
+) ImportError!void {
+    if (use_table) {
         if (try exchange.importFrom(a, entry, object, options.strict_offset, out)) return;
     }
-    const producer = entry.name[0..entry.name_len];
-    const capsule = try negotiate(a, object, options, producer);
+    const capsule = try negotiate(a, object, options, entry.name[0..entry.name_len]);
     defer a.Py_DecRef(capsule);
     return consume(@intFromPtr(capsule), options.strict_offset, out);
+}
+
+/// A torch tensor with its conjugate or negative bit set: its memory holds other values than it
+/// stands for. With a copy allowed (copy None or True) torch resolves them into a new tensor,
+/// which is imported (IS_COPIED); with copy False it is refused with BufferError.
+fn fromResolved(
+    a: Api,
+    entry: *const exchange.Entry,
+    object: *PyObject,
+    options: FromOptions,
+    out: *Description,
+    producer: []const u8,
+) ImportError!void {
+    if (options.copy == 0) {
+        _ = cpython.raise(a, a.PyExc_BufferError.*, "dlpack-ts: {s} has its conjugate or " ++
+            "negative bit set, so its memory holds other values than it stands for: allow a " ++
+            "copy (copy true or null), or resolve_conj() / resolve_neg() it first", .{producer});
+        return error.Raised;
+    }
+    const resolved = guards.resolveLazy(a, entry.framework, object) orelse return error.Raised;
+    defer a.Py_DecRef(resolved);
+    var spare: exchange.Entry = undefined;
+    const resolved_entry = exchange.entryOf(a, resolved, &spare);
+    var copied = options;
+    copied.copy = -1; // torch has copied already
+    try fromEither(a, resolved_entry, resolved, copied, exchangeApplies(copied), out);
+    out.flags |= @intCast(dlpack.flag.is_copied);
 }
 
 fn isCapsule(a: Api, object: *PyObject) bool {

@@ -8,7 +8,7 @@
 //! - plumbing: mappings.zig, memory.zig, cuda.zig, cpython.zig;
 //! - records: owner.zig, exports.zig;
 //! - imports: describe.zig (validate), verify.zig (device claims), admit.zig (the sequence);
-//! - Python: templates.zig, tensor.zig, exchange.zig, python.zig;
+//! - Python: templates.zig, tensor.zig, guards.zig, exchange.zig, python.zig;
 //! - this file, the entry.
 
 const std = @import("std");
@@ -43,22 +43,14 @@ export fn dlpk_abi_version() u32 {
     return abi.version;
 }
 
-const DlInfo = extern struct {
-    fname: ?[*:0]const u8,
-    fbase: ?*anyopaque,
-    sname: ?[*:0]const u8,
-    saddr: ?*anyopaque,
-};
-extern "c" fn dladdr(address: *const anyopaque, info: *DlInfo) c_int;
-
 /// Makes this library impossible to unload. Foreign code keeps pointers into it for as long as it
 /// likes (deleters of exports, capsule destructors, Python builtins), while a runtime may dlclose
 /// its handle when the isolate that opened it goes away (Deno does, between test files). Called
 /// by the loader right after the ABI check; returns 0, or -1 when the platform offers no way.
 export fn dlpk_retain_library() i32 {
     if (builtin.os.tag == .windows) return -1;
-    var info: DlInfo = undefined;
-    if (dladdr(@ptrCast(&dlpk_retain_library), &info) == 0) return -1;
+    var info: mappings.DlInfo = undefined;
+    if (mappings.dladdr(@ptrCast(&dlpk_retain_library), &info) == 0) return -1;
     const path = info.fname orelse return -1;
     // RTLD_NODELETE on an already-loaded object: one more reference, and no unloading ever.
     _ = std.c.dlopen(path, .{ .NOW = true, .NODELETE = true, .NOLOAD = true }) orelse return -1;

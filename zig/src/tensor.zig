@@ -1,9 +1,11 @@
 //! `dlpack_ts.DLPackTensor`: the Python type `toPython` returns, written with the C API. Each
 //! object holds one versioned export of this library (its template) in a field Python code cannot
 //! reach, and releases it exactly once, when the object goes. `__dlpack__` negotiates in C and
-//! hands out capsules over clones (or copies) of the template (templates.zig). The type cannot be
-//! instantiated, re-initialized or subclassed from Python, pickled or deep-copied; `copy.copy`
-//! returns the object itself (it is immutable). GIL held throughout.
+//! hands out capsules over clones (or copies) of the template (templates.zig). The type is
+//! immutable (no attribute of it can be set or deleted from Python, `__new__` included) and cannot
+//! be instantiated, re-initialized or subclassed from Python, pickled or deep-copied; `copy.copy`
+//! returns the object itself. Every method still refuses an object without an export with a
+//! TypeError (none can be made without C code; the check costs one load). GIL held throughout.
 
 const std = @import("std");
 const assert = std.debug.assert;
@@ -42,7 +44,6 @@ const Keywords = struct {
     max_version: *PyObject,
     dl_device: *PyObject,
     copy: *PyObject,
-    one: *PyObject,
 };
 var keywords: ?Keywords = null;
 
@@ -58,7 +59,9 @@ pub fn install(a: Api, module: *PyObject) InstallError!*PyObject {
             .name = "dlpack_ts.DLPackTensor",
             .basicsize = @intCast(header_bytes + @sizeOf(Fields)),
             .itemsize = 0,
-            .flags = cpython.tpflags_default,
+            // Immutable: Python code can neither replace `__new__` (which made objects without an
+            // export) nor any other attribute; the exchange table is set in C (exchange.zig).
+            .flags = cpython.tpflags_default | @as(c_uint, @intCast(cpython.tpflags_immutable)),
             .slots = &slots,
         };
         tensor_type = a.PyType_FromSpec(&spec) orelse return error.Raised;
@@ -74,7 +77,6 @@ fn internKeywords(a: Api) error{Raised}!Keywords {
         .max_version = a.PyUnicode_InternFromString("max_version") orelse return error.Raised,
         .dl_device = a.PyUnicode_InternFromString("dl_device") orelse return error.Raised,
         .copy = a.PyUnicode_InternFromString("copy") orelse return error.Raised,
-        .one = a.PyLong_FromLongLong(1) orelse return error.Raised,
     };
 }
 
@@ -119,9 +121,19 @@ pub fn lentBy(a: Api, object: *PyObject) ?Lent {
         return null;
     }
     const f = fieldsOf(object);
-    // Only `make` fills these objects (the type refuses every other way to make one).
-    assert(f.template != 0);
+    if (f.template == 0) {
+        _ = noExport(a);
+        return null;
+    }
     return .{ .template = f.template, .readonly = f.readonly != 0 };
+}
+
+/// The TypeError of a method called on a `DLPackTensor` that holds no export. Only `make` fills
+/// these objects and the type refuses every other way Python code has to make one, but an object
+/// made by C code (ctypes, another extension) must still end in an exception, not an abort.
+fn noExport(a: Api) ?*PyObject {
+    return cpython.raise(a, a.PyExc_TypeError.*, "dlpack-ts: this dlpack_ts.DLPackTensor holds " ++
+        "no export (only toPython in JavaScript makes usable ones)", .{});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -263,15 +275,16 @@ fn setstateMethod(_: *PyObject, _: ?*PyObject) callconv(.c) ?*PyObject {
     return cpython.raise(a, a.PyExc_TypeError.*, made_by, .{});
 }
 
-fn tensorOf(self: *PyObject) *const dlpack.Tensor {
+/// The export's tensor, or null for an object without one.
+fn tensorOf(self: *PyObject) ?*const dlpack.Tensor {
     const template = fieldsOf(self).template;
-    assert(template != 0);
+    if (template == 0) return null;
     return &@as(*const dlpack.ManagedTensorVersioned, @ptrFromInt(template)).dl_tensor;
 }
 
 fn deviceMethod(self: *PyObject, _: ?*PyObject) callconv(.c) ?*PyObject {
     const a = cpython.api.?;
-    const device = tensorOf(self).device;
+    const device = (tensorOf(self) orelse return noExport(a)).device;
     return cpython.newTuple(a, &.{
         a.PyLong_FromLongLong(device.device_type),
         a.PyLong_FromLongLong(device.device_id),
@@ -280,7 +293,7 @@ fn deviceMethod(self: *PyObject, _: ?*PyObject) callconv(.c) ?*PyObject {
 
 fn shape(self: *PyObject, _: ?*anyopaque) callconv(.c) ?*PyObject {
     const a = cpython.api.?;
-    const t = tensorOf(self);
+    const t = tensorOf(self) orelse return noExport(a);
     assert(t.ndim >= 0 and t.ndim <= dlpack.rank_max);
     const ndim: usize = @intCast(t.ndim);
     const tuple = a.PyTuple_New(@intCast(ndim)) orelse return null;
@@ -306,13 +319,13 @@ fn dtypeName(t: *const dlpack.Tensor, out: []u8) []const u8 {
 fn dtype(self: *PyObject, _: ?*anyopaque) callconv(.c) ?*PyObject {
     const a = cpython.api.?;
     var buffer: [40]u8 = undefined;
-    const name = dtypeName(tensorOf(self), &buffer);
+    const name = dtypeName(tensorOf(self) orelse return noExport(a), &buffer);
     return a.PyUnicode_FromStringAndSize(name.ptr, @intCast(name.len));
 }
 
 fn repr(self: *PyObject) callconv(.c) ?*PyObject {
     const a = cpython.api.?;
-    const t = tensorOf(self);
+    const t = tensorOf(self) orelse return noExport(a);
     const extents = shape(self, null) orelse return null;
     defer a.Py_DecRef(extents);
     var shape_text: [2048]u8 = undefined;
@@ -331,6 +344,9 @@ fn repr(self: *PyObject) callconv(.c) ?*PyObject {
 
 // ---------------------------------------------------------------------------------------------
 // `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`.
+
+/// Calls of `__dlpack__`, the capsule path (exchange.zig's counters report it with theirs).
+pub var dunder_calls = std.atomic.Value(u64).init(0);
 
 /// The keywords as passed (null: not passed, the same as None).
 const Request = struct {
@@ -355,22 +371,22 @@ fn dlpackMethod(
     kwnames: ?*PyObject,
 ) callconv(.c) ?*PyObject {
     const a = cpython.api.?;
+    _ = dunder_calls.fetchAdd(1, .monotonic);
     var request: Request = .{};
     if (!parseRequest(a, args, nargs, kwnames, &request)) return null;
     const f = fieldsOf(self);
     const template = f.template;
-    assert(template != 0);
-    const device = tensorOf(self).device;
+    const device = (tensorOf(self) orelse return noExport(a)).device;
+    // numpy's order: dl_device, copy, stream, max_version (the first wrong one is reported).
     if (!checkDevice(a, device, request)) return null;
-    if (!checkStream(a, template, device, request.stream)) return null;
     var flags: u32 = 0;
+    if (request.copy) |copy| {
+        const truth = copyTruth(a, copy) orelse return null;
+        if (truth) flags |= templates.capsule_flag.copy;
+    }
+    if (!checkStream(a, template, device, request.stream)) return null;
     const versioned = wantsVersioned(a, request.max_version) orelse return null;
     if (versioned) flags |= templates.capsule_flag.versioned;
-    if (request.copy) |copy| {
-        const truth = a.PyObject_IsTrue(copy);
-        if (truth < 0) return null;
-        if (truth > 0) flags |= templates.capsule_flag.copy;
-    }
     const made = templates.makeCapsule(a, template, f.readonly != 0, flags);
     return if (made == 0) null else @ptrFromInt(made);
 }
@@ -424,38 +440,69 @@ fn keywordSlot(a: Api, name: *PyObject, request: *Request) ?*?*PyObject {
     return null;
 }
 
-/// `dl_device`, when given, must be where the data is: false with a BufferError otherwise.
+/// `copy` as numpy reads it: any truth value, except a string (ValueError, as numpy raises it:
+/// "no" would be true). Null with the exception set.
+fn copyTruth(a: Api, copy: *PyObject) ?bool {
+    if (cpython.hasTypeFlag(a, copy, cpython.tpflags_unicode)) {
+        const message = "dlpack-ts: copy must be True, False or None, not a string";
+        _ = cpython.raise(a, a.PyExc_ValueError.*, message, .{});
+        return null;
+    }
+    const truth = a.PyObject_IsTrue(copy);
+    if (truth < 0) return null;
+    return truth > 0;
+}
+
+/// The two ints of a `(first, second)` tuple argument, or null with the exception numpy raises
+/// set: TypeError for anything but a tuple of two ints, OverflowError past `c_long`.
+fn intPair(a: Api, value: *PyObject, comptime what: []const u8) ?[2]c_long {
+    const is_tuple = cpython.hasTypeFlag(a, value, cpython.tpflags_tuple);
+    if (!is_tuple or a.PyTuple_Size(value) != 2) {
+        var text: [128]u8 = undefined;
+        _ = cpython.raise(a, a.PyExc_TypeError.*, "dlpack-ts: " ++ what ++ " must be None or a " ++
+            "tuple of two ints, got {s}", .{cpython.reprInto(a, value, &text)});
+        return null;
+    }
+    var pair: [2]c_long = undefined;
+    for (&pair, 0..) |*item, i| {
+        item.* = a.PyLong_AsLong(a.PyTuple_GetItem(value, @intCast(i)).?);
+        if (item.* == -1 and a.PyErr_Occurred() != null) return null;
+    }
+    return pair;
+}
+
+/// `dl_device`, when given, must be a tuple of two ints (TypeError, OverflowError past int32, as
+/// numpy raises them) naming where the data is (else BufferError: it cannot be exported there).
 fn checkDevice(a: Api, device: dlpack.Device, request: Request) bool {
     const wanted = request.dl_device orelse return true;
-    const tuple = a.PySequence_Tuple(wanted) orelse return false;
-    defer a.Py_DecRef(tuple);
-    const here = cpython.newTuple(a, &.{
-        a.PyLong_FromLongLong(device.device_type),
-        a.PyLong_FromLongLong(device.device_id),
-    }) orelse return false;
-    defer a.Py_DecRef(here);
-    const equal = a.PyObject_RichCompareBool(tuple, here, cpython.compare_eq);
-    if (equal < 0) return false;
-    if (equal > 0) return true;
-    var text: [256]u8 = undefined;
+    const pair = intPair(a, wanted, "dl_device") orelse return false;
+    const limit = std.math.maxInt(i32);
+    if (pair[0] > limit or pair[0] < -limit - 1 or pair[1] > limit or pair[1] < -limit - 1) {
+        _ = cpython.raise(a, a.PyExc_OverflowError.*, "dlpack-ts: dl_device values must fit " ++
+            "int32", .{});
+        return false;
+    }
+    if (pair[0] == device.device_type and pair[1] == device.device_id) return true;
     const no_copy = request.copy != null and request.copy.? == a._Py_FalseStruct;
     _ = cpython.raise(a, a.PyExc_BufferError.*, "dlpack-ts: cannot export data on device " ++
-        "({d}, {d}) to device {s}{s}", .{
+        "({d}, {d}) to device ({d}, {d}){s}", .{
         device.device_type,
         device.device_id,
-        cpython.reprInto(a, tuple, &text),
+        pair[0],
+        pair[1],
         if (no_copy) " without a copy" else "",
     });
     return false;
 }
 
 /// CUDA-family data: the consumer's stream waits for the producer (None means the legacy default
-/// stream, 1; -1 asks for no synchronization). Host data takes only stream=None.
+/// stream, 1; -1 asks for no synchronization). Host data takes only stream=None: anything else is
+/// a RuntimeError, as numpy raises it (an argument error, not data that cannot be exported).
 fn checkStream(a: Api, template: usize, device: dlpack.Device, stream: ?*PyObject) bool {
     if (!dlpack.DeviceType.isCudaFamily(device.device_type)) {
         const given = stream orelse return true;
         var text: [128]u8 = undefined;
-        _ = cpython.raise(a, a.PyExc_BufferError.*, "dlpack-ts: stream must be None for host " ++
+        _ = cpython.raise(a, a.PyExc_RuntimeError.*, "dlpack-ts: stream must be None for host " ++
             "data, got {s}", .{cpython.reprInto(a, given, &text)});
         return false;
     }
@@ -476,29 +523,13 @@ fn checkStream(a: Api, template: usize, device: dlpack.Device, stream: ?*PyObjec
     return false;
 }
 
-/// Whether `max_version` asks for the versioned struct (`tuple(max_version)[0] >= 1`); null with
-/// the exception set when it is not a sequence of comparable values.
+/// Whether `max_version`, a tuple of two ints (TypeError otherwise, as numpy raises it; numpy
+/// reads only the major, the minor is checked too here), asks for the versioned struct: major >= 1.
+/// Null with the exception set.
 fn wantsVersioned(a: Api, max_version: ?*PyObject) ?bool {
     const given = max_version orelse return false;
-    const tuple = a.PySequence_Tuple(given) orelse return null;
-    defer a.Py_DecRef(tuple);
-    if (a.PyTuple_Size(tuple) < 1) {
-        _ = cpython.raise(a, a.PyExc_IndexError.*, "tuple index out of range", .{});
-        return null;
-    }
-    const major = a.PyTuple_GetItem(tuple, 0).?;
-    if (a.PyObject_Type(major)) |kind| {
-        a.Py_DecRef(kind); // `major` holds its type
-        // An exact int that fits a long long (every real version): no rich comparison needed.
-        if (kind == a.PyLong_Type) {
-            const value = a.PyLong_AsLongLong(major);
-            if (a.PyErr_Occurred() == null) return value >= 1;
-            a.PyErr_Clear();
-        }
-    }
-    const at_least = a.PyObject_RichCompareBool(major, keywords.?.one, cpython.compare_ge);
-    if (at_least < 0) return null;
-    return at_least > 0;
+    const pair = intPair(a, given, "max_version") orelse return null;
+    return pair[0] >= 1;
 }
 
 test "dtypeName: every dtype of the table by its name, others as code and bits" {
