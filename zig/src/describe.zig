@@ -1,9 +1,9 @@
 //! Import validation: reads a managed tensor of either generation, checks every field before any
 //! byte of tensor data is touched, and writes a flat `Description` the JS side reads in one go.
 //! It only reads memory: it calls no deleter, no driver and no allocator. (Whether memory is
-//! readable comes from mappings.zig, which asks the kernel about what it has not seen.) The
-//! device claim, and with it the data range of host memory, is checked next, by verify.zig;
-//! admit.zig lists the whole sequence.
+//! readable comes from mappings.zig, which asks the kernel about what it has not seen.) Its last
+//! check is that every byte of a CPU tensor's data is readable. The device claim, and the data
+//! range of other host memory, are checked next, by verify.zig; admit.zig lists the sequence.
 
 const std = @import("std");
 const assert = std.debug.assert;
