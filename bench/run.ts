@@ -221,6 +221,28 @@ const rows: Row[] = [
     skipped: torchSkipped(),
   },
   {
+    name: "import + dispose of a tensor in memory the library has not seen (a page mapped for each)",
+    unit: "ns",
+    deno: d("import_miss_ns"),
+    bun: b("import_miss_ns"),
+    ref: [d("import_known_ns"), b("import_known_ns")],
+    refText: `a known-mapping import + dispose, batches interleaved, ${fmt(d("import_known_ns"))} / ${
+      fmt(b("import_known_ns"))
+    } ns (${fmt(d("mappings"))} mappings)`,
+    target: 30,
+  },
+  {
+    name: "the same with 20,000 mappings more",
+    unit: "ns",
+    deno: d("import_miss_20k_ns"),
+    bun: b("import_miss_20k_ns"),
+    ref: both(2000),
+    refText: `2 µs; ${fmt(d("import_miss_20k_ns") / d("import_known_20k_ns"))} / ${
+      fmt(b("import_miss_20k_ns") / b("import_known_20k_ns"))
+    } × the known-mapping import (${fmt(d("mappings_20k"))} mappings)`,
+    target: 1,
+  },
+  {
     name: "import + dispose at 1 GiB ÷ at 1 KiB",
     unit: "×",
     deno: d("import_dispose_1GiB_ns") / d("import_dispose_1KiB_ns"),

@@ -7,13 +7,18 @@
 //! call: from the second import on, the validator has the last import's facts to compare with),
 //! then the one-argument `dlpk_import_versioned` into the thread's own scratch released through
 //! `dlpk_journal_release` (the native calls of a JS import + dispose), then `dlpk_describe` alone.
+//! Then (tests/native/import_cases.zig) imports whose data lies in a mapping never seen, with the
+//! process's mappings and with `--extra-mappings M` (20,000) more, `--misses N` (2,000) a round;
+//! and imports and exports on `--threads T` (2) threads against 1, `--thread-count K` (500,000)
+//! each. `--misses 0` or `--threads 0` leaves those out.
 
 const std = @import("std");
 const abi = @import("abi");
+const cases = @import("import_cases.zig");
 
-const Import = *const fn (f64, u32, f64) callconv(.c) i32;
-const Release = *const fn (f64) callconv(.c) void;
-const ImportOne = *const fn (f64) callconv(.c) i32;
+const Import = cases.Import;
+const Release = cases.Release;
+const ImportOne = cases.ImportOne;
 const Scratch = *const fn () callconv(.c) f64;
 const Size = *const fn () callconv(.c) u32;
 const Static = *const fn (f64, u32) callconv(.c) usize;
@@ -26,10 +31,7 @@ comptime {
     std.debug.assert(@offsetOf(abi.Description, "owner_hi") == lo + 4);
 }
 
-fn threadNs() u64 {
-    const ts = std.posix.clock_gettime(.THREAD_CPUTIME_ID) catch return 0;
-    return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
-}
+const threadNs = cases.threadNs;
 
 fn symbol(comptime T: type, lib: *std.DynLib, name: [:0]const u8) !T {
     return lib.lookup(T, name) orelse {
@@ -84,6 +86,31 @@ fn report(name: []const u8, times: []f64) void {
     });
 }
 
+const Options = struct {
+    count: usize = 2_000_000,
+    rounds: usize = 9,
+    misses: usize = 2_000,
+    extra_mappings: usize = 20_000,
+    threads: usize = 2,
+    thread_count: usize = 500_000,
+};
+
+fn parseOptions(args: []const [:0]u8) !Options {
+    var o: Options = .{};
+    var i: usize = 3;
+    while (i + 1 < args.len) : (i += 2) {
+        const value = try std.fmt.parseInt(usize, args[i + 1], 10);
+        const name = args[i];
+        if (std.mem.eql(u8, name, "--count")) o.count = @max(value, 1);
+        if (std.mem.eql(u8, name, "--rounds")) o.rounds = std.math.clamp(value, 1, 64);
+        if (std.mem.eql(u8, name, "--misses")) o.misses = value;
+        if (std.mem.eql(u8, name, "--extra-mappings")) o.extra_mappings = value;
+        if (std.mem.eql(u8, name, "--threads")) o.threads = @min(value, 16);
+        if (std.mem.eql(u8, name, "--thread-count")) o.thread_count = @max(value, 1);
+    }
+    return o;
+}
+
 pub fn main() !void {
     var gpa: std.heap.DebugAllocator(.{}) = .init;
     defer _ = gpa.deinit();
@@ -91,14 +118,7 @@ pub fn main() !void {
     const args = try std.process.argsAlloc(allocator);
     defer std.process.argsFree(allocator, args);
     if (args.len < 3) return error.Usage;
-    var count: usize = 2_000_000;
-    var rounds: usize = 9;
-    var i: usize = 3;
-    while (i + 1 < args.len) : (i += 2) {
-        const value = try std.fmt.parseInt(usize, args[i + 1], 10);
-        if (std.mem.eql(u8, args[i], "--count")) count = @max(value, 1);
-        if (std.mem.eql(u8, args[i], "--rounds")) rounds = std.math.clamp(value, 1, 64);
-    }
+    const o = try parseOptions(args);
     var lib = try std.DynLib.open(args[1]);
     defer lib.close();
     var producer = try std.DynLib.open(args[2]);
@@ -112,8 +132,8 @@ pub fn main() !void {
         .journal_release = try symbol(Release, &lib, "dlpk_journal_release"),
         .scratch = undefined,
     };
-    const scratch = (try symbol(Scratch, &lib, "dlpk_scratch"))();
-    e.scratch = @ptrFromInt(@as(usize, @intFromFloat(scratch)));
+    const scratch = try symbol(Scratch, &lib, "dlpk_scratch");
+    e.scratch = @ptrFromInt(@as(usize, @intFromFloat(scratch())));
     // A library built from other sources would read and write another layout.
     if ((try symbol(Size, &lib, "dlpk_description_size"))() != @sizeOf(abi.Description)) {
         return error.StaleLibrary;
@@ -122,7 +142,25 @@ pub fn main() !void {
     const out = try allocator.alignedAlloc(u8, .@"8", @sizeOf(abi.KeyedDescription));
     defer allocator.free(out);
     @memset(out, 0);
-    const managed = (try symbol(Static, &producer, "tp_static_tensor"))(4096, 1);
+    const static_tensor = try symbol(Static, &producer, "tp_static_tensor");
+    try knownRows(e, static_tensor, out, o);
+    const more: cases.Entries = .{
+        .import = e.import,
+        .release = e.release,
+        .versioned = e.versioned,
+        .journal_release = e.journal_release,
+        .scratch = scratch,
+        .realm_new = try symbol(cases.RealmNew, &lib, "dlpk_realm_new"),
+        .export_array = try symbol(cases.ExportArray, &lib, "dlpk_export_array"),
+        .export_dispose = try symbol(cases.ExportDispose, &lib, "dlpk_export_dispose"),
+    };
+    if (o.threads > 0) try cases.scaling(more, o.threads, o.thread_count, @min(o.rounds, 7));
+    if (o.misses > 0) try cases.misses(more, out, o.misses, o.rounds, o.extra_mappings);
+}
+
+/// The rows of one known tensor, imported over and over.
+fn knownRows(e: Entries, static_tensor: Static, out: []align(8) u8, o: Options) !void {
+    const managed = static_tensor(4096, 1);
     if (managed == 0) return error.OutOfMemory;
     var times: [64]f64 = undefined;
     const names = [_][]const u8{
@@ -132,8 +170,10 @@ pub fn main() !void {
         "describe alone",
     };
     for ([_]Mode{ .import, .keyed, .versioned, .describe }, names) |mode, name| {
-        _ = try round(e, @floatFromInt(managed), out, count / 10 + 1, mode);
-        for (times[0..rounds]) |*t| t.* = try round(e, @floatFromInt(managed), out, count, mode);
-        report(name, times[0..rounds]);
+        _ = try round(e, @floatFromInt(managed), out, o.count / 10 + 1, mode);
+        for (times[0..o.rounds]) |*t| {
+            t.* = try round(e, @floatFromInt(managed), out, o.count, mode);
+        }
+        report(name, times[0..o.rounds]);
     }
 }
