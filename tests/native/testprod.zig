@@ -354,6 +354,116 @@ export fn tp_static_tensor(bytes: f64, rows: u32) usize {
     return @intFromPtr(&t.managed);
 }
 
+/// `tp_static_tensor` whose deleter counts in a counter of the calling thread (`tp_deleted_here`):
+/// threads importing their own tensors then write no cache line in common, which a shared atomic
+/// counter would make them fight over (the benchmark's thread-scaling rows).
+export fn tp_static_tensor_local(bytes: f64, rows: u32) usize {
+    const address = tp_static_tensor(bytes, rows);
+    if (address == 0) return 0;
+    const managed: *dlpack.ManagedTensorVersioned = @ptrFromInt(address);
+    managed.deleter = threadCountingDeleter;
+    return address;
+}
+
+threadlocal var deleted_here: u64 = 0;
+
+fn threadCountingDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    _ = self;
+    deleted_here += 1;
+}
+
+/// How many `tp_static_tensor_local` deleters ran on this thread.
+export fn tp_deleted_here() f64 {
+    return @floatFromInt(deleted_here);
+}
+
+// Empty functions of the signatures the JS import and export call (dlpk_import_versioned,
+// dlpk_journal_release, dlpk_export_array, dlpk_export_dispose): the benchmark's floor is their
+// FFI cost plus the native work alone.
+export fn tp_nop_import(address: f64) i32 {
+    _ = address;
+    return 0;
+}
+
+export fn tp_nop_release(owner: f64) void {
+    _ = owner;
+}
+
+export fn tp_nop_export(buffer: ?[*]u8, realm: f64, id: f64, bytes: f64, word: u32) f64 {
+    _ = .{ buffer, realm, id, bytes, word };
+    return 1;
+}
+
+export fn tp_nop_dispose(entry: f64) f64 {
+    _ = entry;
+    return 0;
+}
+
+// Mappings for the benchmark's miss-path rows: many of them, and tensors in memory no table of
+// mappings read before can hold.
+
+/// Makes `count` more mappings (read-write pages each beside a PROT_NONE page, so that no two
+/// merge), left in place for the rest of the process. Returns how many it made.
+export fn tp_map_regions(count: u32) u32 {
+    if (@import("builtin").os.tag != .linux) return 0;
+    const page = std.heap.page_size_min;
+    var made_here: u32 = 0;
+    while (made_here + 2 <= count) : (made_here += 2) {
+        const region = std.posix.mmap(
+            null,
+            2 * page,
+            std.posix.PROT.READ | std.posix.PROT.WRITE,
+            .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+            -1,
+            0,
+        ) catch break;
+        std.posix.mprotect(@alignCast(region[page..]), std.posix.PROT.NONE) catch break;
+    }
+    return made_here;
+}
+
+const FreshTensor = struct {
+    managed: dlpack.ManagedTensorVersioned,
+    shape: [2]i64,
+    strides: [2]i64,
+    data: [6]f32,
+};
+
+/// A 2 x 3 float32 tensor, struct and data, in a page mapped by this call. Its deleter only
+/// counts (`tp_deleted`) and the page is never unmapped, so the next one lands at a new address.
+/// Returns 0 when the platform or the address space refuses.
+export fn tp_fresh_tensor() usize {
+    if (@import("builtin").os.tag != .linux) return 0;
+    const page = std.posix.mmap(
+        null,
+        std.heap.page_size_min,
+        std.posix.PROT.READ | std.posix.PROT.WRITE,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    ) catch return 0;
+    const t: *FreshTensor = @ptrCast(page.ptr);
+    t.shape = .{ 2, 3 };
+    t.strides = .{ 3, 1 };
+    t.data = .{ 0, 1, 2, 3, 4, 5 };
+    t.managed = .{
+        .version = .{ .major = 1, .minor = 3 },
+        .manager_ctx = null,
+        .deleter = countingDeleter,
+        .flags = 0,
+        .dl_tensor = .{
+            .data = &t.data,
+            .device = .{ .device_type = 1, .device_id = 0 },
+            .ndim = 2,
+            .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+            .shape = &t.shape,
+            .strides = &t.strides,
+            .byte_offset = 0,
+        },
+    };
+    return @intFromPtr(&t.managed);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bulk helpers for the thread and soak tests (tests/reliability/threads.test.ts, tests/soak/):
 // many tensors per FFI call, and releases that run on native threads while the JS thread keeps

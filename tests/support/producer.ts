@@ -25,6 +25,16 @@ const lib = openLibrary(
     tp_release_start: { args: ["buffer", "u32", "u32"], returns: "usize" },
     tp_release_done: { args: ["usize"], returns: "u32" },
     tp_release_wait: { args: ["usize"], returns: "void" },
+    // For the benchmark (bench/): a per-thread counting producer, empty functions of the import's
+    // and export's FFI signatures, many mappings, and tensors in fresh ones.
+    tp_static_tensor_local: { args: ["f64", "u32"], returns: "usize" },
+    tp_deleted_here: { args: [], returns: "f64" },
+    tp_nop_import: { args: ["f64"], returns: "i32" },
+    tp_nop_release: { args: ["f64"], returns: "void" },
+    tp_nop_export: { args: ["buffer", "f64", "f64", "f64", "u32"], returns: "f64" },
+    tp_nop_dispose: { args: ["f64"], returns: "f64" },
+    tp_map_regions: { args: ["u32"], returns: "u32" },
+    tp_fresh_tensor: { args: [], returns: "usize" },
   } as const,
 );
 
