@@ -9,8 +9,10 @@
  * that needs the driver throws `DLPackError` with code "cuda" giving that reason.
  *
  * ```ts
- * import * as cuda from "./cuda.ts";
- * import { empty } from "./mod.ts";
+ * import * as cuda from "@dlpack-ts/dlpack/cuda";
+ * import { empty, ready } from "@dlpack-ts/dlpack";
+ *
+ * await ready();
  * const status = cuda.available(); // { available: false, reason: "libcuda.so.1 could not be loaded: ..." }
  * if (status.available) {
  *   using x = empty([1024], "float32", { device: { type: "cuda", id: 0 } });

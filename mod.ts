@@ -3,10 +3,14 @@
  * generations as views over the same memory, check them, and release every producer exactly once.
  *
  * ```ts
- * import { importDLPack } from "./mod.ts";
- * const view = importDLPack({ versioned: address });
- * console.log(view.dtype, view.shape, view.array());
- * view.dispose();
+ * import { exportDLPack, importDLPack, ready, zeros } from "@dlpack-ts/dlpack"; // Bun: "dlpack-ts"
+ *
+ * await ready(); // loads the native library (Deno by JSR or URL: downloads and verifies it once)
+ * using a = zeros([2, 3], "float32");
+ * a.fill(1.5);
+ * // Any DLPack consumer can take the capsule (numpy, PyTorch, a C library); here the library itself does.
+ * using b = importDLPack(exportDLPack(a));
+ * console.log(b.dtype, b.shape, b.toNested()); // float32 [2, 3] [[1.5, 1.5, 1.5], [1.5, 1.5, 1.5]]
  * ```
  * @module
  */

@@ -3,11 +3,15 @@
  * pyarrow...) sharing memory with Deno and Bun through DLPack, without copies.
  *
  * ```ts
- * import { openPython, fromPython, toPython } from "./python.ts";
- * const py = openPython();
+ * import { ready } from "@dlpack-ts/dlpack";
+ * import { fromPython, openPython, toPython } from "@dlpack-ts/dlpack/python";
+ *
+ * await ready();
+ * const py = openPython(); // the python3 on PATH, with its numpy
  * const np = py.import("numpy");
- * const view = fromPython(np.get("arange").call(6)); // zero-copy
- * const obj = toPython(new Float32Array([1, 2, 3]), py); // np.from_dlpack(obj) shares the memory
+ * using view = fromPython(np.get("arange").call(6)); // zero-copy: numpy's memory
+ * const data = new Float32Array([1, 2, 3]);
+ * using obj = toPython(data, py); // np.from_dlpack(obj) shares data's memory
  * ```
  * @module
  */

@@ -29,12 +29,9 @@ interface BunGlobal {
 
 interface NodeProcess {
   env: Record<string, string | undefined>;
+  argv: string[];
   platform: string;
   arch: string;
-}
-
-interface NodeFsPromises {
-  mkdtemp(prefix: string): Promise<string>;
 }
 
 function bunRequire<T>(id: string): T {
@@ -44,8 +41,7 @@ function bunRequire<T>(id: string): T {
 /** The Bun implementation of {@link Runtime}. */
 export function bunRuntime(): Runtime {
   const ffi = bunRequire<BunFFI>("bun:ffi");
-  const fs = bunRequire<{ existsSync(path: string): boolean }>("node:fs");
-  const fsp = bunRequire<NodeFsPromises>("node:fs/promises");
+  const fs = bunRequire<{ existsSync(path: string): boolean; mkdtempSync(prefix: string): string }>("node:fs");
   const os = bunRequire<{ tmpdir(): string }>("node:os");
   const proc = (globalThis as unknown as { process: NodeProcess }).process;
   const bun = (globalThis as unknown as { Bun: BunGlobal }).Bun;
@@ -89,9 +85,19 @@ export function bunRuntime(): Runtime {
     granted(): boolean {
       return true; // Bun has no permission system
     },
-    makePrivateDir(parent?: string): Promise<string> {
+    request(): boolean {
+      return true;
+    },
+    mainModule(): string {
+      return proc.argv[1] ?? "";
+    },
+    embedded(path: string): boolean {
+      // `bun build --compile` serves the files it embedded under this root (B:/~BUN/ on Windows).
+      return path.startsWith("/$bunfs/") || /^[A-Za-z]:[\\/]~BUN[\\/]/.test(path);
+    },
+    makePrivateDir(parent?: string): string {
       // mkdtemp(3): a fresh name, created with mode 0700.
-      return fsp.mkdtemp(`${parent ?? os.tmpdir()}/.dlpack-load-`);
+      return fs.mkdtempSync(`${parent ?? os.tmpdir()}/.dlpack-load-`);
     },
     gc(): boolean {
       bun.gc(true);

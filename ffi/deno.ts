@@ -46,12 +46,16 @@ interface DenoNamespace {
   ): { readonly symbols: Record<string, unknown>; close(): void };
   readonly permissions: {
     querySync(descriptor: PermissionDescriptor): { readonly state: "granted" | "denied" | "prompt" };
+    requestSync(descriptor: PermissionDescriptor): { readonly state: "granted" | "denied" | "prompt" };
   };
+  readonly stdin: { isTerminal(): boolean };
+  readonly stderr: { isTerminal(): boolean };
+  readonly mainModule: string;
   readonly env: { get(name: string): string | undefined };
   statSync(path: string): unknown;
   unrefTimer(id: number): void;
   // Deno's own temporary folder when `dir` is undefined.
-  makeTempDir(options: { readonly dir?: string | undefined; readonly prefix?: string }): Promise<string>;
+  makeTempDirSync(options: { readonly dir?: string | undefined; readonly prefix?: string }): string;
   readonly Command: new (program: string, options: {
     readonly args: string[];
     readonly stdout: "piped";
@@ -92,6 +96,13 @@ function refused(error: unknown): unknown {
     `Deno's FFI permission was revoked after libdlpack was loaded: ${(error as Error).message}. ` +
       `Keep --allow-ffi (without a path) for as long as the library is used.`,
   );
+}
+
+/** Deno's descriptor of a permission (`--allow-<kind>=<target>`). */
+function descriptorOf(kind: PermissionKind, target?: string): PermissionDescriptor {
+  if (kind === "env") return { name: "env", variable: target };
+  if (kind === "net") return { name: "net", host: target };
+  return { name: kind, path: target };
 }
 
 /** The Deno implementation of {@link Runtime}. */
@@ -176,20 +187,35 @@ export function denoRuntime(): Runtime {
       Deno.unrefTimer(timer as number);
     },
     granted(kind: PermissionKind, target?: string): boolean {
-      const descriptor: PermissionDescriptor = kind === "env"
-        ? { name: "env", variable: target }
-        : kind === "net"
-        ? { name: "net", host: target }
-        : { name: kind, path: target };
       try {
-        return Deno.permissions.querySync(descriptor).state === "granted";
+        return Deno.permissions.querySync(descriptorOf(kind, target)).state === "granted";
       } catch {
         return true; // cannot tell (a descriptor this Deno does not know): the operation itself reports
       }
     },
-    makePrivateDir(parent?: string): Promise<string> {
+    request(kind: PermissionKind, target?: string): boolean {
+      const descriptor = descriptorOf(kind, target);
+      try {
+        const state = Deno.permissions.querySync(descriptor).state;
+        if (state === "granted") return true;
+        // Deno prompts on standard error and reads the answer from standard input; elsewhere a
+        // request would only turn "not granted" into "denied" without asking anyone.
+        if (state !== "prompt" || !Deno.stdin.isTerminal() || !Deno.stderr.isTerminal()) return false;
+        return Deno.permissions.requestSync(descriptor).state === "granted";
+      } catch {
+        return true;
+      }
+    },
+    mainModule(): string {
+      const main = Deno.mainModule;
+      return main.startsWith("file:") ? decodeURIComponent(new URL(main).pathname) : main;
+    },
+    embedded(): boolean {
+      return false; // deno compile's embedded files are read and opened through the ordinary paths
+    },
+    makePrivateDir(parent?: string): string {
       // Deno's own temporary folder lookup needs no env permission (node:os tmpdir() reads TMPDIR).
-      return Deno.makeTempDir({ dir: parent, prefix: ".dlpack-load-" });
+      return Deno.makeTempDirSync({ dir: parent, prefix: ".dlpack-load-" });
     },
     gc(): boolean {
       const gc = (globalThis as { gc?: () => void }).gc;

@@ -1,16 +1,27 @@
 /**
- * The file operations of the release cache, written once over node:fs/promises (both runtimes
- * have it, and both honour O_NOFOLLOW and O_NONBLOCK there): reading a cache entry that may turn out
- * to be anything (a FIFO, a folder, a symlink, a huge file), writing one atomically, and the private
- * copy a verified build is loaded from. node:fs is imported on first use only: it costs Deno start-up
- * time, and only `ready()`'s release path needs it.
+ * The file operations of library loading, written once over node:fs (both runtimes have it, and
+ * both honour O_NOFOLLOW and O_NONBLOCK there): reading a file that may turn out to be anything (a
+ * FIFO, a folder, a symlink, a huge file), writing a cache entry atomically, the private copy a
+ * verified build is loaded from where no sealed memory file can be made, and opening a library file
+ * a user named after checking what it is. Synchronous, so that a first use without `ready()` can
+ * load the prebuilt library of an installed package. node:fs is looked up on first use only: it
+ * costs Deno start-up time, and only loading needs it.
  * @module
  */
 import type { Runtime } from "./types.ts";
 
-type Fs = typeof import("node:fs/promises");
-let fsModule: Promise<Fs> | undefined;
-const nodeFs = (): Promise<Fs> => (fsModule ??= import("node:fs/promises"));
+type Fs = typeof import("node:fs");
+let fsModule: Fs | undefined;
+const nodeFs = (): Fs =>
+  fsModule ??= (globalThis as unknown as { process: { getBuiltinModule(id: string): unknown } }).process
+    .getBuiltinModule("node:fs") as Fs;
+
+/** The SHA-256 of `bytes` in hex, computed synchronously (node:crypto, in both runtimes). */
+export function sha256Sync(bytes: Uint8Array): string {
+  const crypto = (globalThis as unknown as { process: { getBuiltinModule(id: string): unknown } }).process
+    .getBuiltinModule("node:crypto") as typeof import("node:crypto");
+  return crypto.createHash("sha256").update(bytes).digest("hex");
+}
 
 /** What a cache entry turned out to be. `why` says what was wrong, for the list of places tried. */
 export type CacheEntry =
@@ -49,13 +60,13 @@ function kindOf(stat: { isDirectory(): boolean; isSymbolicLink(): boolean; isFIF
 }
 
 /**
- * Reads a cache entry that must be a regular file of at most `limit` bytes. Looked at with lstat
- * first and opened with O_NOFOLLOW | O_NONBLOCK, so a symlink is not followed and a FIFO put there
- * cannot hang the caller even if it replaces the file between the two; the open file must be the
- * file lstat saw.
+ * Reads a file that must be a regular file of at most `limit` bytes (a cache entry, a packaged
+ * build). Looked at with lstat first and opened with O_NOFOLLOW | O_NONBLOCK, so a symlink is not
+ * followed and a FIFO put there cannot hang the caller even if it replaces the file between the two;
+ * the open file must be the file lstat saw.
  */
-export async function readCacheEntry(path: string, limit: number): Promise<CacheEntry> {
-  const fs = await nodeFs();
+export function readRegularFile(path: string, limit: number): CacheEntry {
+  const fs = nodeFs();
   const failed = (error: unknown): CacheEntry => {
     if (isPermissionRefusal(error)) return { kind: "denied", why: (error as Error).message };
     if ((error as { code?: unknown }).code === "ENOENT") return { kind: "absent" };
@@ -63,7 +74,7 @@ export async function readCacheEntry(path: string, limit: number): Promise<Cache
   };
   let seen;
   try {
-    seen = await fs.lstat(path);
+    seen = fs.lstatSync(path);
   } catch (error) {
     return failed(error);
   }
@@ -72,14 +83,14 @@ export async function readCacheEntry(path: string, limit: number): Promise<Cache
     return { kind: "unusable", why: `it has ${seen.size} bytes, more than the ${limit} a release build may have` };
   }
   const flags = fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0) | (fs.constants.O_NONBLOCK ?? 0);
-  let handle;
+  let fd: number;
   try {
-    handle = await fs.open(path, flags);
+    fd = fs.openSync(path, flags);
   } catch (error) {
     return failed(error);
   }
   try {
-    const opened = await handle.stat();
+    const opened = fs.fstatSync(fd);
     if (!opened.isFile() || opened.ino !== seen.ino || opened.dev !== seen.dev) {
       return { kind: "unusable", why: "it was replaced while being opened" };
     }
@@ -87,7 +98,7 @@ export async function readCacheEntry(path: string, limit: number): Promise<Cache
     const buffer = new Uint8Array(Math.min(opened.size, limit) + 1);
     let length = 0;
     for (;;) {
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null);
+      const bytesRead = fs.readSync(fd, buffer, length, buffer.length - length, null);
       if (bytesRead === 0) break;
       length += bytesRead;
       if (length === buffer.length) return { kind: "unusable", why: "it grew while being read" };
@@ -96,16 +107,37 @@ export async function readCacheEntry(path: string, limit: number): Promise<Cache
   } catch (error) {
     return failed(error);
   } finally {
-    await handle.close().catch(() => {});
+    try {
+      fs.closeSync(fd);
+    } catch {
+      // nothing was written through it
+    }
+  }
+}
+
+/** Reads a file of the executable's embedded file system (the runtime serves it from memory: it
+ * cannot be a FIFO or change), if it is a file of at most `limit` bytes. */
+export function readEmbeddedFile(path: string, limit: number): CacheEntry {
+  const fs = nodeFs();
+  try {
+    const seen = fs.statSync(path);
+    if (!seen.isFile()) return { kind: "unusable", why: "it is not a file" };
+    if (seen.size > limit) {
+      return { kind: "unusable", why: `it has ${seen.size} bytes, more than the ${limit} a release build may have` };
+    }
+    return { kind: "file", bytes: new Uint8Array(fs.readFileSync(path)) };
+  } catch (error) {
+    if ((error as { code?: unknown }).code === "ENOENT") return { kind: "absent" };
+    return { kind: "unusable", why: fsReason(error) };
   }
 }
 
 /** Writes `dir/name` so that readers see the old entry or the whole new file, never a part
  * (creates `dir` as needed). Returns what went wrong, or undefined. */
-export async function writeCacheEntry(dir: string, name: string, bytes: Uint8Array): Promise<string | undefined> {
-  const fs = await nodeFs();
+export function writeCacheEntry(dir: string, name: string, bytes: Uint8Array): string | undefined {
+  const fs = nodeFs();
   try {
-    await fs.mkdir(dir, { recursive: true });
+    fs.mkdirSync(dir, { recursive: true });
   } catch (error) {
     return `its folder could not be made: ${reasonOf(error)}`;
   }
@@ -113,72 +145,82 @@ export async function writeCacheEntry(dir: string, name: string, bytes: Uint8Arr
   // rename cannot cross file systems.
   const temporary = `${dir}/.${name}.${crypto.randomUUID()}.tmp`;
   try {
-    await fs.writeFile(temporary, bytes, { mode: 0o755, flag: "wx" });
-    await fs.rename(temporary, `${dir}/${name}`);
+    fs.writeFileSync(temporary, bytes, { mode: 0o755, flag: "wx" });
+    fs.renameSync(temporary, `${dir}/${name}`);
     return undefined;
   } catch (error) {
-    await fs.rm(temporary, { force: true }).catch(() => {});
+    try {
+      fs.rmSync(temporary, { force: true });
+    } catch {
+      // best effort: a leftover temporary file is never read
+    }
     return reasonOf(error);
   }
 }
 
 const reasonOf = (error: unknown) => isPermissionRefusal(error) ? (error as Error).message : fsReason(error);
 
-/** A private copy of verified bytes: the path to load it through, the file itself, and how to
- * remove it. */
-export interface PrivateCopy {
-  /** On Linux `/proc/self/fd/<n>` of the descriptor that created the file, so the load opens that
-   * very inode whatever happens to the path meanwhile; elsewhere the file's path. */
+/** A file to load a library from: the path to load it through, the file itself, and how to let
+ * it go once loaded (a loaded library stays mapped). */
+export interface LoadableFile {
+  /** On Linux `/proc/self/fd/<n>` of the descriptor that holds the bytes, so the load opens that
+   * very file whatever happens to any path meanwhile; elsewhere the file's path. */
   readonly loadPath: string;
+  /** The file's path, to load it by where `loadPath` cannot be opened (no /proc); equal to
+   * `loadPath` when there is no other way to it (a sealed memory file). */
   readonly file: string;
-  /** Closes the descriptor and deletes the folder (a loaded library stays mapped). */
-  remove(): Promise<void>;
+  /** Closes the descriptor, and deletes what was written for the load. */
+  remove(): void;
 }
 
 /**
  * Writes `bytes` to a file created exclusively (O_EXCL) in a fresh folder that only this user can
  * enter, made inside the first of `places` that allows it (undefined: the system's temporary
- * folder). Loading it loads exactly the bytes in memory, unlike the shared cache entry they were
- * read from, which anyone who can write there may replace after the check. Returns the copy, or
- * every place that failed and why.
+ * folder). Loading it loads exactly the bytes in memory, unlike the shared file they were read
+ * from, which anyone who can write there may replace after the check. Returns the copy, or every
+ * place that failed and why.
  */
-export async function writePrivateCopy(
+export function writePrivateCopy(
   rt: Runtime,
   places: readonly (string | undefined)[],
   name: string,
   bytes: Uint8Array,
-): Promise<PrivateCopy | { readonly failed: readonly string[] }> {
-  const fs = await nodeFs();
+): LoadableFile | { readonly failed: readonly string[] } {
+  const fs = nodeFs();
   const failed: string[] = [];
   for (const place of places) {
     const where = place ?? "the temporary folder";
     let dir: string;
     try {
-      dir = await rt.makePrivateDir(place);
+      dir = rt.makePrivateDir(place);
     } catch (error) {
       failed.push(`${where} (${reasonOf(error)})`);
       continue;
     }
-    let handle: Awaited<ReturnType<Fs["open"]>> | undefined;
-    const remove = async () => {
-      await handle?.close().catch(() => {});
-      await fs.rm(dir, { recursive: true, force: true }).catch(() => {});
+    let fd: number | undefined;
+    const remove = () => {
+      try {
+        if (fd !== undefined) fs.closeSync(fd);
+        fs.rmSync(dir, { recursive: true, force: true });
+      } catch {
+        // swept by a later run (a loaded DLL cannot be deleted on Windows)
+      }
     };
     try {
-      const made = await fs.lstat(dir);
+      const made = fs.lstatSync(dir);
       // mkdtemp creates 0700; a folder others may enter could have its file swapped before the load.
       if (!made.isDirectory() || (rt.os !== "windows" && (made.mode & 0o077) !== 0)) {
         throw new Error(`the new folder ${dir} has mode ${(made.mode & 0o777).toString(8)}, not 700`);
       }
       const file = `${dir}/${name}`;
-      handle = await fs.open(file, "wx", 0o700);
-      await handle.writeFile(bytes);
+      fd = fs.openSync(file, "wx", 0o700);
+      for (let at = 0; at < bytes.length;) at += fs.writeSync(fd, bytes, at, bytes.length - at);
       // The descriptor names the inode written here even if the folder itself is renamed away
       // (possible where others may write to a folder above it).
-      const loadPath = rt.os === "linux" ? `/proc/self/fd/${handle.fd}` : file;
+      const loadPath = rt.os === "linux" ? `/proc/self/fd/${fd}` : file;
       return { loadPath, file, remove };
     } catch (error) {
-      await remove();
+      remove();
       failed.push(`${where} (${reasonOf(error)})`);
     }
   }
@@ -187,18 +229,59 @@ export async function writePrivateCopy(
 
 /** Removes private copies older than a day from `dir`: on Windows a loaded DLL cannot be deleted,
  * so each run's copy stays behind until a later run finds it unused. Best effort. */
-export async function sweepPrivateCopies(dir: string): Promise<void> {
-  const fs = await nodeFs();
+export function sweepPrivateCopies(dir: string): void {
+  const fs = nodeFs();
   const dayAgo = Date.now() - 86_400_000;
   try {
-    for (const entry of await fs.readdir(dir)) {
+    for (const entry of fs.readdirSync(dir)) {
       if (!entry.startsWith(".dlpack-load-")) continue;
-      const stat = await fs.lstat(`${dir}/${entry}`).catch(() => undefined);
-      if (stat?.isDirectory() && stat.mtimeMs < dayAgo) {
-        await fs.rm(`${dir}/${entry}`, { recursive: true, force: true }).catch(() => {});
-      }
+      const stat = fs.lstatSync(`${dir}/${entry}`, { throwIfNoEntry: false });
+      if (stat?.isDirectory() && stat.mtimeMs < dayAgo) fs.rmSync(`${dir}/${entry}`, { recursive: true, force: true });
     }
   } catch {
     // an unreadable folder keeps its leftovers
   }
+}
+
+/**
+ * Opens the library file at `path` (symlinks followed: a user's own build may be one) without
+ * blocking, and checks that it is a regular file: a FIFO there would make `dlopen` wait forever for
+ * a writer, and a folder or device fail obscurely. Returns the checked file, or what it is instead.
+ * A path stat sees but open cannot (a file in an executable's embedded file system, which only the
+ * runtime's dlopen reads) is handed on as it is.
+ */
+export function openLibraryFile(rt: Runtime, path: string): LoadableFile | { readonly problem: string } {
+  const fs = nodeFs();
+  let seen;
+  try {
+    seen = fs.statSync(path);
+  } catch (error) {
+    return { problem: (error as { code?: unknown }).code === "ENOENT" ? "no such file" : reasonOf(error) };
+  }
+  if (!seen.isFile()) return { problem: `it is ${kindOf(seen)}, not a library file` };
+  let fd: number;
+  try {
+    fd = fs.openSync(path, fs.constants.O_RDONLY | (fs.constants.O_NONBLOCK ?? 0));
+  } catch (error) {
+    if ((error as { code?: unknown }).code === "ENOENT") return { loadPath: path, file: path, remove() {} };
+    return { problem: reasonOf(error) };
+  }
+  const remove = () => {
+    try {
+      fs.closeSync(fd);
+    } catch {
+      // already closed
+    }
+  };
+  try {
+    const opened = fs.fstatSync(fd);
+    if (!opened.isFile() || opened.ino !== seen.ino || opened.dev !== seen.dev) {
+      remove();
+      return { problem: "it was replaced while being opened" };
+    }
+  } catch (error) {
+    remove();
+    return { problem: reasonOf(error) };
+  }
+  return { loadPath: rt.os === "linux" ? `/proc/self/fd/${fd}` : path, file: path, remove };
 }

@@ -7,7 +7,8 @@
  */
 import { DLPackError } from "../src/facts/errors.ts";
 import { RELEASE_CHECKSUMS, RELEASE_VERSION } from "./checksums.ts";
-import { isPermissionRefusal, readCacheEntry, writeCacheEntry } from "./files.ts";
+import { isPermissionRefusal, readRegularFile, writeCacheEntry } from "./files.ts";
+import { CACHE_IN_SHELL, Permissions } from "./permissions.ts";
 import type { Runtime } from "./types.ts";
 
 /** Where release artifacts are published: one folder per version tag. */
@@ -27,48 +28,60 @@ export function releaseFileName(version: string, os: string, arch: string): stri
  * is refused without being read whole. */
 export const MAX_RELEASE_BYTES = 4 * 1024 * 1024;
 
-/** An environment setting: its value, undefined when unset or empty. With `strict`, a variable
- * Deno will not let this module read is an error naming the flag (an override must never be
- * skipped silently); otherwise it counts as unset and its name is added to `denied`. */
-function setting(rt: Runtime, name: string, strict: boolean, denied?: string[]): string | undefined {
-  if (!rt.granted("env", name)) {
-    if (strict) {
-      throw new DLPackError(
-        "library",
-        `cannot tell whether ${name} is set: Deno denies reading it. Run with --allow-env=${name} (or --allow-env).`,
-      );
-    }
-    denied?.push(name);
-    return undefined;
-  }
+/** The hosts a download from the default base URL goes through: GitHub redirects release
+ * downloads to its asset hosts. */
+export const DEFAULT_HOSTS: readonly string[] = [
+  "github.com",
+  "release-assets.githubusercontent.com",
+  "objects.githubusercontent.com",
+];
+
+/** An environment setting: its value, undefined when unset, empty, or not readable (the lookup's
+ * {@link Permissions} then has it: missing, or with `optional`, only needed). */
+function setting(rt: Runtime, perm: Permissions, name: string, optional = false): string | undefined {
+  if (!perm.have("env", name, optional)) return undefined;
   const value = rt.env(name);
   return value !== undefined && value !== "" ? value : undefined;
 }
 
-/** The per-user cache folder and the setting it came from, or why there is none. `DLPACK_CACHE`
- * unreadable under Deno's permissions is an error; the conventional folders are then skipped. */
-export function cacheDirectory(rt: Runtime): { dir: string; from: string } | { missing: string } {
-  const denied: string[] = [];
-  const set = (name: string, strict = false) => setting(rt, name, strict, denied)?.replace(/[\\/]+$/, "");
-  const explicit = set("DLPACK_CACHE", true);
-  if (explicit !== undefined) return { dir: explicit, from: "DLPACK_CACHE" };
-  const denoDir = set("DENO_DIR");
-  if (denoDir !== undefined) return { dir: `${denoDir}/dlpack-ts`, from: "DENO_DIR" };
-  const xdg = set("XDG_CACHE_HOME");
-  if (xdg !== undefined) return { dir: `${xdg}/dlpack-ts`, from: "XDG_CACHE_HOME" };
-  const local = rt.os === "windows" ? set("LOCALAPPDATA") : undefined;
-  if (local !== undefined) return { dir: `${local}/dlpack-ts`, from: "LOCALAPPDATA" };
-  const home = set("HOME") ?? (rt.os === "windows" ? set("USERPROFILE") : undefined);
-  if (home !== undefined) return { dir: `${home}/.cache/dlpack-ts`, from: "HOME" };
-  const denial = denied.length === 0
+/** The per-user cache folder and the setting it came from; `unknown` when `DLPACK_CACHE` cannot be
+ * read (a set override must never be passed over, so the folder cannot be known), or why there is
+ * none. The conventional variables Deno will not let this module read are passed over, and kept in
+ * `perm` for the run line of an error. */
+export function cacheDirectory(
+  rt: Runtime,
+  perm: Permissions = new Permissions(rt),
+): { dir: string; from: string } | { unknown: true } | { missing: string } {
+  const names = ["DLPACK_CACHE", "DENO_DIR", "XDG_CACHE_HOME"];
+  if (rt.os === "windows") names.push("LOCALAPPDATA");
+  names.push("HOME");
+  if (rt.os === "windows") names.push("USERPROFILE");
+  let unknown = false;
+  const passedOver: string[] = [];
+  for (const name of names) {
+    const strict = name === "DLPACK_CACHE";
+    if (!perm.have("env", name, !strict)) {
+      if (strict) unknown = true;
+      else passedOver.push(name);
+      continue;
+    }
+    const value = rt.env(name)?.replace(/[\\/]+$/, "");
+    if (unknown || value === undefined || value === "") continue;
+    if (strict) return { dir: value, from: name };
+    if (name === "HOME" || name === "USERPROFILE") return { dir: `${value}/.cache/dlpack-ts`, from: "HOME" };
+    return { dir: `${value}/dlpack-ts`, from: name };
+  }
+  if (unknown) return { unknown: true };
+  const denial = passedOver.length === 0
     ? ""
-    : `; Deno denies reading ${denied.join(", ")}: run with --allow-env=${denied.join(",")}`;
+    : `; Deno denies reading ${passedOver.join(", ")}: run with --allow-env=${passedOver.join(",")}`;
   return { missing: `no cache folder: none of DLPACK_CACHE, DENO_DIR, XDG_CACHE_HOME, HOME is set${denial}` };
 }
 
-/** The folder URL the artifacts are downloaded from (`DLPACK_BASE_URL` overrides the default). */
-export function baseUrl(rt: Runtime): string {
-  const base = setting(rt, "DLPACK_BASE_URL", true) ?? DEFAULT_BASE_URL;
+/** The folder URL the artifacts are downloaded from (`DLPACK_BASE_URL` overrides the default; one
+ * Deno will not let this module read counts as missing in `perm`). */
+export function baseUrl(rt: Runtime, perm: Permissions = new Permissions(rt)): string {
+  const base = setting(rt, perm, "DLPACK_BASE_URL") ?? DEFAULT_BASE_URL;
   return base.endsWith("/") ? base : `${base}/`;
 }
 
@@ -146,9 +159,9 @@ async function download(url: string, limit: number): Promise<{ bytes: Uint8Array
 
 /** The cache entry's bytes when they match `expected`; otherwise undefined, with what was wrong
  * added to `tried` (and returned as `unusable` when the entry is not a plain file of a plausible
- * size). A read Deno refuses is an error naming the flag. */
+ * size). A read Deno refuses although its permission was granted (a path Deno resolves elsewhere)
+ * is an error naming the flag. */
 async function readCache(
-  rt: Runtime,
   cache: { dir: string; from: string },
   name: string,
   expected: string,
@@ -156,15 +169,11 @@ async function readCache(
   fail: (what: string) => never,
 ): Promise<{ bytes?: Uint8Array<ArrayBuffer>; unusable?: string }> {
   const cached = `${cache.dir}/${name}`;
-  const denied = (why: string) => {
-    tried.push(`${cached} (from ${cache.from}; ${why})`);
-    return fail(`${name} could not be read from the cache: run with --allow-read=${cache.dir}`);
-  };
-  if (!rt.granted("read", cached)) denied("Deno denies reading it");
-  const entry = await readCacheEntry(cached, MAX_RELEASE_BYTES);
+  const entry = readRegularFile(cached, MAX_RELEASE_BYTES);
   switch (entry.kind) {
     case "denied":
-      return denied(entry.why);
+      tried.push(`${cached} (from ${cache.from}; ${entry.why})`);
+      return fail(`${name} could not be read from the cache: run with --allow-read=${cache.dir}`);
     case "absent":
       tried.push(`${cached} (from ${cache.from}; not cached yet)`);
       return {};
@@ -182,14 +191,21 @@ async function readCache(
  * Returns the verified bytes of the release build for this OS and CPU: the cached copy when its
  * checksum matches, otherwise a fresh download that is checked and then cached. A cache entry that
  * is not a plain file of a plausible size, or a cache folder that cannot exist, is passed over (and
- * said so) in favour of the download; a permission Deno refuses is an error naming the flag.
- * `tried` holds what the caller already looked at; everything tried here is added, and every
- * failure lists it all.
+ * said so) in favour of the download. Every permission Deno refuses along the way is gathered in
+ * `perm`, and one error names them all, before anything is downloaded. `tried` holds what the
+ * caller already looked at; everything tried here is added, and every failure lists it all.
+ * `hint` says what to do, knowing whether `DLPACK_BASE_URL` was set.
  */
-export async function fetchRelease(rt: Runtime, tried: string[], hint: string): Promise<VerifiedRelease> {
+export async function fetchRelease(
+  rt: Runtime,
+  tried: string[],
+  hint: (baseUrlSet: boolean) => string,
+  perm: Permissions = new Permissions(rt),
+): Promise<VerifiedRelease> {
   const name = releaseFileName(RELEASE_VERSION, rt.os, rt.arch);
+  let baseSet = false;
   const fail = (what: string): never => {
-    throw new DLPackError("library", `${what}; tried: ${tried.join("; ")}. ${hint}`);
+    throw new DLPackError("library", `${what}; tried: ${tried.join("; ")}. ${hint(baseSet)}`);
   };
   const expected = RELEASE_CHECKSUMS[name];
   if (expected === undefined) {
@@ -198,22 +214,42 @@ export async function fetchRelease(rt: Runtime, tried: string[], hint: string): 
     );
     return fail(`no release build of libdlpack ${RELEASE_VERSION} for ${rt.os}-${rt.arch}`);
   }
-  const base = baseUrl(rt);
+  const cache = cacheDirectory(rt, perm);
+  let unusable: string | undefined;
+  if ("dir" in cache) {
+    // The folder, not only the file: writing the cache entry reads its folder too.
+    if (perm.have("read", cache.dir)) {
+      const found = await readCache(cache, name, expected, tried, fail);
+      if (found.bytes !== undefined) {
+        if (perm.missing) throw perm.error(tried);
+        return { bytes: found.bytes, origin: `${cache.dir}/${name}`, cacheDir: cache.dir };
+      }
+      unusable = found.unusable;
+    } else {
+      tried.push(`${cache.dir}/${name} (from ${cache.from}; not checked: Deno denies reading it)`);
+    }
+  } else if ("unknown" in cache) {
+    perm.have("read", CACHE_IN_SHELL);
+    tried.push("the cache (its folder is not known: Deno denies reading DLPACK_CACHE)");
+  } else {
+    tried.push(cache.missing);
+  }
+
+  perm.downloads();
+  const base = baseUrl(rt, perm);
+  baseSet = base !== DEFAULT_BASE_URL;
   let url: string;
   try {
     url = new URL(name, base).href;
   } catch {
     return fail(`DLPACK_BASE_URL=${base} is not a URL`);
   }
-  const cache = cacheDirectory(rt);
-  let unusable: string | undefined;
-  if ("missing" in cache) {
-    tried.push(cache.missing);
-  } else {
-    const found = await readCache(rt, cache, name, expected, tried, fail);
-    if (found.bytes !== undefined) return { bytes: found.bytes, origin: `${cache.dir}/${name}`, cacheDir: cache.dir };
-    unusable = found.unusable;
-  }
+  const host = new URL(url).host;
+  perm.have("net", host);
+  if (base === DEFAULT_BASE_URL) { for (const redirected of DEFAULT_HOSTS) perm.note("net", redirected); }
+  if ("dir" in cache) perm.have("write", cache.dir, true);
+  else if ("unknown" in cache) perm.have("write", CACHE_IN_SHELL, true);
+  if (perm.missing) throw perm.error(tried);
 
   const got = await download(url, MAX_RELEASE_BYTES);
   if ("why" in got) {
@@ -225,11 +261,14 @@ export async function fetchRelease(rt: Runtime, tried: string[], hint: string): 
     tried.push(`${url} (SHA-256 ${digest}, expected ${expected}: refused)`);
     return fail(`${name} from ${url} does not match this module's checksum table, so it was not loaded`);
   }
-  if ("missing" in cache) return { bytes: got.bytes, origin: url, uncached: cache.missing };
+  if (!("dir" in cache)) {
+    const missing = "missing" in cache ? cache.missing : "the cache folder is not known";
+    return { bytes: got.bytes, origin: url, uncached: missing };
+  }
   const { dir } = cache;
   const problem = !rt.granted("write", dir)
     ? `Deno denies writing there: run with --allow-write=${dir}`
-    : await writeCacheEntry(dir, name, got.bytes);
+    : writeCacheEntry(dir, name, got.bytes);
   if (problem === undefined) return { bytes: got.bytes, origin: `${dir}/${name}`, cacheDir: dir };
   const why = unusable !== undefined ? `is unusable (${unusable}) and ` : "";
   return {

@@ -89,9 +89,17 @@ export interface Runtime {
    * in Bun, which has none). `target`: the variable, path or host it is needed for; for "ffi"
    * without a target, whether FFI is allowed unscoped. Never prompts. */
   granted(kind: PermissionKind, target?: string): boolean;
+  /** Like {@link granted}, but where Deno can prompt (its standard input and error are a terminal,
+   * and prompts are not turned off) asks the user through Deno's own prompt. Always true in Bun. */
+  request(kind: PermissionKind, target?: string): boolean;
+  /** The program's entry as a path (or a URL when it is no file), for a run line in an error. */
+  mainModule(): string;
+  /** Whether `path` lies in the file system embedded in a single executable (Bun's `/$bunfs/`),
+   * which only the runtime's own `readFileSync` and `dlopen` understand. */
+  embedded(path: string): boolean;
   /** Creates a fresh folder only this user can enter (mode 0700 where modes exist) inside `parent`,
    * or inside the system's temporary folder, and returns its path. */
-  makePrivateDir(parent?: string): Promise<string>;
+  makePrivateDir(parent?: string): string;
   /** OS and CPU names as Deno spells them ("linux", "darwin", "windows"; "x86_64", "aarch64"). */
   readonly os: string;
   readonly arch: string;

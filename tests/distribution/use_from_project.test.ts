@@ -1,7 +1,8 @@
 // Using the module from someone else's program, the ways the README documents: imported by path
-// from a script outside the repository (plain `deno run` / `bun run`, no package.json anywhere), a
-// copy of the sources without a native build (the library then comes from the release download),
-// and a Bun project that adds the repository as a git dependency.
+// from a script outside the repository (plain `deno run` / `bun run`, no package.json of its own),
+// a copy of the sources without a native build (the library then comes from the release download),
+// and a Bun project that adds the repository as a git dependency and imports the bare name (the
+// packed npm package: tests/distribution/package.test.ts).
 import assert from "node:assert/strict";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -75,10 +76,10 @@ test("examples/roundtrip.ts runs in the checkout with plain `deno run` / `bun ru
   assert.match(out.stdout, /^roundtrip ok$/m);
 }, { timeout: 60_000 });
 
-test("a script outside the repository imports mod.ts by path and runs with no package.json anywhere", async () => {
-  assert.ok(!existsSync(`${repoRoot}/package.json`), "the repository itself needs no package.json");
+test("a script outside the repository imports mod.ts by path and runs with no package.json of its own", async () => {
   const { root, home } = workspace();
   try {
+    assert.ok(!existsSync(`${root}/package.json`));
     writeFileSync(`${root}/app.ts`, program(`${repoRoot}/mod.ts`));
     const out = await runWithSelf("app.ts", root, { HOME: home });
     assert.equal(out.code, 0, show(out));
@@ -142,8 +143,9 @@ test("a Bun project with the repository as a git dependency (bun add git+file://
     });
     assert.equal(added.code, 0, show(added));
     assert.ok(existsSync(`${root}/node_modules/dlpack-ts/mod.ts`), show(added));
-    writeFileSync(`${root}/app.ts`, program("dlpack-ts/mod.ts"));
-    // A git dependency has no native build, so ready() fetches the release build.
+    writeFileSync(`${root}/app.ts`, program("dlpack-ts"));
+    // A git dependency has no native build and no prebuilt/ (only a packed package has one), so
+    // ready() fetches the release build.
     const out = await spawn(tool("bun"), ["run", "app.ts"], { cwd: root, env });
     assert.equal(out.code, 0, show(out));
     assert.match(out.stdout, new RegExp(`^library ${root}/cache/${artifact}$`, "m"));
