@@ -31,6 +31,10 @@ const tensors = new Map<string, number>([
 ]);
 const small = { versioned: tensors.get("1KiB")! };
 
+// The copies first (bench/copies.ts), while the heap holds nothing of the cases below: a collection
+// during a 1 MiB copy would show in its figure.
+copyCases(out);
+
 out.import_dispose_ns = measure(200_000, () => importDLPack(small).dispose());
 // The address as the runtime's FFI hands it out from a C function: a Deno.PointerObject in Deno (what a
 // "pointer" result is), a number in Bun.
@@ -143,10 +147,9 @@ out.alloc_f32_ns = measure(100_000, () => {
 void made;
 
 // Import and export against their floor (bench/floor.ts), reading one element (bench/elements.ts),
-// copies (bench/copies.ts), and Workers (bench/workers.ts).
+// and Workers (bench/workers.ts).
 ffiFloorCases(out, tensors.get("1KiB")!);
 elementCases(out);
-copyCases(out);
 await workerCases(out);
 
 // The bridge rows: JS -> numpy -> JS, and torch (bench/bridge.ts).

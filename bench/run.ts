@@ -270,7 +270,8 @@ const rows: Row[] = [
     deno: n("native_import_2_threads"),
     bun: n("native_import_2_threads"),
     ref: none,
-    refText: "throughput, wall clock (`zig build bench-import -- --threads`), a per-thread counting deleter",
+    refText: "throughput, wall clock (`zig build bench-import -- --threads`), a per-thread counting deleter; an " +
+      `arithmetic loop (the control) ${fmt(n("native_arithmetic_2_threads"))}`,
     target: 1.8,
     atLeast: true,
   },

@@ -9,7 +9,8 @@
 //! `dlpk_journal_release` (the native calls of a JS import + dispose), then `dlpk_describe` alone,
 //! then `dlpk_export_array` + `dlpk_export_dispose` of a 1 KiB buffer (the native calls of a JS
 //! export + dispose). `--threads T` adds the throughput of T threads doing versioned imports
-//! (and exports) of their own tensors (and buffers) against one thread's, in wall-clock time.
+//! (and exports) of their own tensors (and buffers) against one thread's, in wall-clock time, and
+//! the same for an arithmetic loop (what two threads get on the machine at all).
 //! `--json`: one JSON object of the medians instead of the text report (bench/run.ts reads it).
 
 const std = @import("std");
@@ -58,7 +59,8 @@ const Entries = struct {
     realm_new: RealmNew,
 };
 
-const Mode = enum { import, keyed, versioned, describe, export_array };
+/// `arithmetic`: the thread-scaling control, a loop that shares nothing and calls nothing.
+const Mode = enum { import, keyed, versioned, describe, export_array, arithmetic };
 
 /// A float32 1 KiB buffer exported whole, versioned (a JS `exportDLPack(new Float32Array(256))`).
 const export_word: u32 = 2 | 32 << abi.array_word.bits_shift |
@@ -141,8 +143,11 @@ const Worker = struct {
         _ = self.ready.fetchAdd(1, .acq_rel);
         while (!self.go.load(.acquire)) std.atomic.spinLoopHint();
         const scratch = scratchOf(self.e);
+        var x: u64 = 0;
         for (0..self.count) |k| {
-            if (self.mode == .export_array) {
+            if (self.mode == .arithmetic) {
+                for (0..64) |j| x = x *% 31 +% j;
+            } else if (self.mode == .export_array) {
                 exportOnce(self.e, &buffer, realm, @floatFromInt(k % 1000 + 1)) catch
                     self.failed.store(true, .release);
             } else {
@@ -150,6 +155,7 @@ const Worker = struct {
                 self.e.journal_release(scratch.owner);
             }
         }
+        std.mem.doNotOptimizeAway(x);
         self.finished_ns = wallNs();
     }
 };
@@ -284,10 +290,10 @@ pub fn main() !void {
         for (times[0..o.rounds]) |*t| t.* = try round(e, managed, out, o.count, mode);
         median.* = report(name, times[0..o.rounds], o.json);
     }
-    var scale: [2]f64 = .{ std.math.nan(f64), std.math.nan(f64) };
+    var scale: [3]f64 = @splat(std.math.nan(f64));
     if (o.threads) {
         const local = try symbol(Static, &producer, "tp_static_tensor_local");
-        for ([_]Mode{ .versioned, .export_array }, &scale) |mode, *s| {
+        for ([_]Mode{ .versioned, .export_array, .arithmetic }, &scale) |mode, *s| {
             s.* = try scaling(e, local, mode, o.rounds, o.count / 4 + 1);
             if (!o.json) std.debug.print("2 threads / 1, {s}: {d:.2}\n", .{ @tagName(mode), s.* });
         }
@@ -295,9 +301,10 @@ pub fn main() !void {
     if (!o.json) return;
     var buffer: [512]u8 = undefined;
     const format = "{{\"native_import_ns\":{d:.2},\"native_export_ns\":{d:.2}," ++
-        "\"native_import_2_threads\":{d:.3},\"native_export_2_threads\":{d:.3}}}\n";
+        "\"native_import_2_threads\":{d:.3},\"native_export_2_threads\":{d:.3}," ++
+        "\"native_arithmetic_2_threads\":{d:.3}}}\n";
     const line = try std.fmt.bufPrint(&buffer, format, .{
-        medians[2], medians[4], scale[0], scale[1],
+        medians[2], medians[4], scale[0], scale[1], scale[2],
     });
     try std.fs.File.stdout().writeAll(line);
 }

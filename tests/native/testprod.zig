@@ -336,22 +336,31 @@ export fn tp_static_tensor(bytes: f64, rows: u32) usize {
     const cols: i64 = @divTrunc(@as(i64, @intCast(size / 4)), r);
     t.shape = .{ r, cols };
     t.strides = .{ cols, 1 };
-    t.managed = .{
+    t.managed = countedMatrix(memory, &t.shape, &t.strides);
+    return @intFromPtr(&t.managed);
+}
+
+/// A versioned C-contiguous float32 matrix of `shape` over `data`, with the counting deleter.
+fn countedMatrix(
+    data: *anyopaque,
+    shape: *[2]i64,
+    strides: *[2]i64,
+) dlpack.ManagedTensorVersioned {
+    return .{
         .version = .{ .major = 1, .minor = 3 },
         .manager_ctx = null,
         .deleter = countingDeleter,
         .flags = 0,
         .dl_tensor = .{
-            .data = memory,
+            .data = data,
             .device = .{ .device_type = 1, .device_id = 0 },
             .ndim = 2,
             .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
-            .shape = &t.shape,
-            .strides = &t.strides,
+            .shape = shape,
+            .strides = strides,
             .byte_offset = 0,
         },
     };
-    return @intFromPtr(&t.managed);
 }
 
 /// `tp_static_tensor` whose deleter counts in a counter of the calling thread (`tp_deleted_here`):
@@ -446,21 +455,7 @@ export fn tp_fresh_tensor() usize {
     t.shape = .{ 2, 3 };
     t.strides = .{ 3, 1 };
     t.data = .{ 0, 1, 2, 3, 4, 5 };
-    t.managed = .{
-        .version = .{ .major = 1, .minor = 3 },
-        .manager_ctx = null,
-        .deleter = countingDeleter,
-        .flags = 0,
-        .dl_tensor = .{
-            .data = &t.data,
-            .device = .{ .device_type = 1, .device_id = 0 },
-            .ndim = 2,
-            .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
-            .shape = &t.shape,
-            .strides = &t.strides,
-            .byte_offset = 0,
-        },
-    };
+    t.managed = countedMatrix(&t.data, &t.shape, &t.strides);
     return @intFromPtr(&t.managed);
 }
 
