@@ -294,15 +294,17 @@ fn streamRun(
     const per_line = stream.cache_line_bytes / size;
     const head = @min(count, head_items);
     const lines = (count - head) / per_line;
+    const tail = count - head - lines * per_line;
     copyRun(dst, src, size, head, stride_bytes);
     const step: usize = @bitCast(@as(isize, @intCast(stride_bytes)));
     var at = @intFromPtr(src) +% head *% step;
     var to = dst + head * size;
-    for (0..lines) |_| {
+    for (0..lines) |k| {
         var line: [per_line]T align(stream.cache_line_bytes) = undefined;
-        if (step == 2 * size) {
-            // Every other item (real parts, one channel of two): two lines' worth read as one
-            // vector, the even items picked by a shuffle.
+        // Every other item (real parts, one channel of two): two lines' worth read as one vector
+        // and the even items picked by a shuffle, where the odd item it reads past the line's
+        // last one lies before an item of the run (the run's last item may end the memory).
+        if (step == 2 * size and (k + 1 < lines or tail > 0)) {
             const pair = @as(*align(1) const @Vector(2 * per_line, T), @ptrFromInt(at)).*;
             line = @shuffle(T, pair, undefined, evenLanes(per_line));
             at +%= 2 * stream.cache_line_bytes;
@@ -313,7 +315,7 @@ fn streamRun(
         stream.line(to, @ptrCast(&line));
         to += stream.cache_line_bytes;
     }
-    copyRun(to, @ptrFromInt(at), size, count - head - lines * per_line, stride_bytes);
+    copyRun(to, @ptrFromInt(at), size, tail, stride_bytes);
 }
 
 fn evenLanes(comptime n: usize) @Vector(n, i32) {
@@ -450,6 +452,35 @@ test "streamed strided runs: every item size and output alignment, ragged ends" 
             for (dst[0..shift]) |b| try testing.expectEqual(@as(u8, 0xA5), b);
             for (dst[shift + n * size ..]) |b| try testing.expectEqual(@as(u8, 0xA5), b);
         };
+    }
+}
+
+test "streamed every-other runs read nothing past the run's last item" {
+    // The source's last item ends a page whose successor is not readable: a read past it faults.
+    if (!stream.available or builtin.os.tag != .linux) return error.SkipZigTest;
+    const page = std.heap.pageSize();
+    const region = try std.posix.mmap(
+        null,
+        2 * page,
+        std.posix.PROT.READ | std.posix.PROT.WRITE,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    );
+    defer std.posix.munmap(region);
+    try std.posix.mprotect(@alignCast(region[page..]), std.posix.PROT.NONE);
+    for (region[0..page], 0..) |*b, k| b.* = @truncate(k *% 13);
+    var dst: [page]u8 align(64) = undefined;
+    inline for (.{ 1, 2, 4, 8, 16 }) |size| {
+        for ([_]usize{ 64 / size, 2 * 64 / size, 3 * 64 / size + 1 }) |count| {
+            const first = page - (2 * count - 1) * size;
+            copyRunStreamed(&dst, region.ptr + first, size, count, 2 * size);
+            stream.fence();
+            for (0..count) |k| {
+                const from = region[first + 2 * k * size ..][0..size];
+                try testing.expectEqualSlices(u8, from, dst[k * size ..][0..size]);
+            }
+        }
     }
 }
 

@@ -88,7 +88,7 @@ fn Tile(comptime size: usize) type {
 /// time (4 KiB of float32), long enough a burst for the hardware prefetcher to follow all 16
 /// columns of a tile, while the band's output rows (1024 pages at most) stay within the
 /// second-level TLB. Against 256 rows, on a 2-core AMD EPYC VM, a 64 MiB float32 transpose
-/// went from 0.41-0.59 to 0.70-0.76 of memcpy with 4 KiB pages, 0.57 to 0.76 with huge pages.
+/// went from 0.57 to 0.70 of memcpy with 4 KiB pages, 0.59 to 0.76 with huge pages.
 const band_rows = 1024;
 
 /// Whether the transpose of `block` can stream: output rows that start on cache lines.
