@@ -152,7 +152,40 @@ ffiFloorCases(out, tensors.get("1KiB")!);
 elementCases(out);
 await workerCases(out);
 
+// Imports of tensors in memory the library has not seen (a producer whose allocations keep mapping
+// new memory): the test producer maps a page for each tensor of a batch beforehand and unmaps them
+// after it, so the batch times the imports alone; interleaved with batches of a known-mapping
+// import. Then again with 20,000 mappings more (a JIT, an interpreter and a model loaded get
+// there), which stay: these rows come last.
+function missRows(suffix: string): void {
+  const batch = 2_000;
+  const tensors = new Float64Array(batch);
+  const missed: number[] = [];
+  const known: number[] = [];
+  const timed = (fn: (i: number) => void) => {
+    const t0 = performance.now();
+    for (let i = 0; i < batch; i++) fn(i);
+    return ((performance.now() - t0) * 1e6) / batch;
+  };
+  for (let s = 0; s < SAMPLES + 2; s++) {
+    if (tp.tp_fresh_tensors(batch, tensors) !== batch) throw new Error("could not map the tensors' pages");
+    const miss = timed((i) => importDLPack({ versioned: tensors[i]! }).dispose());
+    tp.tp_fresh_unmap(tensors, batch);
+    const hit = timed(() => importDLPack(small).dispose());
+    // The first batches warm the JIT up.
+    if (s >= 2) missed.push(miss), known.push(hit);
+  }
+  const median = (v: number[]) => v.sort((a, b) => a - b)[v.length >> 1]!;
+  out[`import_miss${suffix}_ns`] = median(missed);
+  out[`import_known${suffix}_ns`] = median(known);
+  out[`mappings${suffix}`] = readFileSync("/proc/self/maps", "utf8").split("\n").length - 1;
+}
+
 // The bridge rows: JS -> numpy -> JS, and torch (bench/bridge.ts).
 bridgeCases(out);
+
+missRows("");
+if (tp.tp_add_mappings(10_000) !== 10_000) throw new Error("could not map 20,000 more pages");
+missRows("_20k");
 
 console.log(JSON.stringify(out));

@@ -1,25 +1,17 @@
 // The benchmark's cases that change the process they run in, each round in a fresh one (bench/run.ts
 // starts it under Deno and under Bun): memory when nobody disposes (1,000,000 imports, then
-// 1,000,000 exports, never disposed, with a timer turn every 10,000: the peak RSS growth), imports
-// while 100,000 views stay alive against imports without them, and imports of tensors in memory
-// the library has not seen (a page mapped just before each), with the process's usual mappings
-// and with 20,000 more, against imports of a known tensor in the same process. Prints one JSON
-// object.
+// 1,000,000 exports, never disposed, with a timer turn every 10,000: the peak RSS growth), and
+// imports while 100,000 views stay alive against imports without them. Prints one JSON object.
 import { readFileSync } from "node:fs";
 import { type BufferView, exportDLPack, importDLPack } from "../mod.ts";
 import { runtime } from "../ffi/mod.ts";
 import { tp } from "../tests/support/producer.ts";
-import { threadNs } from "./cpu_time.ts";
 import { interleaved } from "./measure.ts";
 
 const out: Record<string, number | string | boolean> = { runtime: runtime().name };
 
 function rssBytes(): number {
   return Number(readFileSync("/proc/self/statm", "utf8").split(" ")[1]) * 4096;
-}
-
-function mappings(): number {
-  return readFileSync("/proc/self/maps", "utf8").trim().split("\n").length;
 }
 
 const turn = () => new Promise((resolve) => setTimeout(resolve, 0));
@@ -72,30 +64,5 @@ await settle();
   out.import_dispose_no_live_ns = median(without);
   out.import_dispose_100k_live_ns = median(withLive);
 }
-
-/** Median thread CPU ns of import + dispose of a tensor in a page mapped just before it. */
-function missImport(count: number): number {
-  const times: number[] = [];
-  const t = threadNs();
-  const clock = threadNs() - t; // one reading of the clock, left out of each figure
-  for (let i = 0; i < count; i++) {
-    const address = tp.tp_fresh_tensor();
-    if (address === 0) throw new Error("no fresh page for the miss-path case");
-    const t0 = threadNs();
-    importDLPack({ versioned: address }).dispose();
-    times.push(threadNs() - t0 - clock);
-  }
-  return times.sort((a, b) => a - b)[count >> 1]!;
-}
-
-const known = () => interleaved({ i: () => importDLPack(small).dispose() }, 100_000, 5).i!;
-out.mappings_before = mappings();
-out.miss_import_ns = missImport(50);
-out.known_import_ns = known();
-const made = tp.tp_map_regions(20_000);
-out.mappings_after = mappings();
-out.miss_import_20k_ns = missImport(50);
-out.known_import_20k_ns = known();
-out.regions_made = made;
 
 console.log(JSON.stringify(out));

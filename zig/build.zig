@@ -106,9 +106,11 @@ fn addProducers(
     }));
 }
 
-/// `zig build bench-import [-- --count N --rounds R]`: ns per native import + release through the
-/// installed library and test producer (tests/native/import_loop.zig), in thread CPU time. Pass
-/// --release=safe to measure what tools/build.sh builds.
+/// `zig build bench-import [-- --count N --rounds R --misses N --extra-mappings M --threads T
+/// --thread-count K]`: ns per native import + release through the installed library and test
+/// producer (tests/native/import_loop.zig), in thread CPU time; imports after a miss of the
+/// mappings cache; imports and exports on T threads against one. Pass --release=safe to measure
+/// what tools/build.sh builds.
 fn addBenchImport(b: *std.Build, target: std.Build.ResolvedTarget) void {
     const exe = b.addExecutable(.{ .name = "import_loop", .root_module = b.createModule(.{
         .root_source_file = b.path("../tests/native/import_loop.zig"),

@@ -9,7 +9,7 @@
  */
 
 /** `dlpk_abi_version()`: bumped whenever a symbol, a signature or a shared layout changes. */
-export const ABI_VERSION = 19;
+export const ABI_VERSION = 20;
 
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;
@@ -80,6 +80,7 @@ export const Layout = {
   f: 2,
   mask: 3,
   deviceVerified: 256,
+  dataReadonly: 512,
 } as const;
 
 /** Statuses of imports, exports, allocations and copies (`Description.status`). */
@@ -106,6 +107,7 @@ export const Status = {
   generation: 22,
   alreadyImported: 23,
   releasedExport: 24,
+  unmappedData: 25,
 } as const;
 
 /** Statuses of the Python bridge beyond `Status` (kept clear of its numbers: `dlpk_py_from` returns both). */

@@ -7,7 +7,7 @@
 import { core, runtime } from "../../ffi/mod.ts";
 import type { PointerObject } from "../../ffi/types.ts";
 import { checkDeviceId, DLPackError } from "../facts/errors.ts";
-import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, Flag, PythonStatus } from "../facts/abi.ts";
+import { CUDA_DEVICE_TYPES, EXCHANGE_MARK, PythonStatus } from "../facts/abi.ts";
 import { I32, I64, refusalError, scratch, U32 } from "../native/description.ts";
 import { type ArrayInterface, importArrayInterface } from "../ops/array_interface.ts";
 import { type Exportable, exportDLPack, type ExportOptions } from "../ops/export.ts";
@@ -15,7 +15,7 @@ import { requirementsOf } from "../ops/import.ts";
 import { checkImported, type RequiredView, type Requirements } from "../ops/requirements.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
-import { accessOf, type BufferView, buildFromScratch, deviceOfView, isBufferView } from "../view/view.ts";
+import { accessOf, type BufferView, buildFromScratch, deviceOfView, importAccess, isBufferView } from "../view/view.ts";
 import { deferredCount, deferredNumbers, deferredObjectCount, deferredObjects, retryQuietly } from "../native/owner.ts";
 import { takeCapsule } from "../native/capsule.ts";
 import { isArray, isInteger, isSafeInt } from "../facts/intrinsics.ts";
@@ -60,7 +60,6 @@ const STATUS_CONSUMED = PythonStatus.consumed;
 const STATUS_CAPSULE_NAME = PythonStatus.capsuleName;
 const STATUS_INTERFACE = PythonStatus.arrayInterface;
 const STATUS_RAISED = PythonStatus.raised;
-const READ_ONLY = Flag.readOnly;
 const INT32_MAX = 0x7fff_ffff;
 const isView = ArrayBuffer.isView;
 const parseJson = JSON.parse;
@@ -267,7 +266,7 @@ function importPython(
     view = buildFromScratch(
       scratch,
       owner,
-      versioned ? ((flags & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown",
+      importAccess(versioned, flags),
       producer,
       "external",
     );

@@ -447,13 +447,20 @@ export function buildKeyedKeeping(
   return construct(owner, address, keyedFacts, keyedAccess, keepAlive);
 }
 
+/** @internal The access of an import: read-only when its flags say so (the producer's READ_ONLY, or
+ * the native check found memory this process cannot write), else what the struct's generation
+ * can say ("unknown" for the legacy struct, which has no flag). */
+export function importAccess(versioned: boolean, flags: number): Access {
+  return (flags & READ_ONLY) !== 0 ? "readonly" : versioned ? "readwrite" : "unknown";
+}
+
 /** The facts and access of a keyed import, remembered for its generation (nothing is remembered
  * if building them throws). */
 function keyedFactsOf(s: Scratch, producer: string | null, options: number): void {
   const versioned = (options & ImportOption.versioned) !== 0;
   const generation = s.f64[KEY_GENERATION];
   const facts = factsOfScratch(s, producer, "external", undefined);
-  keyedAccess = versioned ? ((s.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
+  keyedAccess = importAccess(versioned, s.u32[U32.flags]);
   keyedFacts = facts;
   keyedProducer = producer;
   keyedGeneration = generation;
@@ -771,7 +778,8 @@ export class BufferView {
     return this.#facts.origin.verified;
   }
 
-  /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct. */
+  /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct; "readonly"
+   * whatever the producer said when the data lies in memory this process cannot write. */
   get access(): Access {
     if (!(#owner in asObject(this))) throw notAView(this, "access");
     return this.#access;
@@ -796,7 +804,8 @@ export class BufferView {
     return version === null ? null : { major: version.major, minor: version.minor };
   }
 
-  /** The versioned struct's flags (all false for legacy imports). */
+  /** The versioned struct's flags (all false for legacy imports); `readOnly` is also set when the data
+   * lies in memory this process cannot write. */
   get flags(): Flags {
     if (!(#owner in asObject(this))) throw notAView(this, "flags");
     const f = this.#facts.origin.flags;
@@ -995,7 +1004,8 @@ export class BufferView {
       throw new DLPackError(
         "readonly",
         this.#access === "readonly"
-          ? "this view is read-only (the producer set READ_ONLY, or it is a broadcast, whose elements repeat)"
+          ? "this view is read-only (the producer set READ_ONLY, its memory cannot be written in this process, or it " +
+            "is a broadcast, whose elements repeat)"
           : "this view's access is unknown (legacy DLPack carries no read-only flag); call assumeWritable() if you know it may be written",
       );
     }
@@ -1255,8 +1265,8 @@ export class BufferView {
     if (this.#access === "readonly") {
       throw new DLPackError(
         "readonly",
-        "this view is read-only (the producer marked the tensor READ_ONLY, or it is a broadcast, whose elements " +
-          "repeat); assumeWritable() cannot override that",
+        "this view is read-only (the producer marked the tensor READ_ONLY, its memory cannot be written in this " +
+          "process, or it is a broadcast, whose elements repeat); assumeWritable() cannot override that",
       );
     }
     this.#access = "readwrite";

@@ -104,6 +104,7 @@ pub const Status = enum(i32) {
     generation = 22,
     already_imported = 23,
     released_export = 24,
+    unmapped_data = 25,
     _,
 };
 
@@ -115,6 +116,10 @@ pub const export_versioned: u32 = 1;
 pub const flag_read_only: u64 = 1;
 pub const flag_is_copied: u64 = 2;
 pub const flag_subbyte_padded: u64 = 4;
+
+/// `Description.layout` bits (zig/src/abi.zig `layout`).
+pub const layout_device_verified: u32 = 1 << 8;
+pub const layout_data_readonly: u32 = 1 << 9;
 
 /// Indices into `dlpk_stats` (zig/src/stats.zig `Counter`).
 pub const Stat = enum(usize) {

@@ -6,25 +6,24 @@
 //! import is timed with its own), then the same through `dlpk_import_keyed` (what the JS imports
 //! call: from the second import on, the validator has the last import's facts to compare with),
 //! then the one-argument `dlpk_import_versioned` into the thread's own scratch released through
-//! `dlpk_journal_release` (the native calls of a JS import + dispose), then `dlpk_describe` alone,
-//! then `dlpk_export_array` + `dlpk_export_dispose` of a 1 KiB buffer (the native calls of a JS
-//! export + dispose). `--threads T` adds the throughput of T threads doing versioned imports
-//! (and exports) of their own tensors (and buffers) against one thread's, in wall-clock time, and
-//! the same for an arithmetic loop (what two threads get on the machine at all).
-//! `--json`: one JSON object of the medians instead of the text report (bench/run.ts reads it).
+//! `dlpk_journal_release` (the native calls of a JS import + dispose), then `dlpk_describe` alone.
+//! Then (tests/native/import_cases.zig) imports whose data lies in a mapping never seen, with the
+//! process's mappings and with `--extra-mappings M` (20,000) more, `--misses N` (2,000) a round;
+//! and imports and exports on `--threads T` (2) threads against 1, `--thread-count K` (500,000)
+//! each. `--misses 0` or `--threads 0` leaves those out. `--json 1` adds one JSON line on stdout
+//! (bench/run.ts reads it): the thread ratios, and the native part of a JS import + dispose and of
+//! a JS export + dispose (the floor's), thread CPU ns on one thread.
 
 const std = @import("std");
 const abi = @import("abi");
+const cases = @import("import_cases.zig");
 
-const Import = *const fn (f64, u32, f64) callconv(.c) i32;
-const Release = *const fn (f64) callconv(.c) void;
-const ImportOne = *const fn (f64) callconv(.c) i32;
+const Import = cases.Import;
+const Release = cases.Release;
+const ImportOne = cases.ImportOne;
 const Scratch = *const fn () callconv(.c) f64;
 const Size = *const fn () callconv(.c) u32;
 const Static = *const fn (f64, u32) callconv(.c) usize;
-const ExportArray = *const fn ([*]u8, f64, f64, f64, u32) callconv(.c) f64;
-const Dispose = *const fn (f64) callconv(.c) f64;
-const RealmNew = *const fn () callconv(.c) f64;
 
 const versioned_option = abi.import_option.versioned;
 /// The owner address's 32-bit halves in the description, as 32-bit word indices.
@@ -34,10 +33,7 @@ comptime {
     std.debug.assert(@offsetOf(abi.Description, "owner_hi") == lo + 4);
 }
 
-fn threadNs() u64 {
-    const ts = std.posix.clock_gettime(.THREAD_CPUTIME_ID) catch return 0;
-    return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
-}
+const threadNs = cases.threadNs;
 
 fn symbol(comptime T: type, lib: *std.DynLib, name: [:0]const u8) !T {
     return lib.lookup(T, name) orelse {
@@ -53,47 +49,25 @@ const Entries = struct {
     release: Release,
     versioned: ImportOne,
     journal_release: Release,
-    scratch: Scratch,
-    export_array: ExportArray,
-    export_dispose: Dispose,
-    realm_new: RealmNew,
+    scratch: *const abi.KeyedDescription,
 };
 
-/// `arithmetic`: the thread-scaling control, a loop that shares nothing and calls nothing.
-const Mode = enum { import, keyed, versioned, describe, export_array, arithmetic };
-
-/// A float32 1 KiB buffer exported whole, versioned (a JS `exportDLPack(new Float32Array(256))`).
-const export_word: u32 = 2 | 32 << abi.array_word.bits_shift |
-    abi.export_option.versioned << abi.array_word.options_shift;
-
-/// The export of one 1 KiB buffer, then its dispose as a JS capsule's (`-(address * 2 + 1)`).
-fn exportOnce(e: Entries, buffer: []u8, realm: f64, id: f64) !void {
-    const made = e.export_array(buffer.ptr, realm, id, @floatFromInt(buffer.len), export_word);
-    if (made <= 0) return error.Refused;
-    _ = e.export_dispose(-(made * 2 + 1));
-}
+const Mode = enum { import, keyed, versioned, describe };
 
 /// One round: ns per call (pair). `.describe`: `dlpk_describe` alone.
 fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, mode: Mode) !f64 {
     const words: [*]const u32 = @ptrCast(out.ptr);
     const out_address: f64 = @floatFromInt(@intFromPtr(out.ptr));
     const import = if (mode == .keyed) e.keyed else e.import;
-    var buffer: [1024]u8 align(64) = undefined;
-    const realm = if (mode == .export_array) e.realm_new() else 0;
-    const scratch = scratchOf(e);
     const began = threadNs();
-    for (0..count) |k| {
-        if (mode == .export_array) {
-            try exportOnce(e, &buffer, realm, @floatFromInt(k % 1000 + 1));
-            continue;
-        }
+    for (0..count) |_| {
         if (mode == .describe) {
             if (e.describe(managed, versioned_option, out_address) != 0) return error.Refused;
             continue;
         }
         if (mode == .versioned) {
             if (e.versioned(managed) != 0) return error.Refused;
-            e.journal_release(scratch.owner);
+            e.journal_release(e.scratch.owner);
             continue;
         }
         if (import(managed, versioned_option, out_address) != 0) return error.Refused;
@@ -104,155 +78,41 @@ fn round(e: Entries, managed: f64, out: []align(8) u8, count: usize, mode: Mode)
     return elapsed / @as(f64, @floatFromInt(count));
 }
 
-/// This thread's scratch (the library keeps one per thread).
-fn scratchOf(e: Entries) *const abi.KeyedDescription {
-    return @ptrFromInt(@as(usize, @intFromFloat(e.scratch())));
-}
-
-/// Sorts `times` and returns the median.
-fn report(name: []const u8, times: []f64, json: bool) f64 {
+fn report(name: []const u8, times: []f64) void {
     std.mem.sort(f64, times, {}, std.sort.asc(f64));
-    const median = times[times.len / 2];
-    if (!json) std.debug.print("{s}: median {d:.1} ns, best {d:.1} ns ({d} rounds)\n", .{
+    std.debug.print("{s}: median {d:.1} ns, best {d:.1} ns ({d} rounds)\n", .{
         name,
-        median,
+        times[times.len / 2],
         times[0],
         times.len,
     });
-    return median;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Thread scaling: T threads, each importing its own tensor (or exporting its own buffer), started
-// together; the figure is the operations of all threads per wall-clock second.
-
-const Worker = struct {
-    e: Entries,
-    static_local: Static,
-    mode: Mode,
-    count: usize,
-    ready: *std.atomic.Value(usize),
-    go: *std.atomic.Value(bool),
-    failed: *std.atomic.Value(bool),
-    finished_ns: u64 = 0,
-
-    fn run(self: *Worker) void {
-        const managed: f64 = @floatFromInt(self.static_local(4096, 1));
-        var buffer: [1024]u8 align(64) = undefined;
-        const realm = self.e.realm_new();
-        _ = self.ready.fetchAdd(1, .acq_rel);
-        while (!self.go.load(.acquire)) std.atomic.spinLoopHint();
-        const scratch = scratchOf(self.e);
-        var x: u64 = 0;
-        for (0..self.count) |k| {
-            if (self.mode == .arithmetic) {
-                for (0..64) |j| x = x *% 31 +% j;
-            } else if (self.mode == .export_array) {
-                exportOnce(self.e, &buffer, realm, @floatFromInt(k % 1000 + 1)) catch
-                    self.failed.store(true, .release);
-            } else {
-                if (self.e.versioned(managed) != 0) self.failed.store(true, .release);
-                self.e.journal_release(scratch.owner);
-            }
-        }
-        std.mem.doNotOptimizeAway(x);
-        self.finished_ns = wallNs();
-    }
-};
-
-fn wallNs() u64 {
-    const ts = std.posix.clock_gettime(.MONOTONIC) catch return 0;
-    return @as(u64, @intCast(ts.sec)) * std.time.ns_per_s + @as(u64, @intCast(ts.nsec));
-}
-
-/// Operations per second of `threads` threads doing `count` operations each.
-fn throughput(e: Entries, static_local: Static, mode: Mode, threads: usize, count: usize) !f64 {
-    var ready = std.atomic.Value(usize).init(0);
-    var go = std.atomic.Value(bool).init(false);
-    var failed = std.atomic.Value(bool).init(false);
-    var workers: [8]Worker = undefined;
-    var handles: [8]std.Thread = undefined;
-    const n = @min(threads, workers.len);
-    for (workers[0..n], handles[0..n]) |*w, *h| {
-        w.* = .{
-            .e = e,
-            .static_local = static_local,
-            .mode = mode,
-            .count = count,
-            .ready = &ready,
-            .go = &go,
-            .failed = &failed,
-        };
-        h.* = try std.Thread.spawn(.{}, Worker.run, .{w});
-    }
-    while (ready.load(.acquire) < n) std.atomic.spinLoopHint();
-    const began = wallNs();
-    go.store(true, .release);
-    var last: u64 = began;
-    for (handles[0..n], workers[0..n]) |h, *w| {
-        h.join();
-        last = @max(last, w.finished_ns);
-    }
-    if (failed.load(.acquire)) return error.Refused;
-    const seconds = @as(f64, @floatFromInt(last - began)) / std.time.ns_per_s;
-    return @as(f64, @floatFromInt(n * count)) / seconds;
-}
-
-/// Median over `rounds` of 2 threads' throughput over 1 thread's, the two measured alternately.
-fn scaling(e: Entries, static_local: Static, mode: Mode, rounds: usize, count: usize) !f64 {
-    var ratios: [64]f64 = undefined;
-    _ = try throughput(e, static_local, mode, 2, count / 10 + 1);
-    for (ratios[0..rounds]) |*r| {
-        const one = try throughput(e, static_local, mode, 1, count);
-        const two = try throughput(e, static_local, mode, 2, count);
-        r.* = two / one;
-    }
-    std.mem.sort(f64, ratios[0..rounds], {}, std.sort.asc(f64));
-    return ratios[rounds / 2];
 }
 
 const Options = struct {
     count: usize = 2_000_000,
     rounds: usize = 9,
-    threads: bool = false,
-    json: bool = false,
+    misses: usize = 2_000,
+    extra_mappings: usize = 20_000,
+    threads: usize = 2,
+    thread_count: usize = 500_000,
+    json: usize = 0,
 };
 
-fn parse(args: []const [:0]u8) !Options {
+fn parseOptions(args: []const [:0]u8) !Options {
     var o: Options = .{};
     var i: usize = 3;
-    while (i < args.len) : (i += 1) {
-        if (std.mem.eql(u8, args[i], "--json")) {
-            o.json = true;
-        } else if (std.mem.eql(u8, args[i], "--threads")) {
-            o.threads = true;
-        } else if (i + 1 < args.len) {
-            const value = try std.fmt.parseInt(usize, args[i + 1], 10);
-            if (std.mem.eql(u8, args[i], "--count")) o.count = @max(value, 1);
-            if (std.mem.eql(u8, args[i], "--rounds")) o.rounds = std.math.clamp(value, 1, 64);
-            i += 1;
-        }
+    while (i + 1 < args.len) : (i += 2) {
+        const value = try std.fmt.parseInt(usize, args[i + 1], 10);
+        const name = args[i];
+        if (std.mem.eql(u8, name, "--count")) o.count = @max(value, 1);
+        if (std.mem.eql(u8, name, "--rounds")) o.rounds = std.math.clamp(value, 1, 64);
+        if (std.mem.eql(u8, name, "--misses")) o.misses = value;
+        if (std.mem.eql(u8, name, "--extra-mappings")) o.extra_mappings = value;
+        if (std.mem.eql(u8, name, "--threads")) o.threads = @min(value, 16);
+        if (std.mem.eql(u8, name, "--thread-count")) o.thread_count = @max(value, 1);
+        if (std.mem.eql(u8, name, "--json")) o.json = value;
     }
     return o;
-}
-
-fn entries(lib: *std.DynLib) !Entries {
-    // A library built from other sources would read and write another layout.
-    if ((try symbol(Size, lib, "dlpk_description_size"))() != @sizeOf(abi.Description)) {
-        return error.StaleLibrary;
-    }
-    return .{
-        .import = try symbol(Import, lib, "dlpk_import"),
-        .keyed = try symbol(Import, lib, "dlpk_import_keyed"),
-        .describe = try symbol(Import, lib, "dlpk_describe"),
-        .release = try symbol(Release, lib, "dlpk_owner_release"),
-        .versioned = try symbol(ImportOne, lib, "dlpk_import_versioned"),
-        .journal_release = try symbol(Release, lib, "dlpk_journal_release"),
-        .scratch = try symbol(Scratch, lib, "dlpk_scratch"),
-        .export_array = try symbol(ExportArray, lib, "dlpk_export_array"),
-        .export_dispose = try symbol(Dispose, lib, "dlpk_export_dispose"),
-        .realm_new = try symbol(RealmNew, lib, "dlpk_realm_new"),
-    };
 }
 
 pub fn main() !void {
@@ -262,49 +122,77 @@ pub fn main() !void {
     const args = try std.process.argsAlloc(allocator);
     defer std.process.argsFree(allocator, args);
     if (args.len < 3) return error.Usage;
-    const o = try parse(args);
+    const o = try parseOptions(args);
     var lib = try std.DynLib.open(args[1]);
     defer lib.close();
     var producer = try std.DynLib.open(args[2]);
     defer producer.close();
-    const e = try entries(&lib);
+    var e: Entries = .{
+        .import = try symbol(Import, &lib, "dlpk_import"),
+        .keyed = try symbol(Import, &lib, "dlpk_import_keyed"),
+        .describe = try symbol(Import, &lib, "dlpk_describe"),
+        .release = try symbol(Release, &lib, "dlpk_owner_release"),
+        .versioned = try symbol(ImportOne, &lib, "dlpk_import_versioned"),
+        .journal_release = try symbol(Release, &lib, "dlpk_journal_release"),
+        .scratch = undefined,
+    };
+    const scratch = try symbol(Scratch, &lib, "dlpk_scratch");
+    e.scratch = @ptrFromInt(@as(usize, @intFromFloat(scratch())));
+    // A library built from other sources would read and write another layout.
+    if ((try symbol(Size, &lib, "dlpk_description_size"))() != @sizeOf(abi.Description)) {
+        return error.StaleLibrary;
+    }
     // A keyed record (the keyed import writes past the description), zeroed as the library's is.
     const out = try allocator.alignedAlloc(u8, .@"8", @sizeOf(abi.KeyedDescription));
     defer allocator.free(out);
     @memset(out, 0);
-    const static = try symbol(Static, &producer, "tp_static_tensor");
-    const managed: f64 = @floatFromInt(static(4096, 1));
+    const static_tensor = try symbol(Static, &producer, "tp_static_tensor");
+    try knownRows(e, static_tensor, out, o);
+    const more: cases.Entries = .{
+        .import = e.import,
+        .release = e.release,
+        .versioned = e.versioned,
+        .journal_release = e.journal_release,
+        .scratch = scratch,
+        .realm_new = try symbol(cases.RealmNew, &lib, "dlpk_realm_new"),
+        .export_array = try symbol(cases.ExportArray, &lib, "dlpk_export_array"),
+        .export_dispose = try symbol(cases.ExportDispose, &lib, "dlpk_export_dispose"),
+    };
+    var ratios: [3]f64 = @splat(std.math.nan(f64));
+    const thread_rounds = @min(o.rounds, 7);
+    if (o.threads > 0) ratios = try cases.scaling(more, o.threads, o.thread_count, thread_rounds);
+    if (o.misses > 0) try cases.misses(more, out, o.misses, o.rounds, o.extra_mappings);
+    if (o.json != 0) try printJson(more, o, ratios);
+}
+
+fn printJson(e: cases.Entries, o: Options, ratios: [3]f64) !void {
+    const rounds = @min(o.rounds, 7);
+    const import_ns = try cases.singleNs(e, .import, o.thread_count, rounds);
+    const export_ns = try cases.singleNs(e, .export_array, o.thread_count, rounds);
+    const format = "{{\"native_import_ns\":{d:.2},\"native_export_ns\":{d:.2}," ++
+        "\"native_import_2_threads\":{d:.3},\"native_export_2_threads\":{d:.3}," ++
+        "\"native_arithmetic_2_threads\":{d:.3}}}\n";
+    var buffer: [512]u8 = undefined;
+    const values = .{ import_ns, export_ns, ratios[0], ratios[1], ratios[2] };
+    try std.fs.File.stdout().writeAll(try std.fmt.bufPrint(&buffer, format, values));
+}
+
+/// The rows of one known tensor, imported over and over.
+fn knownRows(e: Entries, static_tensor: Static, out: []align(8) u8, o: Options) !void {
+    const managed = static_tensor(4096, 1);
     if (managed == 0) return error.OutOfMemory;
     var times: [64]f64 = undefined;
-    const modes = [_]Mode{ .import, .keyed, .versioned, .describe, .export_array };
     const names = [_][]const u8{
         "import + release",
         "keyed import + release",
         "versioned import + journal release",
         "describe alone",
-        "export of 1 KiB + dispose",
     };
-    var medians: [modes.len]f64 = undefined;
-    for (modes, names, &medians) |mode, name, *median| {
-        _ = try round(e, managed, out, o.count / 10 + 1, mode);
-        for (times[0..o.rounds]) |*t| t.* = try round(e, managed, out, o.count, mode);
-        median.* = report(name, times[0..o.rounds], o.json);
-    }
-    var scale: [3]f64 = @splat(std.math.nan(f64));
-    if (o.threads) {
-        const local = try symbol(Static, &producer, "tp_static_tensor_local");
-        for ([_]Mode{ .versioned, .export_array, .arithmetic }, &scale) |mode, *s| {
-            s.* = try scaling(e, local, mode, o.rounds, o.count / 4 + 1);
-            if (!o.json) std.debug.print("2 threads / 1, {s}: {d:.2}\n", .{ @tagName(mode), s.* });
+    for ([_]Mode{ .import, .keyed, .versioned, .describe }, names) |mode, name| {
+        _ = try round(e, @floatFromInt(managed), out, o.count / 10 + 1, mode);
+        for (times[0..o.rounds]) |*t| {
+            t.* = try round(e, @floatFromInt(managed), out, o.count, mode);
         }
+        report(name, times[0..o.rounds]);
     }
-    if (!o.json) return;
-    var buffer: [512]u8 = undefined;
-    const format = "{{\"native_import_ns\":{d:.2},\"native_export_ns\":{d:.2}," ++
-        "\"native_import_2_threads\":{d:.3},\"native_export_2_threads\":{d:.3}," ++
-        "\"native_arithmetic_2_threads\":{d:.3}}}\n";
-    const line = try std.fmt.bufPrint(&buffer, format, .{
-        medians[2], medians[4], scale[0], scale[1], scale[2],
-    });
-    try std.fs.File.stdout().writeAll(line);
 }

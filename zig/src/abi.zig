@@ -9,7 +9,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 19;
+pub const version: u32 = 20;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -78,6 +78,10 @@ pub const Status = enum(i32) {
     already_imported = 23,
     /// One of this library's exports whose deleter already ran.
     released_export = 24,
+    /// The data range of a tensor in host memory (every byte its shape and strides reach) is not
+    /// all in readable memory: unmapped, PROT_NONE, or past the end of a mapping (`detail_found`:
+    /// its first byte, `detail_limit`: its length in bytes). Nothing of it was read.
+    unmapped_data = 25,
     _,
 };
 
@@ -128,6 +132,9 @@ pub const layout = struct {
     /// The device claim was confirmed (host memory, or the CUDA driver agreed). Without it the
     /// view is unverified.
     pub const device_verified: u32 = 1 << 8;
+    /// The data lies in memory this process cannot write (a read-only mapping): the import is
+    /// read-only whatever the producer said, and READ_ONLY is set in `flags` too.
+    pub const data_readonly: u32 = 1 << 9;
 };
 
 /// Values of `Description.detail_dim` that are not a dimension.
