@@ -2,13 +2,16 @@
 // JSON object of medians (ns per operation) and figures. bench/run.ts starts it under Deno and Bun,
 // interleaved with the Python peers, and computes the ratios.
 import { readFileSync } from "node:fs";
-import { exportDLPack, importDLPack, stats, zeros } from "../mod.ts";
+import { exportDLPack, importDLPack, stats } from "../mod.ts";
 import { runtime } from "../ffi/mod.ts";
 import { deleted, tp } from "../tests/support/producer.ts";
-import { bareArrayBuffer } from "./floor.ts";
+import { bareArrayBuffer, ffiFloorCases } from "./floor.ts";
 import { measure, SAMPLES } from "./measure.ts";
 import { bridgeCases } from "./bridge.ts";
 import { ioCases } from "./io.ts";
+import { copyCases } from "./copies.ts";
+import { elementCases } from "./elements.ts";
+import { workerCases } from "./workers.ts";
 
 const out: Record<string, number | string | boolean> = { runtime: runtime().name };
 
@@ -28,6 +31,10 @@ const tensors = new Map<string, number>([
   ["1GiB", tp.tp_static_tensor(KiB * KiB * KiB, 1024)],
 ]);
 const small = { versioned: tensors.get("1KiB")! };
+
+// The copies first (bench/copies.ts), while the heap holds nothing of the cases below: a collection
+// during a 1 MiB copy would show in its figure.
+copyCases(out);
 
 out.import_dispose_ns = measure(200_000, () => importDLPack(small).dispose());
 // The address as the runtime's FFI hands it out from a C function: a Deno.PointerObject in Deno (what a
@@ -90,6 +97,12 @@ out.import_array_dispose_ns = measure(100_000, () => {
     return { dispose() {} };
   });
   v.dispose();
+  // What array() cannot do without: the import, then the bare ArrayBuffer and a TypedArray on it.
+  out.import_bare_array_ns = measureMade(2_000, () => {
+    const made = importDLPack(small);
+    void new Float32Array(floor());
+    return made;
+  });
 }
 
 const exported = new Float32Array(256);
@@ -134,26 +147,11 @@ out.alloc_f32_ns = measure(100_000, () => {
 });
 void made;
 
-// Contiguous copies of strided 2-D views against memcpy of the same bytes, two ways: copy()
-// (allocates fresh memory, so its first touch of every page is part of each figure) and copyFrom()
-// into a destination allocated and touched beforehand (the copy kernel alone).
-{
-  const n = 4096;
-  using base = zeros([n, n], "float32");
-  const bytes = n * n * 4;
-  const gbps = (ns: number, moved: number) => moved / ns;
-  const copyOnce = (v: ReturnType<typeof importDLPack>) => () => v.copy().dispose();
-  using transposed = importDLPack(exportDLPack(base, { shape: [n, n], strides: [1, n] }));
-  using everyOther = importDLPack(exportDLPack(base, { shape: [n, n / 2], strides: [n, 2] }));
-  out.alloc_memcpy_GBps = gbps(measure(3, copyOnce(base)), bytes);
-  out.copy_transposed_GBps = gbps(measure(3, copyOnce(transposed)), bytes);
-  out.copy_every_other_column_GBps = gbps(measure(3, copyOnce(everyOther)), bytes / 2);
-  using full = zeros([n, n], "float32");
-  using half = zeros([n, n / 2], "float32");
-  out.memcpy_GBps = gbps(measure(3, () => full.copyFrom(base)), bytes);
-  out.copy_into_transposed_GBps = gbps(measure(3, () => full.copyFrom(transposed)), bytes);
-  out.copy_into_every_other_column_GBps = gbps(measure(3, () => half.copyFrom(everyOther)), bytes / 2);
-}
+// Import and export against their floor (bench/floor.ts), reading one element (bench/elements.ts),
+// and Workers (bench/workers.ts).
+ffiFloorCases(out, tensors.get("1KiB")!);
+elementCases(out);
+await workerCases(out);
 
 // Tensors on disk: a 1 GiB safetensors file (bench/io.ts).
 ioCases(out);

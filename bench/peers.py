@@ -101,13 +101,43 @@ for label, size in (("1KiB", 1 << 10), ("1MiB", 1 << 20)):
     g["s"] = np.zeros(size // 4, dtype=np.float32)
     out[f"numpy_from_dlpack_{label}_ns"] = median_ns("from_dlpack(s)", 100_000, g)
 
-big = np.empty((4096, 4096), dtype=np.float32)
-g["big"] = big
-g["dst"] = np.empty_like(big)
-out["numpy_memcpy_GBps"] = big.nbytes / median_ns("np.copyto(dst, big)", 3, g)
-out["numpy_copy_transposed_GBps"] = big.nbytes / median_ns("np.ascontiguousarray(big.T)", 3, g)
-out["numpy_copy_into_transposed_GBps"] = big.nbytes / median_ns("np.copyto(dst, big.T)", 3, g)
-out["numpy_alloc_memcpy_GBps"] = big.nbytes / median_ns("big.copy()", 3, g)
+
+def copy_cases():
+    """The copy rows' peers, as bench/copies.ts times its own: written sources (a never-written
+    np.empty reads the kernel's shared zero page, faster than any real array), thread CPU time,
+    the cases interleaved sample by sample, medians in GB/s."""
+    big = np.arange(4096 * 4096, dtype=np.float32).reshape(4096, 4096)
+    dst = np.ones_like(big)
+    small = np.full((512, 512), 3, dtype=np.float32)
+    small_dst = np.ones_like(small)
+
+    cases = {
+        "numpy_memcpy_GBps": (lambda: np.copyto(dst, big), big.nbytes),
+        "numpy_copy_into_transposed_GBps": (lambda: np.copyto(dst, big.T), big.nbytes),
+        "numpy_alloc_memcpy_GBps": (lambda: big.copy(), big.nbytes),
+        "numpy_copy_transposed_GBps": (lambda: np.ascontiguousarray(big.T), big.nbytes),
+    }
+    samples = {name: [] for name in cases}
+    for fn, _ in cases.values():
+        fn()
+    for _ in range(9):
+        for name, (fn, moved) in cases.items():
+            t0 = time.thread_time_ns()
+            fn()
+            samples[name].append(moved / (time.thread_time_ns() - t0))
+    for name, values in samples.items():
+        out[name] = statistics.median(values)
+    # The small copy on its own, as bench/copies.ts times its own.
+    small_ns = []
+    for _ in range(9):
+        t0 = time.thread_time_ns()
+        for _ in range(200):
+            np.copyto(small_dst, small)
+        small_ns.append((time.thread_time_ns() - t0) / 200)
+    out["numpy_small_memcpy_GBps"] = small.nbytes / statistics.median(small_ns)
+
+
+copy_cases()
 
 try:
     import jax

@@ -38,10 +38,11 @@ pub fn build(b: *std.Build) void {
         .link_libc = true,
     }) });
     test_step.dependOn(&b.addRunArtifact(unit).step);
-    // The copy kernels once more through LLVM: Zig's own x86 backend (Debug) cannot assemble the
-    // non-temporal stores, so only this build runs the streaming path.
+    // The copy kernels (memory.zig and the transposes and streaming stores it imports) once more
+    // through LLVM: Zig's own x86 backend (Debug) cannot assemble the non-temporal stores, so only
+    // this build runs the streaming paths.
     const kernels = b.addTest(.{ .use_llvm = true, .root_module = b.createModule(.{
-        .root_source_file = b.path("src/transpose.zig"),
+        .root_source_file = b.path("src/memory.zig"),
         .target = target,
         .optimize = .Debug,
         .link_libc = true,

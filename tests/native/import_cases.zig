@@ -198,7 +198,7 @@ pub fn misses(e: Entries, out: []align(8) u8, count: usize, rounds: usize, extra
 // Threads
 
 /// `control`: arithmetic only, what the machine lets two threads get at all.
-const Mode = enum { import, export_array, control };
+pub const Mode = enum { import, export_array, control };
 
 const Worker = struct {
     e: Entries,
@@ -276,8 +276,10 @@ fn throughput(e: Entries, mode: Mode, threads: usize, count: usize) ![2]f64 {
 }
 
 /// The thread rows: 1 thread, then `threads` at once, alternated `rounds` times (medians).
-pub fn scaling(e: Entries, threads: usize, count: usize, rounds: usize) !void {
-    for ([_]Mode{ .import, .export_array, .control }) |mode| {
+/// Returns the throughput ratios of imports, exports and the control.
+pub fn scaling(e: Entries, threads: usize, count: usize, rounds: usize) ![3]f64 {
+    var ratios: [3]f64 = undefined;
+    for ([_]Mode{ .import, .export_array, .control }, &ratios) |mode, *ratio| {
         var one: [64][2]f64 = undefined;
         var many: [64][2]f64 = undefined;
         for (0..rounds) |i| {
@@ -288,6 +290,7 @@ pub fn scaling(e: Entries, threads: usize, count: usize, rounds: usize) !void {
         const rate_many = medianOf(many[0..rounds], 0);
         const cpu_one = medianOf(one[0..rounds], 1);
         const cpu_many = medianOf(many[0..rounds], 1);
+        ratio.* = rate_many / rate_one;
         std.debug.print(
             "{s} on {d} threads: {d:.2}x the throughput of 1 ({d:.1} vs {d:.1} M/s wall); " ++
                 "thread CPU per operation {d:.1} vs {d:.1} ns, so {d:.2}x where the threads " ++
@@ -309,6 +312,15 @@ pub fn scaling(e: Entries, threads: usize, count: usize, rounds: usize) !void {
             },
         );
     }
+    return ratios;
+}
+
+/// The median thread CPU ns of one `mode` operation on one thread (`rounds` rounds of `count`):
+/// the native part of a JS import + dispose, or export + dispose.
+pub fn singleNs(e: Entries, mode: Mode, count: usize, rounds: usize) !f64 {
+    var samples: [64][2]f64 = undefined;
+    for (samples[0..rounds]) |*s| s.* = try throughput(e, mode, 1, count);
+    return medianOf(samples[0..rounds], 1);
 }
 
 fn medianOf(samples: [][2]f64, field: usize) f64 {

@@ -10,7 +10,9 @@
 //! Then (tests/native/import_cases.zig) imports whose data lies in a mapping never seen, with the
 //! process's mappings and with `--extra-mappings M` (20,000) more, `--misses N` (2,000) a round;
 //! and imports and exports on `--threads T` (2) threads against 1, `--thread-count K` (500,000)
-//! each. `--misses 0` or `--threads 0` leaves those out.
+//! each. `--misses 0` or `--threads 0` leaves those out. `--json 1` adds one JSON line on stdout
+//! (bench/run.ts reads it): the thread ratios, and the native part of a JS import + dispose and of
+//! a JS export + dispose (the floor's), thread CPU ns on one thread.
 
 const std = @import("std");
 const abi = @import("abi");
@@ -93,6 +95,7 @@ const Options = struct {
     extra_mappings: usize = 20_000,
     threads: usize = 2,
     thread_count: usize = 500_000,
+    json: usize = 0,
 };
 
 fn parseOptions(args: []const [:0]u8) !Options {
@@ -107,6 +110,7 @@ fn parseOptions(args: []const [:0]u8) !Options {
         if (std.mem.eql(u8, name, "--extra-mappings")) o.extra_mappings = value;
         if (std.mem.eql(u8, name, "--threads")) o.threads = @min(value, 16);
         if (std.mem.eql(u8, name, "--thread-count")) o.thread_count = @max(value, 1);
+        if (std.mem.eql(u8, name, "--json")) o.json = value;
     }
     return o;
 }
@@ -154,8 +158,23 @@ pub fn main() !void {
         .export_array = try symbol(cases.ExportArray, &lib, "dlpk_export_array"),
         .export_dispose = try symbol(cases.ExportDispose, &lib, "dlpk_export_dispose"),
     };
-    if (o.threads > 0) try cases.scaling(more, o.threads, o.thread_count, @min(o.rounds, 7));
+    var ratios: [3]f64 = @splat(std.math.nan(f64));
+    const thread_rounds = @min(o.rounds, 7);
+    if (o.threads > 0) ratios = try cases.scaling(more, o.threads, o.thread_count, thread_rounds);
     if (o.misses > 0) try cases.misses(more, out, o.misses, o.rounds, o.extra_mappings);
+    if (o.json != 0) try printJson(more, o, ratios);
+}
+
+fn printJson(e: cases.Entries, o: Options, ratios: [3]f64) !void {
+    const rounds = @min(o.rounds, 7);
+    const import_ns = try cases.singleNs(e, .import, o.thread_count, rounds);
+    const export_ns = try cases.singleNs(e, .export_array, o.thread_count, rounds);
+    const format = "{{\"native_import_ns\":{d:.2},\"native_export_ns\":{d:.2}," ++
+        "\"native_import_2_threads\":{d:.3},\"native_export_2_threads\":{d:.3}," ++
+        "\"native_arithmetic_2_threads\":{d:.3}}}\n";
+    var buffer: [512]u8 = undefined;
+    const values = .{ import_ns, export_ns, ratios[0], ratios[1], ratios[2] };
+    try std.fs.File.stdout().writeAll(try std.fmt.bufPrint(&buffer, format, values));
 }
 
 /// The rows of one known tensor, imported over and over.

@@ -355,6 +355,51 @@ export fn tp_static_tensor(bytes: f64, rows: u32) usize {
     return @intFromPtr(&t.managed);
 }
 
+/// `tp_static_tensor` whose deleter counts in a counter of the calling thread (`tp_deleted_here`):
+/// threads importing their own tensors then write no cache line in common, which a shared atomic
+/// counter would make them fight over (the benchmark's thread-scaling rows).
+export fn tp_static_tensor_local(bytes: f64, rows: u32) usize {
+    const address = tp_static_tensor(bytes, rows);
+    if (address == 0) return 0;
+    const managed: *dlpack.ManagedTensorVersioned = @ptrFromInt(address);
+    managed.deleter = threadCountingDeleter;
+    return address;
+}
+
+threadlocal var deleted_here: u64 = 0;
+
+fn threadCountingDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    _ = self;
+    deleted_here += 1;
+}
+
+/// How many `tp_static_tensor_local` deleters ran on this thread.
+export fn tp_deleted_here() f64 {
+    return @floatFromInt(deleted_here);
+}
+
+// Empty functions of the signatures the JS import and export call (dlpk_import_versioned,
+// dlpk_journal_release, dlpk_export_array, dlpk_export_dispose): the benchmark's floor is their
+// FFI cost plus the native work alone.
+export fn tp_nop_import(address: f64) i32 {
+    _ = address;
+    return 0;
+}
+
+export fn tp_nop_release(owner: f64) void {
+    _ = owner;
+}
+
+export fn tp_nop_export(buffer: ?[*]u8, realm: f64, id: f64, bytes: f64, word: u32) f64 {
+    _ = .{ buffer, realm, id, bytes, word };
+    return 1;
+}
+
+export fn tp_nop_dispose(entry: f64) f64 {
+    _ = entry;
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Benchmark producer of tensors in memory nobody has seen: each in a page mapped for it alone
 // (the struct, its shape and 512 float32), at an address no earlier page used, as a producer whose

@@ -29,6 +29,14 @@ const lib = openLibrary(
     tp_fresh_tensors: { args: ["u32", "buffer"], returns: "u32" },
     tp_fresh_unmap: { args: ["buffer", "u32"], returns: "void" },
     tp_add_mappings: { args: ["u32"], returns: "u32" },
+    // For the benchmark (bench/): a per-thread counting producer, and empty functions of the
+    // import's and export's FFI signatures.
+    tp_static_tensor_local: { args: ["f64", "u32"], returns: "usize" },
+    tp_deleted_here: { args: [], returns: "f64" },
+    tp_nop_import: { args: ["f64"], returns: "i32" },
+    tp_nop_release: { args: ["f64"], returns: "void" },
+    tp_nop_export: { args: ["buffer", "f64", "f64", "f64", "u32"], returns: "f64" },
+    tp_nop_dispose: { args: ["f64"], returns: "f64" },
   } as const,
 );
 
