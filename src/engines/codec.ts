@@ -352,9 +352,10 @@ function float16Of(bits: number): number {
 /**
  * The element at `at` ({@link elementAt}'s position) of a live view of host memory whose element
  * 0 is at `address`, read in place (no ArrayBuffer is made), as `get` returns it: what
- * {@link readElement} gives from the view's `array()`.
+ * {@link readElement} gives from the view's `array()`. Refused for memory the CPU cannot read.
  */
 export function readElementAt(facts: ViewFacts, address: number, at: number): Scalar {
+  requireHost(facts, "get()");
   const info = facts.info;
   const m = reads ??= runtime().reads();
   // Elements from element 0 (negative strides put some before it).
@@ -410,12 +411,14 @@ let stagedAt = 0;
 const stagedArrays = { __proto__: null } as unknown as Record<string, AnyTypedArray | undefined>;
 
 /**
- * Checks `value` as an element of `facts`' dtype and encodes it for {@link storeElement} (returns
- * the code of a sub-byte float, which it then takes; else 0). Caller code may run here (a complex
- * pair's reads), so the caller checks its view is still live before storing; a `set()` that runs
- * inside it has stored its own element by the time this one is encoded.
+ * Checks `value` as an element of `facts`' dtype (refusing memory the CPU cannot reach) and
+ * encodes it for {@link storeElement} (returns the code of a sub-byte float, which it then takes;
+ * else 0). Caller code may run here (a complex pair's reads), so the caller checks its view is
+ * still live before storing; a `set()` that runs inside it has stored its own element by the time
+ * this one is encoded.
  */
 export function stageElement(facts: ViewFacts, value: Scalar): number {
+  requireHost(facts, "set()");
   const info = facts.info;
   if (info.kind === "minifloat") return encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name));
   encodeElement(info, value, stagedArrays[info.tag] ??= new info.array(staged, 0, 2), 0);

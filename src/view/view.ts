@@ -491,11 +491,8 @@ export class BufferView {
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "get");
     const a = this.#extras?.array;
-    if (a === undefined) {
-      // Read in place: nothing is made over the memory, so nothing needs detaching on dispose.
-      requireHost(this.#facts, "get()");
-      return readElementAt(this.#facts, this.#address, at);
-    }
+    // Without an array(), read in place: nothing is made over the memory, nothing needs detaching.
+    if (a === undefined) return readElementAt(this.#facts, this.#address, at);
     // An array detached under the view (its buffer transferred by other code) has length 0 and
     // reads undefined without touching memory: that is checked after the read, not before.
     if (a[at] === undefined) this.#live();
@@ -513,7 +510,6 @@ export class BufferView {
     if (a === undefined) {
       // Written in place, as get() reads; the value's checks may run caller code (a complex pair's
       // getters), which may dispose the view: checked again before the memory is written.
-      requireHost(this.#facts, "set()");
       const code = stageElement(this.#facts, value);
       if (this.#owner === 0) throw disposedError();
       storeElement(this.#facts, this.#address, at, code);
