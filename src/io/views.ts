@@ -10,7 +10,7 @@ import { DLPackError, shown } from "../facts/errors.ts";
 import { type DType, dtypeInfo, dtypeOfArray } from "../facts/dtypes.ts";
 import { deviceOf, formatDevice, isHostAccessible } from "../facts/devices.ts";
 import { Flag } from "../facts/abi.ts";
-import { ceil, typedArrayTag } from "../facts/intrinsics.ts";
+import { ceil, detach, typedArrayBuffer, typedArrayByteOffset, typedArrayTag } from "../facts/intrinsics.ts";
 import { layoutOf, reach } from "../facts/layout.ts";
 import { releaseOwner } from "../native/owner.ts";
 import {
@@ -30,6 +30,8 @@ import {
   viewOrigin,
 } from "../view/view.ts";
 import { copyOf } from "../ops/copy.ts";
+import { empty } from "../ops/alloc.ts";
+import { runtime } from "../../ffi/mod.ts";
 import { fromArray } from "../ops/view_ops.ts";
 import type { AnyTypedArray } from "../facts/dtypes.ts";
 
@@ -71,6 +73,45 @@ export function viewOverMapping(
   } catch (error) {
     releaseOwner(owner);
     throw error;
+  }
+}
+
+// Captured at load: a caller who replaces them later changes nothing here.
+const ReflectApply = Reflect.apply;
+const typedArraySet = (Object.getPrototypeOf(Uint8Array.prototype) as { set: (a: ArrayLike<number>) => void }).set;
+
+/**
+ * A view over library memory holding a copy of `bytes` (`count` of them from `at`): the array of
+ * `dtype`, `shape` and `strides` whose bytes they are, for a file's array that cannot be a view
+ * over the file's memory (compressed, or not aligned for its dtype). Read-only where `readonly`,
+ * as a view over the file would be.
+ */
+export function viewOverBytes(
+  bytes: Uint8Array,
+  at: number,
+  count: number,
+  dtype: DType,
+  shape: number[],
+  strides: number[],
+  size: number,
+  readonly: boolean,
+  producer: string,
+): BufferView {
+  const memory = empty([count], "uint8");
+  try {
+    if (count > 0) {
+      const target = new Uint8Array(runtime().arrayBuffer(addressOf(memory), count));
+      try {
+        ReflectApply(typedArraySet, target, [
+          new Uint8Array(typedArrayBuffer(bytes), typedArrayByteOffset(bytes) + at, count),
+        ]);
+      } finally {
+        detach(target.buffer);
+      }
+    }
+    return viewOverMapping(ownerOf(memory), addressOf(memory), dtype, shape, strides, size, readonly, producer);
+  } finally {
+    disposeView(memory);
   }
 }
 
