@@ -10,14 +10,9 @@ import { type Python, toPython } from "../../python.ts";
 import { noPython, python } from "../support/python.ts";
 import { refused } from "../support/assertions.ts";
 import { test } from "../support/harness.ts";
-import { mapped, nothingLeft, NUMPY_ARRAYS as ARRAYS, scratchFolder } from "../support/io_files.ts";
+import { mapped, nothingLeft, NUMPY_ARRAYS as ARRAYS, pyValue as value, scratchFolder } from "../support/io_files.ts";
 
 const folder = scratchFolder("npy");
-
-function value<T>(py: Python, expression: string): T {
-  using o = py.eval(expression);
-  return o.toJS() as T;
-}
 
 /** numpy's view of `view` through DLPack: same address, same values and dtype as `expected`. */
 function numpySees(py: Python, view: BufferView, expected: string): boolean {

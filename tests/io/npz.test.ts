@@ -13,15 +13,10 @@ import { noPython, python } from "../support/python.ts";
 import { refused } from "../support/assertions.ts";
 import { test } from "../support/harness.ts";
 import { Rng } from "../support/rng.ts";
-import { nothingLeft, NUMPY_ARRAYS, scratchFolder } from "../support/io_files.ts";
+import { nothingLeft, NUMPY_ARRAYS, pyValue as value, scratchFolder } from "../support/io_files.ts";
 
 const folder = scratchFolder("npz");
 const q = JSON.stringify;
-
-function value<T>(py: Python, expression: string): T {
-  using o = py.eval(expression);
-  return o.toJS() as T;
-}
 
 /** Whether numpy, handed `view` through DLPack, sees the values and dtype of `expected`. */
 function numpyEqual(py: Python, view: BufferView, expected: string): boolean {

@@ -8,6 +8,7 @@ import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { stats } from "../../mod.ts";
 import { missing, noPython } from "./python.ts";
+import type { Python } from "../../python.ts";
 
 /** A fresh folder for one test file's files (removed by `cleanup`). */
 export function scratchFolder(name: string): { dir: string; path(file: string): string; cleanup(): void } {
@@ -62,3 +63,9 @@ arrays = {
   "complex128": np.array([[1e300 + 1j]], dtype=np.complex128),
 }
 `;
+
+/** The JS value of a Python expression. */
+export function pyValue<T>(py: Python, expression: string): T {
+  using o = py.eval(expression);
+  return o.toJS() as T;
+}
