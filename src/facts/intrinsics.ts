@@ -182,6 +182,7 @@ function reader<T>(proto: object, key: PropertyKey): (target: unknown) => T {
 const taTag = reader<string | undefined>(TypedArrayPrototype, Symbol.toStringTag);
 const taLength = reader<number>(TypedArrayPrototype, "length");
 const taByteLength = reader<number>(TypedArrayPrototype, "byteLength");
+const taByteOffset = reader<number>(TypedArrayPrototype, "byteOffset");
 const taBuffer = reader<ArrayBufferLike>(TypedArrayPrototype, "buffer");
 
 /**
@@ -202,6 +203,11 @@ export function typedArrayLength(array: ArrayBufferView): number {
 /** The true byte length (0 once the buffer is detached). */
 export function typedArrayByteLength(array: ArrayBufferView): number {
   return taByteLength(array);
+}
+
+/** The true byte offset into its buffer. */
+export function typedArrayByteOffset(array: ArrayBufferView): number {
+  return taByteOffset(array);
 }
 
 /** The true buffer. In Bun this also moves a small array's storage out of the GC heap for good,
