@@ -314,29 +314,6 @@ export function elementAt(facts: ViewFacts, index: readonly number[], what: stri
   return at;
 }
 
-/** The element at `at` of a live view's span `a` (its `array()`), as `get` returns it. */
-export function readElement(facts: ViewFacts, a: AnyTypedArray, at: number): Scalar {
-  const info = facts.info;
-  switch (info.kind) {
-    case "int":
-    case "float":
-    case "bigint":
-      // Read from a live array, so an element.
-      return a[at]!;
-    case "bool":
-      return a[at] !== 0;
-    case "bfloat16":
-      return bfloat16ToNumber(a[at] as number);
-    case "complex":
-      return [a[at * 2] as number, a[at * 2 + 1] as number] as Complex;
-    case "minifloat":
-      return decodeMiniFloat(
-        info.name as MiniFloatDType,
-        readBits(a as Uint8Array, at, slotBitsOf(facts), facts.minOffset),
-      );
-  }
-}
-
 let reads: MemoryReads | undefined;
 // A float16 element's bits become what array() holds for it (the number where the runtime has
 // Float16Array, else the bits themselves, as its Uint16Array holds them).
@@ -351,10 +328,10 @@ function float16Of(bits: number): number {
 
 /**
  * The element at `at` ({@link elementAt}'s position) of a live view of host memory whose element
- * 0 is at `address`, read in place (no ArrayBuffer is made), as `get` returns it: what
- * {@link readElement} gives from the view's `array()`. Refused for memory the CPU cannot read.
+ * 0 is at `address`, read in place (no ArrayBuffer is made), as `get` returns it: what the view's
+ * `array()` holds there, decoded. Refused for memory the CPU cannot read.
  */
-export function readElementAt(facts: ViewFacts, address: number, at: number): Scalar {
+export function readAt(facts: ViewFacts, address: number, at: number): Scalar {
   requireHost(facts, "get()");
   const info = facts.info;
   const m = reads ??= runtime().reads();
@@ -412,12 +389,12 @@ const stagedArrays = { __proto__: null } as unknown as Record<string, AnyTypedAr
 
 /**
  * Checks `value` as an element of `facts`' dtype (refusing memory the CPU cannot reach) and
- * encodes it for {@link storeElement} (returns the code of a sub-byte float, which it then takes;
+ * encodes it for {@link storeAt} (returns the code of a sub-byte float, which it then takes;
  * else 0). Caller code may run here (a complex pair's reads), so the caller checks its view is
  * still live before storing; a `set()` that runs inside it has stored its own element by the time
  * this one is encoded.
  */
-export function stageElement(facts: ViewFacts, value: Scalar): number {
+export function stageValue(facts: ViewFacts, value: Scalar): number {
   requireHost(facts, "set()");
   const info = facts.info;
   if (info.kind === "minifloat") return encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name));
@@ -426,11 +403,11 @@ export function stageElement(facts: ViewFacts, value: Scalar): number {
 }
 
 /**
- * Stores the element {@link stageElement} encoded (`code`: what it returned) in place at `at`
- * ({@link elementAt}'s position) of a live view of host memory whose element 0 is at `address`:
- * what {@link writeElement} does through the view's `array()`, with no ArrayBuffer made.
+ * Stores the element {@link stageValue} encoded (`code`: what it returned) in place at `at`
+ * ({@link elementAt}'s position) of a live view of host memory whose element 0 is at `address`,
+ * with no ArrayBuffer made.
  */
-export function storeElement(facts: ViewFacts, address: number, at: number, code: number): void {
+export function storeAt(facts: ViewFacts, address: number, at: number, code: number): void {
   const info = facts.info;
   const e = at + facts.minOffset;
   if (info.kind === "minifloat") writeCode(facts, address, e, code);
@@ -466,18 +443,6 @@ function store(dst: number, bytes: number): void {
   s.i32[I32.ndim] = 0;
   const status = core().dlpk_copy(s.at, dst, bytes);
   if (status !== 0) throw new DLPackError("library", `the native copy of one element refused it (status ${status})`);
-}
-
-/** Checks `value` as an element of the view's dtype and stores it at `at` of its span `a`. */
-export function writeElement(facts: ViewFacts, a: AnyTypedArray, at: number, value: Scalar): void {
-  const info = facts.info;
-  if (info.kind === "minifloat") {
-    // Packed: the code goes into its bits, not a whole array slot.
-    const code = encodeMiniFloat(info.name as MiniFloatDType, expectNumber(value, info.name));
-    writeBits(a as Uint8Array, at, slotBitsOf(facts), facts.minOffset, code);
-    return;
-  }
-  encodeElement(info, value, a, at);
 }
 
 /** Refuses (`what` needs it) a view whose memory the CPU cannot read. */

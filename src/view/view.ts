@@ -43,18 +43,7 @@ import {
   type ViewState,
 } from "../engines/state.ts";
 import { keyed } from "../engines/facts.ts";
-import {
-  elementAt,
-  gather,
-  readElement,
-  readElementAt,
-  requireHost,
-  spanBytes,
-  spanStart,
-  stageElement,
-  storeElement,
-  writeElement,
-} from "../engines/codec.ts";
+import { elementAt, gather, readAt, requireHost, spanBytes, spanStart, stageValue, storeAt } from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
 import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
@@ -462,13 +451,11 @@ export class BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "get()");
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "get");
+    // Read in place (no ArrayBuffer made), unless an array() handed out was detached under the view
+    // (its buffer transferred by other code: it reads undefined without touching memory).
     const a = this.#extras?.array;
-    // Without an array(), read in place: nothing is made over the memory, nothing needs detaching.
-    if (a === undefined) return readElementAt(this.#facts, this.#address, at);
-    // An array detached under the view (its buffer transferred by other code) has length 0 and
-    // reads undefined without touching memory: that is checked after the read, not before.
-    if (a[at] === undefined) this.#live();
-    return readElement(this.#facts, a, at);
+    if (a !== undefined && a[at] === undefined) this.#live();
+    return readAt(this.#facts, this.#address, at);
   }
 
   /** Writes one element; refused for read-only views and for "unknown" access until
@@ -478,19 +465,11 @@ export class BufferView {
     if (this.#access !== "readwrite") throw readonlyError(this.#access);
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "set");
-    const a = this.#extras?.array;
-    if (a === undefined) {
-      // Written in place, as get() reads; the value's checks may run caller code (a complex pair's
-      // getters), which may dispose the view: checked again before the memory is written.
-      const code = stageElement(this.#facts, value);
-      if (this.#owner === 0) throw disposedError();
-      storeElement(this.#facts, this.#address, at, code);
-      return;
-    }
-    // Writes into an array detached under the view are dropped without touching memory; refuse
-    // them as get() does (a read of a live array never gives undefined).
-    if (a[at] === undefined) this.#live();
-    writeElement(this.#facts, a, at, value);
+    // In place; the value's checks may run caller code (a complex pair's getters) that disposes the
+    // view or detaches an array() it handed out: refused then, as get() refuses.
+    const code = stageValue(this.#facts, value);
+    this.#live();
+    storeAt(this.#facts, this.#address, at, code);
   }
 
   /**
