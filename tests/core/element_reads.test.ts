@@ -1,10 +1,13 @@
-// get() reads one element in place (the runtime's pointer reads, no ArrayBuffer); once array() was
-// handed out it reads through that array. Both paths over the same bytes must give the same value
-// for every dtype and layout (negative strides, transposes, packed and padded sub-byte types), and
-// keep every check: indices, a disposed view, device memory, an array detached under the view.
+// get() reads one element in place (the runtime's pointer reads, no ArrayBuffer) and set() writes
+// one (a staged slot copied natively). Each must agree with the ArrayBuffer path (toArray(): the
+// span through array(), gathered into C order and decoded element by element) and with the native
+// copy, for every dtype and layout (negative strides, transposes, packed and padded sub-byte
+// types), and keep every check: indices, a disposed view, device memory, an array detached under
+// the view, a value whose reads dispose the view.
 import assert from "node:assert/strict";
 import { type BufferView, DLPackError, type DType, DTYPES, importDLPack, type Scalar } from "../../mod.ts";
 import { dtypeInfo } from "../../src/facts/dtypes.ts";
+import { decodeElement } from "../../src/engines/codec.ts";
 import { make } from "../support/producer.ts";
 import { test } from "../support/harness.ts";
 
@@ -53,21 +56,20 @@ const LAYOUTS: Record<string, (v: BufferView) => BufferView> = {
 for (const dtype of DTYPES) {
   const subbyte = dtypeInfo(dtype).bits < 8;
   for (const flags of subbyte ? [0, 4] : [0]) {
-    test(`get() in place equals get() through array() for ${dtype}${flags ? " (padded)" : ""}`, () => {
+    test(`get() in place equals the ArrayBuffer path for ${dtype}${flags ? " (padded)" : ""}`, () => {
       const made = filled(dtype, flags);
+      const info = dtypeInfo(dtype);
       using base = importDLPack(made.source);
       // Packed data cannot be sliced to start inside a byte (slice() refuses it).
       const layouts = subbyte && flags === 0 ? ["whole", "transposed"] : Object.keys(LAYOUTS);
       for (const name of layouts) {
-        const derive = LAYOUTS[name]!;
-        using inPlace = derive(base);
-        using through = derive(base);
-        through.array();
-        for (const index of indices(inPlace.shape)) {
-          const a = inPlace.get(...index);
-          const b = through.get(...index);
+        using view = LAYOUTS[name]!(base);
+        const flat = view.toArray();
+        indices(view.shape).forEach((index, k) => {
+          const a = view.get(...index);
+          const b = decodeElement(info, flat, k);
           assert.ok(same(a, b), `${dtype} ${name} [${index}]: in place ${a}, through array() ${b}`);
-        }
+        });
       }
     });
   }
@@ -131,33 +133,38 @@ function copyBySet(values: BufferView, target: BufferView): void {
 for (const dtype of DTYPES) {
   const subbyte = dtypeInfo(dtype).bits < 8;
   for (const flags of subbyte ? [0, 4] : [0]) {
-    test(`set() in place writes the bytes set() through array() writes for ${dtype}${flags ? " (padded)" : ""}`, () => {
-      const info = dtypeInfo(dtype);
-      const bytes = Math.ceil((COUNT * (subbyte && flags !== 0 ? 8 : info.bits)) / 8);
+    test(`set() in place writes each element and only it for ${dtype}${flags ? " (padded)" : ""}`, () => {
       const layouts = subbyte && flags === 0 ? ["whole", "transposed"] : Object.keys(LAYOUTS);
       for (const name of layouts) {
         const derive = LAYOUTS[name]!;
-        // Two tensors with the same starting bytes; the same values set into each, one way each.
-        const a = filled(dtype, flags);
-        const b = filled(dtype, flags);
+        // The values of a reversed copy of the bytes, set into a tensor; which of its elements the
+        // layout reaches, marked through the same layout in a uint8 tensor.
+        const target = filled(dtype, flags);
         const source = make({ dtype, shape: SHAPE, flags });
-        // Values of the dtype (NaN-free where the format has no NaN to spare): a reversed copy.
         const from = filled(dtype, flags);
+        const bytes = Math.ceil((COUNT * (subbyte && flags !== 0 ? 8 : dtypeInfo(dtype).bits)) / 8);
         source.bytes(bytes).set(from.bytes(bytes).reverse());
-        using values = importDLPack(source.source);
-        using va = importDLPack(a.source);
-        using vb = importDLPack(b.source);
-        using inPlace = derive(va);
-        using through = derive(vb);
-        through.array();
-        using sourceView = derive(values);
-        copyBySet(sourceView, inPlace);
-        copyBySet(sourceView, through);
-        assert.deepEqual(a.bytes(bytes), b.bytes(bytes), `${dtype} ${name}: the same bytes`);
-        for (const index of indices(inPlace.shape)) {
-          assert.ok(same(inPlace.get(...index), sourceView.get(...index)), `${dtype} ${name} [${index}]`);
-        }
         importDLPack(from.source).dispose();
+        using values = importDLPack(source.source);
+        using base = importDLPack(target.source);
+        using marks = importDLPack(make({ dtype: "uint8", shape: SHAPE }).source);
+        marks.fill(0);
+        const before = base.toArray();
+        using bySet = derive(base);
+        using sourceView = derive(values);
+        using marked = derive(marks);
+        copyBySet(sourceView, bySet);
+        for (const index of indices(marked.shape)) marked.set(1, ...index);
+        for (const index of indices(bySet.shape)) {
+          assert.ok(same(bySet.get(...index), sourceView.get(...index)), `${dtype} ${name} [${index}]`);
+        }
+        const reached = marks.toArray();
+        const info = dtypeInfo(dtype);
+        indices(base.shape).forEach((index, k) => {
+          if (reached[k] !== 0) return;
+          const kept = decodeElement(info, before, k);
+          assert.ok(same(base.get(...index), kept), `${dtype} ${name}: element [${index}] not set stays ${kept}`);
+        });
       }
     });
   }
@@ -180,4 +187,16 @@ test("set() in place refuses a value whose reads dispose the view, and writes no
   assert.throws(() => w.set(7 as never, 0), code("dtype"));
   assert.throws(() => w.set([1, 2], 2), code("shape"));
   assert.deepEqual([keep.get(0), keep.get(1)], [[1, 2], [3, 4]]);
+});
+
+test("set() in place is seen through an array() handed out, and refused once that array is detached", () => {
+  const made = filled("int32");
+  using v = importDLPack(made.source);
+  const a = v.array() as Int32Array;
+  v.set(-12345, 2, 4);
+  assert.equal(a[14], -12345);
+  a[3] = 77;
+  assert.equal(v.get(0, 3), 77);
+  structuredClone(a.buffer, { transfer: [a.buffer as ArrayBuffer] });
+  assert.throws(() => v.set(1, 0, 0), (e: unknown) => e instanceof DLPackError && e.code === "disposed");
 });
