@@ -169,7 +169,7 @@ test("a terminated Worker's pins stop counting once their consumers release them
   assert.deepEqual(live(), before);
 }, { timeout: 60_000 });
 
-test("a Worker offers its exports by what their buffers are, not by what their prototypes or own properties say", async () => {
+test("a Worker offers its exports by what their buffers are, not what their prototypes say", async () => {
   const before = live();
   // Shared memory given ArrayBuffer's prototype is still shared: offered, so it outlives the Worker.
   const realm = new Realm();
