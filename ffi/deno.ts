@@ -150,7 +150,8 @@ export function denoRuntime(): Runtime {
   let base: Pointer | null | undefined;
   let reads: MemoryReads | undefined;
   /** The scalar reads, over one pointer view of BASE that each offsets (a view per read would cost
-   * a pointer object each): made on first use, as making the pointer needs the FFI permission. */
+   * a pointer object each): made on first use, as making the pointer needs the FFI permission.
+   * perf(import+get+dispose) */
   const makeReads = (): MemoryReads => {
     let view: PointerView;
     try {

@@ -182,7 +182,7 @@ class Identity {
  * full way. A private field can be neither forged nor reached through a Proxy, keeps nothing alive
  * and is invisible to the caller's code, and adding one costs an array's first export next to
  * nothing, where an entry in a WeakMap costs about as much as making the array: exporting the same
- * array again reads one getter instead of five.
+ * array again reads one getter instead of five. perf(export of a TypedArray made for it, export).
  */
 class WholeArray extends Identity {
   readonly #info: DTypeInfo;

@@ -329,7 +329,8 @@ function float16Of(bits: number): number {
 /**
  * The element at `at` ({@link elementAt}'s position) of a live view of host memory whose element
  * 0 is at `address`, read in place (no ArrayBuffer is made), as `get` returns it: what the view's
- * `array()` holds there, decoded. Refused for memory the CPU cannot read.
+ * `array()` holds there, decoded. Refused for memory the CPU cannot read. perf(import+get+dispose):
+ * an ArrayBuffer made per read (and detached by dispose) cost several times the import.
  */
 export function readAt(facts: ViewFacts, address: number, at: number): Scalar {
   requireHost(facts, "get()");

@@ -158,7 +158,7 @@ export function exportWholeArray(
 ): Capsule {
   // A Worker's pin of shared memory is offered to the main thread, which needs the pin's native
   // address: the described export leaves it in the scratch. Memory that is not shared is never
-  // offered, so a Worker exports it the main thread's way.
+  // offered, so a Worker exports it the main thread's way. perf(export + dispose in a Worker)
   if (shared && !onMainThread) return exportDescribedArray(x, info, byteLength, versioned, flags);
   const id = newPinId();
   const realm = realmAddress();
