@@ -5,7 +5,7 @@
  * @module
  */
 import { DLPackError, shown } from "../facts/errors.ts";
-import { type AnyTypedArray, type DType, type DTypeInfo, type Scalar } from "../facts/dtypes.ts";
+import type { AnyTypedArray, DType, DTypeInfo, Scalar } from "../facts/dtypes.ts";
 import { ceil, isArray, isSafeInt, objectSlots, slots, toBigInt } from "../facts/intrinsics.ts";
 import { MAX_RANK } from "../facts/abi.ts";
 import { decodeElement, encodeElement, jsBuffer } from "./codec.ts";
