@@ -4,7 +4,7 @@
  * or a view, which are zero-copy) and writes it through the copy engine.
  * @module
  */
-import { DLPackError, shown } from "../facts/errors.ts";
+import { DLPackError, shown, withArticle } from "../facts/errors.ts";
 import {
   type AnyTypedArray,
   type DType,
@@ -166,8 +166,10 @@ export function asarray(values: unknown, dtype?: DType): BufferView {
   const tag = typedArrayTag(values);
   if (tag !== undefined) {
     const own = dtypeOfTag(tag);
-    if (own === undefined) throw new DLPackError("dtype", `asarray(): a ${tag} has no dtype this library views`);
-    if (wanted !== undefined && wanted.name !== own) throw noConversion(`a ${tag}`, own, wanted);
+    if (own === undefined) {
+      throw new DLPackError("dtype", `asarray(): ${withArticle(tag)} has no dtype this library views`);
+    }
+    if (wanted !== undefined && wanted.name !== own) throw noConversion(withArticle(tag), own, wanted);
     return fromArray(values as AnyTypedArray);
   }
   if (typeof values === "object" && values !== null && !isArray(values)) {

@@ -6,7 +6,7 @@
  * @module
  */
 import { runtime } from "../../ffi/mod.ts";
-import { DLPackError, shown } from "../facts/errors.ts";
+import { DLPackError, shown, withArticle } from "../facts/errors.ts";
 import type { AnyTypedArray, Complex, DType, DTypeInfo, MiniFloatDType, Scalar } from "../facts/dtypes.ts";
 import { ArrayBufferCtor, ceil, floor, isArray, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
@@ -67,7 +67,7 @@ export function expectBigInt(value: Scalar, dtype: BigIntDType): bigint {
 
 /** The error of an element value that does not fit `dtype`. */
 export function typeError(dtype: DType, expected: string, got: unknown): DLPackError {
-  return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${shown(got)}`);
+  return new DLPackError("dtype", `${withArticle(dtype)} element takes ${expected}, got ${shown(got)}`);
 }
 
 // Bit positions pass 2^32 in views of more than 512 MiB (2^30 float4 elements): they are split
@@ -281,7 +281,7 @@ export function elementAt(facts: ViewFacts, index: readonly number[], what: stri
   if (index.length !== shape.length) {
     throw new DLPackError(
       "shape",
-      `${what}() needs ${shape.length} indices for a ${shape.length}-d view, got ${index.length}`,
+      `${what}() needs ${shape.length} indices for ${withArticle(`${shape.length}-d`)} view, got ${index.length}`,
     );
   }
   const strides = facts.strides;

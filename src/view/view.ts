@@ -10,7 +10,7 @@
 import { core, runtime } from "../../ffi/mod.ts";
 import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
 import type { AnyTypedArray, ArrayOf, DLDataType, DType, Scalar, ScalarOf } from "../facts/dtypes.ts";
-import { type Device, deviceCode, formatDevice } from "../facts/devices.ts";
+import { type Device, deviceCode } from "../facts/devices.ts";
 import type { SliceItem } from "../facts/shape.ts";
 import {
   ArrayBufferCtor,
@@ -26,7 +26,6 @@ import {
   toBigInt,
   typedArrayTag,
 } from "../facts/intrinsics.ts";
-import { listText } from "../facts/layout.ts";
 import { LazyBackstop } from "../native/backstop.ts";
 import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
 import { Owner, type Releasable } from "../native/shares.ts";
@@ -46,7 +45,15 @@ import {
 import { keyed } from "../engines/facts.ts";
 import { elementAt, gather, readElement, requireHost, spanBytes, spanStart, writeElement } from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
-import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
+import {
+  copyFromArray,
+  copyInto,
+  copyOf,
+  type CopyOptions,
+  readonlyReason,
+  refuseWrite,
+  toHost,
+} from "../engines/copy.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import {
   readRequirements,
@@ -57,7 +64,21 @@ import {
 } from "../engines/requirements.ts";
 import { encodeOne, fill, flatten, toNested } from "../engines/values.ts";
 import { inheritStream, type StreamHandle } from "../engines/streams.ts";
-import { applyTo, DENO_INSPECT, inspectText, jsonOf, NODE_INSPECT, type ViewJSON } from "../engines/inspect.ts";
+import {
+  applyTo,
+  DENO_INSPECT,
+  type DisplayBundle,
+  displayBundle,
+  headerText,
+  indentedBy,
+  inspectFactsOf,
+  inspectText,
+  jsonOf,
+  JUPYTER_DISPLAY,
+  nestingIndent,
+  NODE_INSPECT,
+  type ViewJSON,
+} from "../engines/inspect.ts";
 import type { Minus, Nested, Plus1, Tuple } from "./types.ts";
 
 export type { Access, DLPackVersion, Flags } from "../engines/state.ts";
@@ -201,6 +222,22 @@ const asObject: ObjectConstructor = ObjectCtor;
 /** What printing something that only pretends to be a view shows (printing never throws). */
 const NOT_A_VIEW_TEXT = "[an object that only pretends to be a BufferView]";
 
+/** The value of every view's `notCloneable`: one enumerable getter that throws, which the
+ * structured clone algorithm of both runtimes calls (postMessage, structuredClone, BroadcastChannel). */
+const CLONE_GUARD: object = freeze(
+  ObjectCtor.defineProperty(ObjectCtor.create(null), "view", {
+    enumerable: true,
+    get(): never {
+      throw new DLPackError(
+        "argument",
+        "a BufferView cannot be cloned or posted (structuredClone and postMessage would deliver an empty object): " +
+          "post exportDLPack(view).take() (a bigint) instead, and importDLPack({ versioned: address }) it in the " +
+          "receiving Worker, zero-copy (docs/workers.md)",
+      );
+    },
+  }),
+);
+
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
   static {
@@ -252,6 +289,10 @@ export class BufferView {
   #extras: Extras | undefined;
   /** Set by the maker, which enters the view into the backstop once it is built. */
   #epoch = 0;
+  /** @ignore (library-internal) Makes `structuredClone(view)` and `postMessage(view)` throw a
+   * DLPackError that says how to hand a view to a Worker: the clone would be an empty object (the
+   * serializer reads this own property's getter-guarded value and stops there). */
+  readonly notCloneable: object = CLONE_GUARD;
 
   /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
   private constructor(owner: number, address: number, facts: ViewFacts, access: Access) {
@@ -488,7 +529,7 @@ export class BufferView {
    * `assumeWritable()`. */
   set(value: Scalar, ...index: number[]): void {
     if (!(#owner in asObject(this))) throw notAView(this, "set()");
-    if (this.#access !== "readwrite") throw readonlyError(this.#access);
+    if (this.#access !== "readwrite") throw readonlyError(this.#access, this.#facts);
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "set");
     const a = this.#extras?.array ?? this.#makeArray();
@@ -608,8 +649,7 @@ export class BufferView {
     if (this.#access === "readonly") {
       throw new DLPackError(
         "readonly",
-        "this view is read-only (the producer marked the tensor READ_ONLY, or it is a broadcast, whose elements " +
-          "repeat); assumeWritable() cannot override that",
+        `this view is ${readonlyReason(this.#facts)}; assumeWritable() cannot override that`,
       );
     }
     this.#access = "readwrite";
@@ -725,7 +765,7 @@ export class BufferView {
   fill(value: Scalar): this {
     if (!(#owner in asObject(this))) throw notAView(this, "fill()");
     this.#live();
-    refuseWrite(this.#access, "fill()");
+    refuseWrite(this.#access, "fill()", this.#facts);
     // Checked before the state is taken: a complex value is a caller's array.
     const one = encodeOne(this.#facts.info, value);
     fill(this.#state(), one);
@@ -825,15 +865,29 @@ export class BufferView {
   static readonly #get: (...index: number[]) => Scalar = BufferView.prototype.get;
 
   /** @ignore (library-internal) `console.log(view)` in Deno; see {@link BufferView.toJSON}. */
-  [DENO_INSPECT](): string {
+  [DENO_INSPECT](inspect?: unknown, options?: unknown): string {
     if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
-    return this.#inspect();
+    return indentedBy(this.#inspect(), nestingIndent(true, inspect, options));
   }
 
   /** @ignore (library-internal) `console.log(view)` in Bun and Node (the same text as in Deno). */
-  [NODE_INSPECT](): string {
+  [NODE_INSPECT](depth?: unknown, options?: unknown): string {
     if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
-    return this.#inspect();
+    return indentedBy(this.#inspect(), nestingIndent(false, depth, options));
+  }
+
+  /** @ignore (library-internal) What `deno jupyter` displays: console.log's text as text/plain,
+   * and as text/html the same header above a table of the values, summarised the same way. */
+  [JUPYTER_DISPLAY](): DisplayBundle {
+    if (!(#owner in asObject(this))) return { "text/plain": NOT_A_VIEW_TEXT, "text/html": NOT_A_VIEW_TEXT };
+    const error = this.#readable();
+    return displayBundle(
+      this.#facts,
+      this.#access,
+      this.#owner === 0,
+      error,
+      (i) => applyTo(BufferView.#get, this, i) as Scalar,
+    );
   }
 
   /**
@@ -846,14 +900,19 @@ export class BufferView {
     return jsonOf(this.#facts, this.#access, this.#address, this.#owner === 0);
   }
 
-  #inspect(): string {
-    let error: unknown;
+  /** Why the values cannot be read (what `#live` throws), else undefined. */
+  #readable(): unknown {
     try {
       // Throws instead of reading when the array() buffer was transferred away.
       if (this.#owner !== 0) this.#live();
     } catch (thrown) {
-      error = thrown;
+      return thrown;
     }
+    return undefined;
+  }
+
+  #inspect(): string {
+    const error = this.#readable();
     return inspectText(
       this.#facts,
       this.#access,
@@ -863,12 +922,11 @@ export class BufferView {
     );
   }
 
-  /** @ignore (library-internal) A one-line description for logs. */
+  /** One line for logs: the header `console.log` prints above the values (dtype, shape,
+   * strides, device, access, "disposed" once it is). */
   toString(): string {
     if (!(#owner in asObject(this))) throw notAView(this, "toString()");
-    return `BufferView(${this.#facts.info.name}, ${listText(this.#facts.shape)}, ${formatDevice(this.#facts.device)}${
-      this.#owner === 0 ? ", disposed" : ""
-    })`;
+    return headerText(inspectFactsOf(this.#facts, this.#access, this.#owner === 0));
   }
 }
 
@@ -895,11 +953,11 @@ function disposedError(): DLPackError {
   return new DLPackError("disposed", "this view was disposed");
 }
 
-function readonlyError(access: Access): DLPackError {
+function readonlyError(access: Access, facts: ViewFacts): DLPackError {
   return new DLPackError(
     "readonly",
     access === "readonly"
-      ? "this view is read-only (the producer set READ_ONLY, or it is a broadcast, whose elements repeat)"
+      ? `this view is ${readonlyReason(facts)}`
       : "this view's access is unknown (legacy DLPack carries no read-only flag); call assumeWritable() if you know it may be written",
   );
 }
