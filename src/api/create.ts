@@ -138,7 +138,7 @@ export function arange(start: unknown, stop?: unknown, step?: unknown, dtype?: u
   const args = arangeArgs(start, b, c);
   const info = dtypeInfo(named === undefined ? arangeDType(args) : named as string);
   const values = arangeValues(args, info);
-  return holding([typedArrayLength(values)], info, values);
+  return holding([typedArrayLength(values) / info.slots], info, values);
 }
 
 /** numpy's `asarray`: a TypedArray as a zero-copy 1-d view (`fromArray`); a view as a new handle

@@ -5,8 +5,8 @@
  * @module
  */
 import { DLPackError, shown } from "../facts/errors.ts";
-import type { AnyTypedArray, DType, DTypeInfo, Scalar } from "../facts/dtypes.ts";
-import { ceil, isArray, isSafeInt, objectSlots, slots, toBigInt } from "../facts/intrinsics.ts";
+import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, type Scalar } from "../facts/dtypes.ts";
+import { ceil, isArray, isSafeInt, objectSlots, slots, toBigInt, typedArrayLength } from "../facts/intrinsics.ts";
 import { MAX_RANK } from "../facts/abi.ts";
 import { decodeElement, encodeElement, jsBuffer } from "./codec.ts";
 
@@ -78,9 +78,8 @@ const MAX_LENGTH = 2 ** 32 - 1;
 /** The sequence as a TypedArray in the form of `toArray()`. */
 export function arangeValues(args: ArangeArgs, info: DTypeInfo): AnyTypedArray {
   const kind = info.kind;
-  if (kind === "complex" || kind === "bool") {
-    throw new DLPackError("dtype", `arange() makes numbers; ${info.name} is not a dtype it fills`);
-  }
+  if (kind === "bool") throw new DLPackError("dtype", "arange() makes numbers; bool is not a dtype it fills");
+  if (kind === "complex") return complexSequence(args, info);
   const integer = kind === "int" || kind === "bigint";
   if (typeof args.start === "bigint" || typeof args.stop === "bigint" || typeof args.step === "bigint") {
     return bigintSequence(args, info);
@@ -112,6 +111,21 @@ export function arangeValues(args: ArangeArgs, info: DTypeInfo): AnyTypedArray {
     encodeElement(info, i === 1 ? second : f(first + f(f(i) * delta)), out, i);
   }
   return out;
+}
+
+/** A complex sequence: the real parts as the float sequence of the parts' dtype, as numpy's
+ * complex fill computes them from real arguments; the imaginary parts 0. */
+function complexSequence(args: ArangeArgs, info: DTypeInfo): AnyTypedArray {
+  const part = dtypeInfo(info.bits === 64 ? "float32" : info.bits === 128 ? "float64" : "float16");
+  const real = arangeValues(numbersOf(args), part);
+  const n = typedArrayLength(real);
+  const out = new info.array(jsBuffer(2 * n * info.slotBytes, "arange()"));
+  for (let i = 0; i < n; i++) encodeElement(info, [decodeElement(part, real, i) as number, 0], out, i);
+  return out;
+}
+
+function numbersOf(args: ArangeArgs): ArangeArgs {
+  return { start: NumberCtor(args.start), stop: NumberCtor(args.stop), step: NumberCtor(args.step) };
 }
 
 function lengthOf(n: number): number {
