@@ -175,6 +175,12 @@ export function readNested(value: unknown): NestedValues {
   let count = 0;
   const walk = (v: unknown, d: number): void => {
     if (!isArray(v)) {
+      if (typeof v !== "number" && typeof v !== "bigint" && typeof v !== "boolean") {
+        throw new DLPackError(
+          "dtype",
+          `asarray(): value ${count} is ${shown(v)}; values are numbers, bigints or booleans`,
+        );
+      }
       if (leafDepth < 0) leafDepth = d;
       if (d !== leafDepth) throw ragged(d, shape, v);
       leaves = grow(leaves, count);
@@ -184,6 +190,7 @@ export function readNested(value: unknown): NestedValues {
     if (leafDepth >= 0 && d >= leafDepth) throw ragged(d, shape, v);
     const n: unknown = v.length; // read once
     if (!isSafeInt(n) || n < 0) throw new DLPackError("argument", `asarray(): an array has length ${shown(n)}`);
+    if (n > MAX_VALUES) throw tooMany();
     if (d === rank) {
       if (d >= MAX_RANK) throw new DLPackError("rank", `asarray(): nested deeper than ${MAX_RANK} dimensions`);
       shape[rank++] = n;
@@ -197,9 +204,20 @@ export function readNested(value: unknown): NestedValues {
   return { shape, leaves };
 }
 
+/** The most values `asarray` reads from nested arrays (2^26: beyond that JS arrays are the wrong
+ * container, and a Proxy claiming a huge length must not make it loop for hours). */
+const MAX_VALUES = 2 ** 26;
+
+function tooMany(): DLPackError {
+  return new DLPackError(
+    "overflow",
+    `asarray(): more than ${MAX_VALUES} values in nested arrays; put them in a TypedArray (asarray of it is zero-copy)`,
+  );
+}
+
 function grow(leaves: unknown[], count: number): unknown[] {
   if (count < leaves.length) return leaves;
-  if (count >= MAX_LENGTH) throw new DLPackError("overflow", "asarray(): more than 2^32 - 1 values");
+  if (count >= MAX_VALUES) throw tooMany();
   const bigger = objectSlots<unknown>(count < 8 ? 8 : count * 2);
   for (let i = 0; i < count; i++) bigger[i] = leaves[i];
   return bigger;
