@@ -94,9 +94,6 @@ export function full(shape: readonly number[], value: Scalar, dtype?: DType, opt
   return filled(shape, info, value, opts);
 }
 
-/** The 1-d result of {@link arange}. */
-type Range<D extends DType> = TypedView<D, 1>;
-
 /**
  * numpy's `arange`: `start, start + step, ...` below `stop` (above it for a negative step), with
  * numpy's length `ceil((stop - start) / step)` (none when that is not positive) and numpy's values
@@ -105,22 +102,22 @@ type Range<D extends DType> = TypedView<D, 1>;
  * numpy's choice: int64 when every argument is an integer (a bigint or an integral number), float64
  * otherwise. Bigint arguments are exact. Host memory.
  */
-export function arange<D extends DType>(stop: number | bigint, dtype: D): Range<D>;
+export function arange<D extends DType>(stop: number | bigint, dtype: D): TypedView<D, 1>;
 /** {@link arange} from `start` to `stop`. */
-export function arange<D extends DType>(start: number | bigint, stop: number | bigint, dtype: D): Range<D>;
+export function arange<D extends DType>(start: number | bigint, stop: number | bigint, dtype: D): TypedView<D, 1>;
 /** {@link arange} with a step. */
 export function arange<D extends DType>(
   start: number | bigint,
   stop: number | bigint,
   step: number | bigint,
   dtype: D,
-): Range<D>;
+): TypedView<D, 1>;
 /** {@link arange} with numpy's default dtype. */
 export function arange(
   start: number | bigint,
   stop?: number | bigint,
   step?: number | bigint,
-): Range<"int64" | "float64">;
+): TypedView<"int64" | "float64", 1>;
 export function arange(start: unknown, stop?: unknown, step?: unknown, dtype?: unknown): BufferView {
   releaseDeferred();
   // A dtype name ends the numbers; each argument is read once (they are primitives or refused).
@@ -204,37 +201,38 @@ function like(view: unknown, dtype: unknown, what: string): { state: ViewState; 
   return { state, info: dtype === undefined ? state.facts.info : dtypeInfo(dtype as string) };
 }
 
-/** The view's dtype unless `D` is given. */
-type LikeDType<V, D> = [D] extends [DType] ? D : V extends TypedView<infer E, number> ? E : DType;
-/** The view's rank when known. */
-type LikeRank<V> = V extends TypedView<DType, infer N> ? N : number;
-
-/** numpy's `zeros_like`: zeros of the view's shape, dtype (or `dtype`) and device. */
-export function zerosLike<V extends BufferView, D extends DType | undefined = undefined>(
-  view: V,
-  dtype?: D,
-): TypedView<LikeDType<V, D>, LikeRank<V>> {
+/** numpy's `zeros_like`: zeros of the view's shape, dtype and device. */
+export function zerosLike<D extends DType, N extends number>(view: TypedView<D, N>): TypedView<D, N>;
+/** {@link zerosLike} of another dtype. */
+export function zerosLike<D extends DType, N extends number>(view: TypedView<DType, N>, dtype: D): TypedView<D, N>;
+/** {@link zerosLike} of a view of unknown dtype and rank. */
+export function zerosLike(view: BufferView, dtype?: DType): BufferView;
+export function zerosLike(view: BufferView, dtype?: DType): BufferView {
   const { state, info } = like(view, dtype, "zerosLike");
-  return allocateView(state.facts.shape, info.name, likeOptions(state), true) as never;
+  return allocateView(state.facts.shape, info.name, likeOptions(state), true);
 }
 
-/** numpy's `empty_like`: uninitialised memory of the view's shape, dtype (or `dtype`) and device. */
-export function emptyLike<V extends BufferView, D extends DType | undefined = undefined>(
-  view: V,
-  dtype?: D,
-): TypedView<LikeDType<V, D>, LikeRank<V>> {
+/** numpy's `empty_like`: uninitialised memory of the view's shape, dtype and device. */
+export function emptyLike<D extends DType, N extends number>(view: TypedView<D, N>): TypedView<D, N>;
+/** {@link emptyLike} of another dtype. */
+export function emptyLike<D extends DType, N extends number>(view: TypedView<DType, N>, dtype: D): TypedView<D, N>;
+/** {@link emptyLike} of a view of unknown dtype and rank. */
+export function emptyLike(view: BufferView, dtype?: DType): BufferView;
+export function emptyLike(view: BufferView, dtype?: DType): BufferView {
   const { state, info } = like(view, dtype, "emptyLike");
-  return allocateView(state.facts.shape, info.name, likeOptions(state), false) as never;
+  return allocateView(state.facts.shape, info.name, likeOptions(state), false);
 }
 
-/** numpy's `ones_like`: ones of the view's shape, dtype (or `dtype`) and device. */
-export function onesLike<V extends BufferView, D extends DType | undefined = undefined>(
-  view: V,
-  dtype?: D,
-): TypedView<LikeDType<V, D>, LikeRank<V>> {
+/** numpy's `ones_like`: ones of the view's shape, dtype and device. */
+export function onesLike<D extends DType, N extends number>(view: TypedView<D, N>): TypedView<D, N>;
+/** {@link onesLike} of another dtype. */
+export function onesLike<D extends DType, N extends number>(view: TypedView<DType, N>, dtype: D): TypedView<D, N>;
+/** {@link onesLike} of a view of unknown dtype and rank. */
+export function onesLike(view: BufferView, dtype?: DType): BufferView;
+export function onesLike(view: BufferView, dtype?: DType): BufferView {
   const { state, info } = like(view, dtype, "onesLike");
   const one: Scalar = info.kind === "bool" ? true : info.kind === "complex" ? [1, 0] : 1;
-  return filled(state.facts.shape, info, one, likeOptions(state)) as never;
+  return filled(state.facts.shape, info, one, likeOptions(state));
 }
 
 /** The most views one join takes. */

@@ -4,15 +4,27 @@
  * @module
  */
 
+/** A constructor that returns its argument: a subclass's private fields land on that object. */
+class Stamp {
+  constructor(target: object) {
+    return target;
+  }
+}
+
 let pythonBranded: (x: object) => boolean;
 
-/** The base of the Python bridge's `PyObject`: the import functions tell a Python object apart
- * (it is imported with `fromPython`, not `importDLPack`) without depending on the bridge. */
-export class PythonObjectBrand {
+class PythonBrand extends Stamp {
   #python = true;
   static {
     pythonBranded = (x) => #python in x;
   }
+}
+
+/** Marks a `PyObject` of the Python bridge (its constructor calls this), so that the import
+ * functions tell a Python object apart (it is imported with `fromPython`, not `importDLPack`)
+ * without depending on the bridge. */
+export function brandPythonObject(target: object): void {
+  new PythonBrand(target);
 }
 
 /** Whether `x` is a `PyObject` of the Python bridge. */

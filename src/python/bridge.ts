@@ -4,7 +4,7 @@
  * holds the GIL around every call. `PyObject` handles hold one reference each.
  * @module
  */
-import { PythonObjectBrand } from "../facts/brands.ts";
+import { brandPythonObject } from "../facts/brands.ts";
 import { core, openLibrary, runtime } from "../../ffi/mod.ts";
 import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
 import type { Bound, PointerObject } from "../../ffi/types.ts";
@@ -332,20 +332,20 @@ const registry = new LazyBackstop<number>(
 );
 
 /** A Python object: one reference, released by `dispose()` (or, as a backstop, by GC). */
-export class PyObject extends PythonObjectBrand {
+export class PyObject {
   #handle: number;
   #py: Python;
   #epoch: number;
 
   /** @ignore (library-internal) Takes over a new reference (only the bridge makes these). */
   constructor(handle: number, py: Python, key: typeof INTERNAL) {
-    super();
     if (key !== INTERNAL) {
       throw new DLPackError("argument", "PyObjects are made by the Python bridge (py.eval, py.import, obj.get, ...)");
     }
     this.#handle = handle;
     this.#py = py;
     this.#epoch = registry.add(this, handle);
+    brandPythonObject(this);
   }
 
   /** Whether `dispose()` ran. */
