@@ -2,7 +2,7 @@
 // an export (`exportDLPack(view).take()`, a bigint, which any message carries), the Worker imports
 // it, writes, and hands a view of its own back the same way. `postMessage(view)` itself throws a
 // DLPackError saying so: a view is a handle on memory, and a clone would be an empty object.
-import { DLPackError, exportDLPack, importDLPack, zeros } from "../mod.ts";
+import { type DLPackError, exportDLPack, importDLPack, zeros } from "../mod.ts";
 
 const worker = new Worker(new URL("./worker_writer.ts", import.meta.url), { type: "module" });
 const answers: ((value: { address?: bigint }) => void)[] = [];

@@ -62,7 +62,7 @@ test("ones, full and the *Like functions refuse bad shapes, dtypes and values wi
 /** The code checkShape gives a malformed extent (the shape rules are the allocation's). */
 function refusedCode(shape: unknown): string {
   try {
-    using z = zeros(any(shape), "float32");
+    zeros(any(shape), "float32").dispose();
   } catch (error) {
     return (error as { code: string }).code;
   }

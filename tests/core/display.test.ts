@@ -2,7 +2,7 @@
 // the same header over an HTML table of the values, summarised as console.log summarises, all of it
 // HTML-escaped), toString() as console.log's header, and views nested in objects printed aligned.
 import assert from "node:assert/strict";
-import { arange, type BufferView, exportDLPack, fromArray, importDLPack, zeros } from "../../mod.ts";
+import { arange, type BufferView, exportDLPack, importDLPack, zeros } from "../../mod.ts";
 import { escapeHtml } from "../../src/engines/inspect.ts";
 import { runtimeName, test } from "../support/harness.ts";
 
