@@ -190,8 +190,8 @@ export function readonlyReason(facts: ViewFacts | undefined): string {
       }
     }
   }
-  return "read-only (its producer marked the tensor READ_ONLY, it was made with readonly: true, or it was " +
-    "derived from a broadcast)";
+  return "read-only (its producer marked the tensor READ_ONLY, its memory cannot be written in this process, it " +
+    "was made with readonly: true, or it was derived from a broadcast)";
 }
 
 /**
@@ -367,7 +367,7 @@ function stateOfOwned(owned: Owned): ViewState {
 }
 
 /** A packed host copy of one-code-per-element sub-byte data, shaped like `shape` (C order). */
-export function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): Owned {
+function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): Owned {
   return filled(allocateHost(shape, info), (out) => {
     packCodes(codes, spanArray(out.address, out.facts) as Uint8Array, info.bits);
   });

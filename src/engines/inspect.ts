@@ -50,10 +50,10 @@ export interface InspectFacts {
 }
 
 /** Why values are not shown; `undefined` when they are. */
-export type Unread = "disposed" | "device" | { readonly error: string } | undefined;
+type Unread = "disposed" | "device" | { readonly error: string } | undefined;
 
 /** How much of a tensor is printed. */
-export interface InspectOptions {
+interface InspectOptions {
   /** Above this many elements, each axis shows only its first and last `edgeItems`. Default 1000 (numpy's). */
   readonly threshold?: number | undefined;
   /** Items kept at each end of a summarised axis. Default 3. */
@@ -67,10 +67,10 @@ const EDGE_ITEMS = 3;
 const LINE_WIDTH = 100;
 
 /** Reads the element at `index` (one integer per axis, within the shape). */
-export type ElementReader = (index: number[]) => Scalar;
+type ElementReader = (index: number[]) => Scalar;
 
 /** The text `console.log(view)` prints: a header line, then the values (or why they are not shown). */
-export function formatView(
+function formatView(
   facts: InspectFacts,
   read: ElementReader | undefined,
   unread: Unread,
@@ -250,7 +250,7 @@ export function elementFormatter(kind: string, bits: number): (value: Scalar) =>
 
 /** Floats of `bits` bits as text: float64 as JS writes it, float32 shortest round-trip, smaller
  * formats to the digits they carry (5 significant digits tell every float16 apart). */
-export function floatFormatter(bits: number): (value: number) => string {
+function floatFormatter(bits: number): (value: number) => string {
   if (bits >= 64) return (v) => (v === 0 && 1 / v < 0 ? "-0" : `${v}`);
   const digits = bits >= 32 ? 9 : bits >= 16 ? 5 : 3;
   return (v) => {
@@ -293,7 +293,7 @@ export interface ViewJSON {
 }
 
 /** Builds the frozen `toJSON()` object (arrays copied, so the caller may keep it). */
-export function viewJSON(fields: ViewJSON): ViewJSON {
+function viewJSON(fields: ViewJSON): ViewJSON {
   const shape: number[] = [];
   for (let i = 0; i < fields.shape.length; i++) shape[i] = fields.shape[i]!;
   const strides: number[] = [];
@@ -315,7 +315,7 @@ export function viewJSON(fields: ViewJSON): ViewJSON {
 }
 
 /** `0x` and the address in hexadecimal. */
-export function hexAddress(address: number): string {
+function hexAddress(address: number): string {
   let digits = "";
   let rest = address;
   if (rest === 0) return "0x0";
@@ -382,6 +382,35 @@ export function jsonOf(facts: ViewFacts, access: Access, address: number, dispos
     version: origin.version === null ? null : { major: origin.version.major, minor: origin.version.minor },
     disposed,
   });
+}
+
+/** What printing a view reads: its facts, whether it is disposed, why its values cannot be read
+ * (`error`, what checking them threw), and a reader of its elements. */
+export interface Printable {
+  readonly facts: ViewFacts;
+  readonly access: Access;
+  readonly disposed: boolean;
+  readonly error: unknown;
+  readonly read: ElementReader;
+}
+
+/** `console.log(view)`: {@link inspectText}, its later lines indented as deep as the runtime's
+ * inspect hook arguments say the view is nested ({@link nestingIndent}). */
+export function printed(p: Printable, denoStyle: boolean, first: unknown, options: unknown): string {
+  const text = inspectText(p.facts, p.access, p.disposed, p.error, p.read);
+  return indentedBy(text, nestingIndent(denoStyle, first, options));
+}
+
+/** `view.toString()`: the first line `console.log` prints. */
+export function headerOf(p: Printable): string {
+  return headerText(inspectFactsOf(p.facts, p.access, p.disposed));
+}
+
+/** The Jupyter bundle of a view, or of something that only pretends to be one (`p` the text to
+ * show then: displaying never throws). */
+export function displayed(p: Printable | string): DisplayBundle {
+  if (typeof p === "string") return freeze({ "text/plain": p, "text/html": escapeHtml(p) });
+  return displayBundle(p.facts, p.access, p.disposed, p.error, p.read);
 }
 
 /** The key `deno jupyter` looks up on an object to display it richly. */

@@ -20,7 +20,8 @@ const backstop = new LazyBackstop<number>(
 
 // The bigint of a struct address, remembered by address: export records are reused (a thread's
 // quarantine ring), so a consumer's `take()` mostly meets an address it converted before, and a
-// bigint is an immutable primitive (an equal one is the same value). Converting costs 11-19 ns.
+// bigint is an immutable primitive (an equal one is the same value). perf(export, released by a
+// foreign consumer): converting costs more than the lookup.
 const BIG_SLOTS = 4096;
 const bigKeys = new Float64ArrayCtor(BIG_SLOTS);
 const bigValues = objectSlots<bigint>(BIG_SLOTS);
@@ -47,7 +48,6 @@ let branded: (x: object) => boolean;
 let owned: (x: object) => boolean;
 let take: (capsule: Capsule) => number;
 let takeJournaled: (capsule: Capsule) => number;
-let dispose: (capsule: Capsule) => void;
 let addressOf: (capsule: Capsule) => number;
 let versionedOf: (capsule: Capsule) => boolean;
 
@@ -76,11 +76,6 @@ export function capsuleOf(address: number, versioned: boolean): Capsule {
   const capsule = new Capsule(address, versioned);
   journalCount[0]--;
   return capsule;
-}
-
-/** @internal Disposes a capsule (idempotent), through nothing a caller can replace. */
-export function disposeCapsule(capsule: Capsule): void {
-  dispose(capsule);
 }
 
 /** @internal The struct's address, through nothing a caller can replace. */
@@ -115,7 +110,6 @@ export class Capsule {
     owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#epoch !== undefined;
     take = (c) => c.#take();
     takeJournaled = (c) => c.#takeJournaled();
-    dispose = (c) => c.#dispose();
     addressOf = (c) => c.#address;
     versionedOf = (c) => c.#versioned;
     registerDisposer((x) => {

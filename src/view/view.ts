@@ -20,7 +20,6 @@ import {
   freeze,
   isArray,
   isDetached,
-  newSet,
   ObjectCtor,
   pinInstanceof,
   toBigInt,
@@ -28,7 +27,7 @@ import {
 } from "../facts/intrinsics.ts";
 import { LazyBackstop } from "../native/backstop.ts";
 import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
-import { Owner, type Releasable } from "../native/shares.ts";
+import { Owner } from "../native/shares.ts";
 import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
 import {
@@ -45,15 +44,7 @@ import {
 import { keyed } from "../engines/facts.ts";
 import { elementAt, gather, readElement, requireHost, spanBytes, spanStart, writeElement } from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
-import {
-  copyFromArray,
-  copyInto,
-  copyOf,
-  type CopyOptions,
-  readonlyReason,
-  refuseWrite,
-  toHost,
-} from "../engines/copy.ts";
+import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import {
   readRequirements,
@@ -64,40 +55,24 @@ import {
 } from "../engines/requirements.ts";
 import { encodeOne, fill, flatten, toNested } from "../engines/values.ts";
 import { inheritStream, type StreamHandle } from "../engines/streams.ts";
-import {
-  applyTo,
-  DENO_INSPECT,
-  type DisplayBundle,
-  displayBundle,
-  headerText,
-  indentedBy,
-  inspectFactsOf,
-  inspectText,
-  jsonOf,
-  JUPYTER_DISPLAY,
-  nestingIndent,
-  NODE_INSPECT,
-  type ViewJSON,
-} from "../engines/inspect.ts";
+import { applyTo, DENO_INSPECT, displayed, headerOf, jsonOf, JUPYTER_DISPLAY } from "../engines/inspect.ts";
+import { NODE_INSPECT, type Printable, printed, type ViewJSON } from "../engines/inspect.ts";
 import type { Minus, Nested, Plus1, Tuple } from "./types.ts";
+import {
+  BufferLink,
+  CLONE_GUARD,
+  disposedError,
+  Extras,
+  NOT_A_VIEW_TEXT,
+  notAView,
+  readonlyError,
+  readonlyForever,
+  refusedError,
+  releasable,
+  transferredShares,
+} from "./parts.ts";
 
 export type { Access, DLPackVersion, Flags } from "../engines/state.ts";
-
-/** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does.
- * A private field stamped onto the buffer (the constructor returns the buffer itself): unlike a
- * property, no setter or Proxy a caller puts on ArrayBuffer.prototype's chain can intercept it. */
-class Stamp {
-  constructor(target: object) {
-    return target;
-  }
-}
-class BufferLink extends Stamp {
-  #view: BufferView;
-  constructor(buffer: ArrayBuffer, view: BufferView) {
-    super(buffer);
-    this.#view = view;
-  }
-}
 
 /** Releases the share of views collected without `dispose()` (only a backstop). */
 const views = new LazyBackstop<number>(
@@ -208,35 +183,9 @@ export function isBufferView(x: unknown): x is BufferView {
   return typeof x === "object" && x !== null && branded(x);
 }
 
-/** The error of a BufferView method or getter called with a `this` that is no view (a method
- * taken off the prototype, an `Object.create(BufferView.prototype)` impostor): each checks its
- * receiver's private brand first, one check the engine folds into the field read that follows. */
-function notAView(receiver: unknown, member: string): DLPackError {
-  return new DLPackError("argument", `BufferView ${member} needs a BufferView as this, got ${shown(receiver)}`);
-}
-
 /** {@link ObjectCtor} in a constant of this module, which the JIT folds (an imported binding it
  * reads anew each time). */
 const asObject: ObjectConstructor = ObjectCtor;
-
-/** What printing something that only pretends to be a view shows (printing never throws). */
-const NOT_A_VIEW_TEXT = "[an object that only pretends to be a BufferView]";
-
-/** The value of every view's `notCloneable`: one enumerable getter that throws, which the
- * structured clone algorithm of both runtimes calls (postMessage, structuredClone, BroadcastChannel). */
-const CLONE_GUARD: object = freeze(
-  ObjectCtor.defineProperty(ObjectCtor.create(null), "view", {
-    enumerable: true,
-    get(): never {
-      throw new DLPackError(
-        "argument",
-        "a BufferView cannot be cloned or posted (structuredClone and postMessage would deliver an empty object): " +
-          "post exportDLPack(view).take() (a bigint) instead, and importDLPack({ versioned: address }) it in the " +
-          "receiving Worker, zero-copy (docs/workers.md)",
-      );
-    },
-  }),
-);
 
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
@@ -289,9 +238,7 @@ export class BufferView {
   #extras: Extras | undefined;
   /** Set by the maker, which enters the view into the backstop once it is built. */
   #epoch = 0;
-  /** @ignore (library-internal) Makes `structuredClone(view)` and `postMessage(view)` throw a
-   * DLPackError that says how to hand a view to a Worker: the clone would be an empty object (the
-   * serializer reads this own property's getter-guarded value and stops there). */
+  /** @ignore (library-internal) Makes `structuredClone(view)`, `postMessage(view)` throw (`CLONE_GUARD`). */
   readonly notCloneable: object = CLONE_GUARD;
 
   /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
@@ -385,7 +332,8 @@ export class BufferView {
     return this.#facts.origin.verified;
   }
 
-  /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct. */
+  /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct; "readonly"
+   * whatever the producer said when the data lies in memory this process cannot write. */
   get access(): Access {
     if (!(#owner in asObject(this))) throw notAView(this, "access");
     return this.#access;
@@ -410,7 +358,8 @@ export class BufferView {
     return version === null ? null : { major: version.major, minor: version.minor };
   }
 
-  /** The versioned struct's flags (all false for legacy imports). */
+  /** The versioned struct's flags (all false for legacy imports); `readOnly` is also set when the data
+   * lies in memory this process cannot write. */
   get flags(): Flags {
     if (!(#owner in asObject(this))) throw notAView(this, "flags");
     return flagsOf(this.#facts.origin.flags);
@@ -443,20 +392,7 @@ export class BufferView {
 
   #keepAlive(): Owner {
     const extras = this.#extras ??= new Extras(undefined);
-    return extras.share ??= new Owner(this.#owner, this.#releasable());
-  }
-
-  /** This view as its Owner share sees it: the private methods, not the replaceable public ones. */
-  #releasable(): Releasable {
-    const dispose = () => this.#dispose();
-    const isDisposed = () => this.#owner === 0;
-    return freeze({
-      __proto__: null,
-      dispose,
-      get disposed(): boolean {
-        return isDisposed();
-      },
-    }) as unknown as Releasable;
+    return extras.share ??= new Owner(this.#owner, releasable(() => this.#dispose(), () => this.#owner === 0));
   }
 
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
@@ -630,11 +566,7 @@ export class BufferView {
     }
     const refusals = this.#refusals({ dtype, ndim });
     if (refusals.length > 0) {
-      throw new DLPackError(
-        "requirements",
-        `as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused: ${joined(refusals)}`,
-        refusals,
-      );
+      throw refusedError(`as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused`, refusals);
     }
     return this as unknown as TypedView<D, N>;
   }
@@ -646,12 +578,7 @@ export class BufferView {
   assumeWritable(): this {
     if (!(#owner in asObject(this))) throw notAView(this, "assumeWritable()");
     this.#live();
-    if (this.#access === "readonly") {
-      throw new DLPackError(
-        "readonly",
-        `this view is ${readonlyReason(this.#facts)}; assumeWritable() cannot override that`,
-      );
-    }
+    if (this.#access === "readonly") throw readonlyForever(this.#facts);
     this.#access = "readwrite";
     return this;
   }
@@ -673,9 +600,7 @@ export class BufferView {
   require(req: Requirements): this {
     if (!(#owner in asObject(this))) throw notAView(this, "require()");
     const refusals = this.#refusals(req);
-    if (refusals.length > 0) {
-      throw new DLPackError("requirements", `requirements not met: ${joined(refusals)}`, refusals);
-    }
+    if (refusals.length > 0) throw refusedError("requirements not met", refusals);
     return this;
   }
 
@@ -861,33 +786,19 @@ export class BufferView {
 
   // Inspection: what console.log and JSON.stringify show. The formatting is in
   // src/engines/inspect.ts; here is only whether values may be read (a live view over host memory).
-  /** `get` as the class defined it (a caller may replace the prototype's). */
-  static readonly #get: (...index: number[]) => Scalar = BufferView.prototype.get;
-
   /** @ignore (library-internal) `console.log(view)` in Deno; see {@link BufferView.toJSON}. */
   [DENO_INSPECT](inspect?: unknown, options?: unknown): string {
-    if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
-    return indentedBy(this.#inspect(), nestingIndent(true, inspect, options));
+    return #owner in asObject(this) ? printed(this.#printable(), true, inspect, options) : NOT_A_VIEW_TEXT;
   }
 
   /** @ignore (library-internal) `console.log(view)` in Bun and Node (the same text as in Deno). */
   [NODE_INSPECT](depth?: unknown, options?: unknown): string {
-    if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
-    return indentedBy(this.#inspect(), nestingIndent(false, depth, options));
+    return #owner in asObject(this) ? printed(this.#printable(), false, depth, options) : NOT_A_VIEW_TEXT;
   }
 
-  /** @ignore (library-internal) What `deno jupyter` displays: console.log's text as text/plain,
-   * and as text/html the same header above a table of the values, summarised the same way. */
-  [JUPYTER_DISPLAY](): DisplayBundle {
-    if (!(#owner in asObject(this))) return { "text/plain": NOT_A_VIEW_TEXT, "text/html": NOT_A_VIEW_TEXT };
-    const error = this.#readable();
-    return displayBundle(
-      this.#facts,
-      this.#access,
-      this.#owner === 0,
-      error,
-      (i) => applyTo(BufferView.#get, this, i) as Scalar,
-    );
+  /** @ignore (library-internal) What `deno jupyter` shows: console.log's text and an HTML table. */
+  [JUPYTER_DISPLAY](): { "text/plain": string; "text/html": string } {
+    return displayed(#owner in asObject(this) ? this.#printable() : NOT_A_VIEW_TEXT);
   }
 
   /**
@@ -900,76 +811,28 @@ export class BufferView {
     return jsonOf(this.#facts, this.#access, this.#address, this.#owner === 0);
   }
 
-  /** Why the values cannot be read (what `#live` throws), else undefined. */
-  #readable(): unknown {
+  /** What printing reads: the facts, and the values unless the view may not be read (`error`). */
+  #printable(): Printable {
+    let error: unknown;
     try {
       // Throws instead of reading when the array() buffer was transferred away.
       if (this.#owner !== 0) this.#live();
     } catch (thrown) {
-      return thrown;
+      error = thrown;
     }
-    return undefined;
+    const read = (i: number[]) => applyTo(getElement, this, i) as Scalar;
+    return { facts: this.#facts, access: this.#access, disposed: this.#owner === 0, error, read };
   }
 
-  #inspect(): string {
-    const error = this.#readable();
-    return inspectText(
-      this.#facts,
-      this.#access,
-      this.#owner === 0,
-      error,
-      (i) => applyTo(BufferView.#get, this, i) as Scalar,
-    );
-  }
-
-  /** One line for logs: the header `console.log` prints above the values (dtype, shape,
-   * strides, device, access, "disposed" once it is). */
+  /** One line for logs: the header `console.log` prints above the values. */
   toString(): string {
     if (!(#owner in asObject(this))) throw notAView(this, "toString()");
-    return headerText(inspectFactsOf(this.#facts, this.#access, this.#owner === 0));
+    return headerOf(this.#printable());
   }
 }
 
-/** The parts of a view few views have. Own fields (defined, not assigned), and the class is not
- * exported: no setter a caller puts anywhere sees the writes. */
-class Extras {
-  /** The ArrayBuffer `array()` made over native memory, detached at dispose. */
-  buffer: ArrayBuffer | undefined = undefined;
-  /** The array `array()` made (the same one each call). */
-  array: AnyTypedArray | undefined = undefined;
-  /** The view's own share (`keepAlive`), made on first use. */
-  share: Owner | undefined = undefined;
-  /** The JS value kept reachable while the view lives (`keepAliveValue`). */
-  keepAlive: unknown;
-  constructor(keepAlive: unknown) {
-    this.keepAlive = keepAlive;
-  }
-}
-
-/** Owner shares of views whose array() buffer was transferred away; never released. */
-const transferredShares = newSet<number>();
-
-function disposedError(): DLPackError {
-  return new DLPackError("disposed", "this view was disposed");
-}
-
-function readonlyError(access: Access, facts: ViewFacts): DLPackError {
-  return new DLPackError(
-    "readonly",
-    access === "readonly"
-      ? `this view is ${readonlyReason(facts)}`
-      : "this view's access is unknown (legacy DLPack carries no read-only flag); call assumeWritable() if you know it may be written",
-  );
-}
-
-/** `a; b; c` (no `join`: it is replaceable). */
-function joined(parts: readonly string[]): string {
-  let text = "";
-  for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
-  return text;
-}
-
-// Captured at load: a caller who later replaces the prototype's `get` changes nothing here.
+// `get` as the class defined it, captured at load: a caller who later replaces the prototype's
+// changes nothing here.
 const getElement = BufferView.prototype.get;
 
 function* items(view: BufferView, n: number, one: boolean): Generator<Scalar | BufferView> {

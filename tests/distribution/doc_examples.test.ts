@@ -1,16 +1,16 @@
 // The examples users copy run as written: every ```ts block of the entries' module docs (mod.ts,
-// python.ts, cuda.ts: what JSR and editors show), of README.md and of the guides (docs/api.md,
-// docs/numpy.md, docs/workers.md) is run in a fresh process of the runtime under test, its package
-// specifiers ("dlpack-ts", "@dlpack-ts/dlpack" and their subpaths) pointed at this checkout's
-// entries. A block that is not a whole program says so with
-// ```ts ignore. And docs/api.md names every public name of the three entries.
+// python.ts, cuda.ts, io.ts: what JSR and editors show), of README.md and of the guides
+// (docs/api.md, docs/numpy.md, docs/workers.md) is run in a fresh process of the runtime under
+// test, its package specifiers ("dlpack-ts", "@dlpack-ts/dlpack" and their subpaths) pointed at this
+// checkout's entries. A block that is not a whole program says so with ```ts ignore. And
+// docs/api.md names every public name of the four entries.
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { repoRoot, runScript, test } from "../support/harness.ts";
 import { noPython } from "../support/python.ts";
 
-const ENTRIES = ["mod.ts", "python.ts", "cuda.ts"] as const;
+const ENTRIES = ["mod.ts", "python.ts", "cuda.ts", "io.ts"] as const;
 /** The pages of docs/ whose ```ts blocks run as well. */
 const GUIDES = ["docs/api.md", "docs/numpy.md", "docs/workers.md"] as const;
 
@@ -30,10 +30,13 @@ const moduleDoc = (file: string) =>
 
 /** The block with its package specifiers pointed at the checkout's entries. */
 function local(code: string): string {
-  return code.replace(/(["'])(?:dlpack-ts|@dlpack-ts\/dlpack)(\/python|\/cuda)?\1/g, (_, q: string, sub?: string) => {
-    const entry = sub === "/python" ? "python.ts" : sub === "/cuda" ? "cuda.ts" : "mod.ts";
-    return `${q}${repoRoot}/${entry}${q}`;
-  });
+  return code.replace(
+    /(["'])(?:dlpack-ts|@dlpack-ts\/dlpack)(\/python|\/cuda|\/io)?\1/g,
+    (_, q: string, sub?: string) => {
+      const entry = sub === "/python" ? "python.ts" : sub === "/cuda" ? "cuda.ts" : sub === "/io" ? "io.ts" : "mod.ts";
+      return `${q}${repoRoot}/${entry}${q}`;
+    },
+  );
 }
 
 const examples = [
@@ -69,7 +72,7 @@ for (const example of examples) {
   });
 }
 
-test("docs/api.md names every public name of mod.ts, python.ts and cuda.ts", () => {
+test("docs/api.md names every public name of mod.ts, python.ts, cuda.ts and io.ts", () => {
   const api = readFileSync(`${repoRoot}/docs/api.md`, "utf8");
   const unnamed: string[] = [];
   for (const file of ENTRIES) {

@@ -2,7 +2,7 @@
 //! PyCapsules the way numpy does, `fromPython`'s fast path (the `__dlpack__` negotiation in C),
 //! and `install`, which makes `DLPackTensor` (tensor.zig) and adds `_native_exchange_counts`.
 //! Everything here runs with the GIL held by the caller or takes it (PyGILState is reentrant);
-//! errors are error unions, which root.zig turns into `abi.PythonStatus` values.
+//! errors are error unions, which c_python.zig turns into `abi.PythonStatus` values.
 
 const std = @import("std");
 const assert = std.debug.assert;
@@ -476,7 +476,7 @@ pub fn checkObject(address: usize) i32 {
 
 test "checkHeader: readable chains pass, unmapped headers, types and metatypes are refused" {
     if (!mappings.available()) return error.SkipZigTest;
-    const region = try mappings.freshRegion(1);
+    const region = try @import("fresh_pages.zig").freshRegion(1);
     defer std.posix.munmap(region);
     const words: [*]usize = @ptrCast(region.ptr);
     // A fake `type` at word 0 (its own type at +8), a metatype at word 64, an object at word 128.

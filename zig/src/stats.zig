@@ -6,7 +6,7 @@ const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
 
-/// The order `dlpk_stats` writes the counters in (src/abi.ts `StatsCounter`).
+/// The order `dlpk_stats` writes the counters in (src/facts/abi.ts `StatsCounter`).
 pub const Counter = enum(u8) {
     imports,
     exports,
@@ -15,6 +15,9 @@ pub const Counter = enum(u8) {
     pins,
     pinned_bytes,
     deleters_called,
+    /// Files mapped by the tensors-on-disk entry that some view, share or export still holds.
+    mappings,
+    mapped_bytes,
 };
 
 pub const counter_count = @typeInfo(Counter).@"enum".fields.len;
