@@ -42,7 +42,7 @@ function rounded(info: DTypeInfo, value: number): number {
 }
 
 /** The arguments of `arange`, checked: numbers (finite) or bigints, step not 0. */
-export interface ArangeArgs {
+interface ArangeArgs {
   readonly start: number | bigint;
   readonly stop: number | bigint;
   readonly step: number | bigint;
@@ -161,7 +161,7 @@ function bigintSequence(args: ArangeArgs, info: DTypeInfo): AnyTypedArray {
 }
 
 /** Nested arrays read once: their shape and their leaves in C order. */
-export interface NestedValues {
+interface NestedValues {
   readonly shape: number[];
   readonly leaves: unknown[];
 }

@@ -86,14 +86,14 @@ function formatView(
 
 /** The first line of a printed view (and `toString()`): dtype, shape, strides, device, access,
  * and "disposed" once it is. */
-export function headerText(facts: InspectFacts): string {
+function headerText(facts: InspectFacts): string {
   return `BufferView<${facts.dtype}> shape ${listOf(facts.shape)}, strides ${listOf(facts.strides)}, ` +
     `${facts.device}, ${facts.access}${facts.disposed ? ", disposed" : ""}`;
 }
 
 /** `text` with every line after the first indented by `n` spaces: a value printed inside an
  * object starts where its key left off, and its later lines line up under it. */
-export function indentedBy(text: string, n: number): string {
+function indentedBy(text: string, n: number): string {
   if (n <= 0) return text;
   const pad = repeated(" ", n);
   let out = "";
@@ -107,7 +107,7 @@ export function indentedBy(text: string, n: number): string {
 /** How far console.log has indented a value nested in objects, from what the runtime passed to
  * the inspect hook: Deno's options carry `indentationLvl`; Bun and Node pass the depth left and
  * options whose `depth` is the limit (two spaces a level). 0 when unknown; never throws. */
-export function nestingIndent(denoStyle: boolean, first: unknown, options: unknown): number {
+function nestingIndent(denoStyle: boolean, first: unknown, options: unknown): number {
   try {
     if (options === null || typeof options !== "object") return 0;
     const level = denoStyle
@@ -327,7 +327,7 @@ function hexAddress(address: number): string {
 }
 
 /** What a printed view shows besides its values, from its facts. */
-export function inspectFactsOf(own: ViewFacts, access: Access, disposed: boolean): InspectFacts {
+function inspectFactsOf(own: ViewFacts, access: Access, disposed: boolean): InspectFacts {
   return {
     dtype: own.info.name,
     kind: own.info.kind,
@@ -342,7 +342,7 @@ export function inspectFactsOf(own: ViewFacts, access: Access, disposed: boolean
 
 /** What `console.log(view)` prints for a view of `facts`: its values when it is live and over
  * host memory (read with `read`), else why not (`error`: what checking it could be read threw). */
-export function inspectText(
+function inspectText(
   own: ViewFacts,
   access: Access,
   disposed: boolean,
@@ -417,7 +417,7 @@ export function displayed(p: Printable | string): DisplayBundle {
 export const JUPYTER_DISPLAY: unique symbol = Symbol.for("Jupyter.display") as never;
 
 /** A Jupyter display bundle: the same text console.log prints, and HTML. */
-export interface DisplayBundle {
+interface DisplayBundle {
   readonly "text/plain": string;
   readonly "text/html": string;
 }
@@ -445,7 +445,7 @@ export function escapeHtml(text: string): string {
 /** What `deno jupyter` shows for a view: console.log's text, and as HTML the same header above a
  * table of the values (one table per matrix of the last two axes), summarised as console.log
  * summarises (the first and last 3 items of each axis above 1000 elements, "…" between). */
-export function displayBundle(
+function displayBundle(
   own: ViewFacts,
   access: Access,
   disposed: boolean,
