@@ -196,6 +196,20 @@ test("a disposed input or one over freed memory is refused before anything is co
   assert.deepEqual(live(), { ...before, allocations: before.allocations + 2, pinned: before.pinned + 1 });
 });
 
+test("asarray of a TypedArray and of a view is zero-copy: the same memory, a new handle", () => {
+  const data = new Float32Array([1, 2, 3]);
+  using v = asarray(data);
+  v.set(9, 0);
+  assert.equal(data[0], 9, "a write through the view lands in the TypedArray");
+  using again = asarray(v);
+  assert.notEqual(again, v);
+  assert.equal(again.address, v.address);
+  v.dispose();
+  assert.deepEqual(again.toNested(), [9, 2, 3], "the new handle holds its own share");
+  using same = asarray(again, "float32");
+  assert.equal(same.address, again.address);
+});
+
 test("literal dtypes and shapes type the results (compile-time checks, with values)", () => {
   using o = ones([2, 3], "float32");
   const typed: TypedView<"float32", 2> = o;
