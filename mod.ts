@@ -76,6 +76,7 @@ export {
   toDLPack,
 } from "./src/api/export.ts";
 export { type AllocOptions, DEFAULT_ALIGNMENT, empty, zeros } from "./src/api/alloc.ts";
+export { arange, asarray, concat, emptyLike, full, ones, onesLike, stack, zerosLike } from "./src/api/create.ts";
 export { type ArrayInterface, fromArrayInterface } from "./src/api/array_interface.ts";
 export { type Stats, stats } from "./src/native/stats.ts";
 export { MAX_RANK } from "./src/native/scratch.ts";

@@ -68,7 +68,8 @@ function placementOf(device: { type: Device["type"]; id: number }, align: number
   return { kind: cudaAllocationKind(device), id: device.id };
 }
 
-function allocateView(
+/** A library allocation of `shape` (checked) and `dtype` where `options` say, zeroed on request. */
+export function allocateView(
   shape: readonly number[],
   dtype: DType,
   options: AllocOptions | undefined,

@@ -3,6 +3,7 @@
  * `fromDLPack`.
  * @module
  */
+import { isPythonObject } from "../facts/brands.ts";
 import { core, runtime } from "../../ffi/mod.ts";
 import { KEY_OWNER, scratch, Status } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
@@ -385,6 +386,13 @@ function importOther(src: unknown, strict: boolean, producer: string | null): Bu
   if (src instanceof Capsule || src instanceof BufferView) {
     // Object.create(Capsule.prototype) and the like: the prototype's getters would throw.
     throw new DLPackError("argument", "this object only pretends to be a Capsule or BufferView");
+  }
+  if (isPythonObject(src)) {
+    throw new DLPackError(
+      "argument",
+      "importDLPack takes DLPack sources; this is a Python object (a PyObject of the bridge): fromPython(obj) " +
+        "from python.ts imports its tensor zero-copy (it calls __dlpack__ for you)",
+    );
   }
   throw new DLPackError("argument", `${SOURCES}, got ${shown(src)}`);
 }

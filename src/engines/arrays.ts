@@ -6,7 +6,7 @@
  * @module
  */
 import { core } from "../../ffi/mod.ts";
-import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
+import { DLPackError, optionalBoolean, optionsObject, shown, withArticle } from "../facts/errors.ts";
 import { type AnyTypedArray, type DType, type DTypeInfo, dtypeInfo, infoOfTag } from "../facts/dtypes.ts";
 import { deviceOf } from "../facts/devices.ts";
 import { checkShape, checkStrides, cStrides, layoutOf, listText, reach, sizeOf } from "../facts/layout.ts";
@@ -158,7 +158,9 @@ export function resolveLayout(
       throw new DLPackError(
         "shape",
         `shape ${listText(shape)} with strides ${listText(strides)} and offset ${offset} reaches ` +
-          `${first < 0 ? `${-first / 8} bytes before` : `byte ${ceil(end / 8)} of`} a ${byteLength}-byte source`,
+          `${first < 0 ? `${-first / 8} bytes before` : `byte ${ceil(end / 8)} of`} ${
+            withArticle(`${byteLength}-byte`)
+          } source`,
       );
     }
   }
@@ -224,7 +226,7 @@ export function typedArraySource(
     );
   }
   const info = infoOfTag(tag);
-  if (info === undefined) throw new DLPackError("dtype", `a ${tag} has no dtype this library exports`);
+  if (info === undefined) throw new DLPackError("dtype", `${withArticle(tag)} has no dtype this library exports`);
   const byteLength = typedArrayByteLength(x);
   if (byteLength === 0 && (state & SHARED) === 0 && isDetached(buffer as ArrayBuffer)) {
     throw new DLPackError("disposed", "the TypedArray's ArrayBuffer is detached");

@@ -7,7 +7,7 @@
  */
 import { core, runtime } from "../../ffi/mod.ts";
 import type { MemoryReads } from "../../ffi/types.ts";
-import { DLPackError, shown } from "../facts/errors.ts";
+import { DLPackError, shown, withArticle } from "../facts/errors.ts";
 import {
   type AnyTypedArray,
   type Complex,
@@ -77,7 +77,7 @@ function expectBigInt(value: Scalar, dtype: BigIntDType): bigint {
 
 /** The error of an element value that does not fit `dtype`. */
 function typeError(dtype: DType, expected: string, got: unknown): DLPackError {
-  return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${shown(got)}`);
+  return new DLPackError("dtype", `${withArticle(dtype)} element takes ${expected}, got ${shown(got)}`);
 }
 
 // Bit positions pass 2^32 in views of more than 512 MiB (2^30 float4 elements): they are split
@@ -291,7 +291,7 @@ export function elementAt(facts: ViewFacts, index: readonly number[], what: stri
   if (index.length !== shape.length) {
     throw new DLPackError(
       "shape",
-      `${what}() needs ${shape.length} indices for a ${shape.length}-d view, got ${index.length}`,
+      `${what}() needs ${shape.length} indices for ${withArticle(`${shape.length}-d`)} view, got ${index.length}`,
     );
   }
   const strides = facts.strides;

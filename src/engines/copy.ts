@@ -6,7 +6,7 @@
  * @module
  */
 import { core } from "../../ffi/mod.ts";
-import { DLPackError } from "../facts/errors.ts";
+import { DLPackError, withArticle } from "../facts/errors.ts";
 import { type Device, formatDevice, isHostAccessible } from "../facts/devices.ts";
 import { type AnyTypedArray, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
 import { hasZero, listText, reach } from "../facts/layout.ts";
@@ -19,7 +19,7 @@ import { allocate, allocateHost, DEFAULT_ALIGNMENT } from "./alloc.ts";
 import { gather, packCodes, scatter, spanArray } from "./codec.ts";
 import { stagedArray, typedArraySource } from "./arrays.ts";
 import { handleOf, producerStreams, type StreamHandle } from "./streams.ts";
-import type { Owned, ViewState } from "./state.ts";
+import type { Owned, ViewFacts, ViewState } from "./state.ts";
 
 /** Options of copies between host and device memory. */
 export interface CopyOptions {
@@ -167,15 +167,31 @@ function withTemporary<T>(owned: Owned, body: (tmp: Owned) => T): T {
   return result;
 }
 
-/** The refusal of a copy into a view that may not be written. */
-export function refuseWrite(access: ViewState["access"], what: string): void {
+/** The refusal of a copy into a view that may not be written (`facts` say why: a broadcast). */
+export function refuseWrite(access: ViewState["access"], what: string, facts?: ViewFacts): void {
   if (access === "readwrite") return;
   throw new DLPackError(
     "readonly",
     access === "readonly"
-      ? `${what} writes this view, which is read-only`
+      ? `${what} writes this view, which is ${readonlyReason(facts)}`
       : `${what} writes this view, whose access is unknown (legacy DLPack); call assumeWritable() if it may be written`,
   );
+}
+
+/** Why a read-only view is read-only, as the end of a sentence: a broadcast (an axis of stride 0
+ * repeats its elements) says so; otherwise the producer or the caller marked it. */
+export function readonlyReason(facts: ViewFacts | undefined): string {
+  if (facts !== undefined) {
+    const shape = facts.shape;
+    for (let d = 0; d < shape.length; d++) {
+      if (facts.strides[d] === 0 && shape[d]! > 1) {
+        return `a broadcast (axis ${d} has stride 0: its ${shape[d]} elements are one), so read-only; ` +
+          `copy() it for a writable copy`;
+      }
+    }
+  }
+  return "read-only (its producer marked the tensor READ_ONLY, its memory cannot be written in this process, it " +
+    "was made with readonly: true, or it was derived from a broadcast)";
 }
 
 /**
@@ -197,7 +213,7 @@ export function copyInto(dst: ViewState, src: ViewState, stream: StreamHandle | 
       `copyFrom: the source has shape ${listText(s.shape)}, this view ${listText(d.shape)}`,
     );
   }
-  refuseWrite(dst.access, "copyFrom");
+  refuseWrite(dst.access, "copyFrom", d);
   const to = placeOf(d.device, "destination");
   const from = placeOf(s.device, "source");
   if (d.size === 0) return;
@@ -373,7 +389,9 @@ export function copyFromArray(
   if (tag !== info.tag && !(tag === "Uint8ClampedArray" && info.tag === "Uint8Array")) {
     throw new DLPackError(
       "dtype",
-      `copyFrom: a ${info.name} view takes a ${info.tag} (the form of toArray()), got a ${tag}`,
+      `copyFrom: ${withArticle(info.name)} view takes ${withArticle(info.tag)} (the form of toArray()), got ${
+        withArticle(tag)
+      }`,
     );
   }
   // Checked as an export checks a TypedArray it lends: a detached buffer is refused as such, and
@@ -387,7 +405,7 @@ export function copyFromArray(
       `copyFrom: the ${tag} has ${length} elements; this view of shape ${listText(d.shape)} needs ${needed}`,
     );
   }
-  refuseWrite(dst.access, "copyFrom");
+  refuseWrite(dst.access, "copyFrom", d);
   if (d.size === 0) return;
   const host = d.device.type === "cpu" || isHostAccessible(d.device.type);
   if (host && (info.bits < 8 || (d.layout & LAYOUT_C) === 0)) {

@@ -76,13 +76,51 @@ function formatView(
   unread: Unread,
   opts?: InspectOptions,
 ): string {
-  const header = `BufferView<${facts.dtype}> shape ${listOf(facts.shape)}, strides ${listOf(facts.strides)}, ` +
-    `${facts.device}, ${facts.access}`;
-  if (unread === "disposed" || facts.disposed) return `${header}, disposed`;
+  const header = headerText(facts);
+  if (unread === "disposed" || facts.disposed) return header;
   if (unread === "device") return `${header}\n(device memory: values are not read; toHost() copies them)`;
   if (unread !== undefined) return `${header}\n(values unavailable: ${unread.error})`;
   if (read === undefined) return header;
   return `${header}\n${formatValues(facts, read, opts)}`;
+}
+
+/** The first line of a printed view (and `toString()`): dtype, shape, strides, device, access,
+ * and "disposed" once it is. */
+function headerText(facts: InspectFacts): string {
+  return `BufferView<${facts.dtype}> shape ${listOf(facts.shape)}, strides ${listOf(facts.strides)}, ` +
+    `${facts.device}, ${facts.access}${facts.disposed ? ", disposed" : ""}`;
+}
+
+/** `text` with every line after the first indented by `n` spaces: a value printed inside an
+ * object starts where its key left off, and its later lines line up under it. */
+function indentedBy(text: string, n: number): string {
+  if (n <= 0) return text;
+  const pad = repeated(" ", n);
+  let out = "";
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    out += c === "\n" ? `\n${pad}` : c;
+  }
+  return out;
+}
+
+/** How far console.log has indented a value nested in objects, from what the runtime passed to
+ * the inspect hook: Deno's options carry `indentationLvl`; Bun and Node pass the depth left and
+ * options whose `depth` is the limit (two spaces a level). 0 when unknown; never throws. */
+function nestingIndent(denoStyle: boolean, first: unknown, options: unknown): number {
+  try {
+    if (options === null || typeof options !== "object") return 0;
+    const level = denoStyle
+      ? (options as { indentationLvl?: unknown }).indentationLvl
+      : typeof first === "number"
+      ? ((options as { depth?: unknown }).depth as number) - first
+      : undefined;
+    return typeof level === "number" && level % 1 === 0 && level > 0 && level <= 1000
+      ? denoStyle ? level : 2 * level
+      : 0;
+  } catch {
+    return 0;
+  }
 }
 
 /** The values alone, numpy-style: `[[1, 2, 3],\n [4, 5, 6]]`, summarised above `threshold` elements. */
@@ -288,16 +326,9 @@ function hexAddress(address: number): string {
   return `0x${digits}`;
 }
 
-/** What `console.log(view)` prints for a view of `facts`: its values when it is live and over
- * host memory (read with `read`), else why not (`error`: what checking it could be read threw). */
-export function inspectText(
-  own: ViewFacts,
-  access: Access,
-  disposed: boolean,
-  error: unknown,
-  read: ElementReader,
-): string {
-  const facts: InspectFacts = {
+/** What a printed view shows besides its values, from its facts. */
+function inspectFactsOf(own: ViewFacts, access: Access, disposed: boolean): InspectFacts {
+  return {
     dtype: own.info.name,
     kind: own.info.kind,
     bits: own.info.bits,
@@ -307,6 +338,18 @@ export function inspectText(
     access,
     disposed,
   };
+}
+
+/** What `console.log(view)` prints for a view of `facts`: its values when it is live and over
+ * host memory (read with `read`), else why not (`error`: what checking it could be read threw). */
+function inspectText(
+  own: ViewFacts,
+  access: Access,
+  disposed: boolean,
+  error: unknown,
+  read: ElementReader,
+): string {
+  const facts = inspectFactsOf(own, access, disposed);
   if (disposed) return formatView(facts, undefined, "disposed");
   if (own.device.type !== "cpu" && !isHostAccessible(own.device.type)) return formatView(facts, undefined, "device");
   if (error !== undefined) return unreadable(facts, error);
@@ -339,4 +382,152 @@ export function jsonOf(facts: ViewFacts, access: Access, address: number, dispos
     version: origin.version === null ? null : { major: origin.version.major, minor: origin.version.minor },
     disposed,
   });
+}
+
+/** What printing a view reads: its facts, whether it is disposed, why its values cannot be read
+ * (`error`, what checking them threw), and a reader of its elements. */
+export interface Printable {
+  readonly facts: ViewFacts;
+  readonly access: Access;
+  readonly disposed: boolean;
+  readonly error: unknown;
+  readonly read: ElementReader;
+}
+
+/** `console.log(view)`: {@link inspectText}, its later lines indented as deep as the runtime's
+ * inspect hook arguments say the view is nested ({@link nestingIndent}). */
+export function printed(p: Printable, denoStyle: boolean, first: unknown, options: unknown): string {
+  const text = inspectText(p.facts, p.access, p.disposed, p.error, p.read);
+  return indentedBy(text, nestingIndent(denoStyle, first, options));
+}
+
+/** `view.toString()`: the first line `console.log` prints. */
+export function headerOf(p: Printable): string {
+  return headerText(inspectFactsOf(p.facts, p.access, p.disposed));
+}
+
+/** The Jupyter bundle of a view, or of something that only pretends to be one (`p` the text to
+ * show then: displaying never throws). */
+export function displayed(p: Printable | string): DisplayBundle {
+  if (typeof p === "string") return freeze({ "text/plain": p, "text/html": escapeHtml(p) });
+  return displayBundle(p.facts, p.access, p.disposed, p.error, p.read);
+}
+
+/** The key `deno jupyter` looks up on an object to display it richly. */
+export const JUPYTER_DISPLAY: unique symbol = Symbol.for("Jupyter.display") as never;
+
+/** A Jupyter display bundle: the same text console.log prints, and HTML. */
+interface DisplayBundle {
+  readonly "text/plain": string;
+  readonly "text/html": string;
+}
+
+/** `text` safe inside HTML (text and attribute values). */
+export function escapeHtml(text: string): string {
+  let out = "";
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    out += c === "&"
+      ? "&amp;"
+      : c === "<"
+      ? "&lt;"
+      : c === ">"
+      ? "&gt;"
+      : c === '"'
+      ? "&quot;"
+      : c === "'"
+      ? "&#39;"
+      : c;
+  }
+  return out;
+}
+
+/** What `deno jupyter` shows for a view: console.log's text, and as HTML the same header above a
+ * table of the values (one table per matrix of the last two axes), summarised as console.log
+ * summarises (the first and last 3 items of each axis above 1000 elements, "…" between). */
+function displayBundle(
+  own: ViewFacts,
+  access: Access,
+  disposed: boolean,
+  error: unknown,
+  read: ElementReader,
+): DisplayBundle {
+  const plain = inspectText(own, access, disposed, error, read);
+  const facts = inspectFactsOf(own, access, disposed);
+  const head = `<div class="dlpack-view"><pre style="margin:0">${escapeHtml(headerText(facts))}</pre>`;
+  const why = disposed
+    ? "disposed"
+    : own.device.type !== "cpu" && !isHostAccessible(own.device.type)
+    ? "device memory: values are not read; toHost() copies them"
+    : error !== undefined
+    ? `values unavailable: ${error instanceof DLPackError ? error.message : shown(error)}`
+    : undefined;
+  let body: string;
+  if (why !== undefined) body = `<p>(${escapeHtml(why)})</p>`;
+  else {
+    try {
+      body = valueTables(facts, read);
+    } catch (thrown) {
+      body = `<p>(values unavailable: ${
+        escapeHtml(thrown instanceof DLPackError ? thrown.message : shown(thrown))
+      })</p>`;
+    }
+  }
+  return freeze({ "text/plain": plain, "text/html": `${head}${body}</div>` });
+}
+
+const CELL = 'style="text-align:right;font-family:monospace;padding:0 0.5em"';
+
+/** The values as HTML tables: rows the second-to-last axis, columns the last. */
+function valueTables(facts: InspectFacts, read: ElementReader): string {
+  const shape = facts.shape;
+  const ndim = shape.length;
+  let size = 1;
+  for (let d = 0; d < ndim; d++) size *= shape[d]!;
+  const format = elementFormatter(facts.kind, facts.bits);
+  if (ndim === 0) return `<table><tr><td ${CELL}>${escapeHtml(format(read([])))}</td></tr></table>`;
+  if (size === 0) return "<p>(no elements)</p>";
+  const summarise = size > THRESHOLD;
+  const index = slots(ndim);
+  const kept = (d: number) => keptIndices(shape[d]!, summarise, EDGE_ITEMS);
+  const table = (): string => {
+    const rows = ndim >= 2 ? kept(ndim - 2) : [0];
+    const cols = kept(ndim - 1);
+    let html = "<table>";
+    for (let r = 0; r < rows.length; r++) {
+      html += "<tr>";
+      for (let c = 0; c < cols.length; c++) {
+        if (rows[r]! < 0 || cols[c]! < 0) html += `<td ${CELL}>…</td>`;
+        else {
+          if (ndim >= 2) index[ndim - 2] = rows[r]!;
+          index[ndim - 1] = cols[c]!;
+          html += `<td ${CELL}>${escapeHtml(format(read(index)))}</td>`;
+        }
+      }
+      html += "</tr>";
+    }
+    return `${html}</table>`;
+  };
+  if (ndim <= 2) return table();
+  // One captioned table per index of the leading axes.
+  let html = "";
+  const lead = (d: number): void => {
+    if (d === ndim - 2) {
+      let caption = "[";
+      for (let k = 0; k < d; k++) caption += `${index[k]}, `;
+      html += `<div style="font-family:monospace">${escapeHtml(`${caption}:, :]`)}</div>${table()}`;
+      return;
+    }
+    const ks = kept(d);
+    for (let k = 0; k < ks.length; k++) {
+      if (ks[k]! < 0) {
+        html += "<div>…</div>";
+        continue;
+      }
+      index[d] = ks[k]!;
+      lead(d + 1);
+    }
+  };
+  lead(0);
+  return html;
 }

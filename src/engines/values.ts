@@ -66,7 +66,7 @@ export function encodeOne(info: DTypeInfo, value: Scalar): AnyTypedArray {
 
 /** `view.fill(value)`: `one` (from {@link encodeOne}) written into every element. */
 export function fill(view: ViewState, one: AnyTypedArray): void {
-  refuseWrite(view.access, "fill()");
+  refuseWrite(view.access, "fill()", view.facts);
   const f = view.facts;
   const info = f.info;
   const size = f.size;

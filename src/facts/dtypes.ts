@@ -314,7 +314,7 @@ let lastTag = "";
 let lastInfo: DTypeInfo | undefined;
 
 /** The dtype of a TypedArray brand from {@link typedArrayTag} (undefined for anything else). */
-function dtypeOfTag(tag: string | undefined): DType | undefined {
+export function dtypeOfTag(tag: string | undefined): DType | undefined {
   return tag === undefined ? undefined : BY_TAG[tag];
 }
 

@@ -63,6 +63,21 @@ export function isDLPackError(x: unknown): x is DLPackError {
   return branded(x);
 }
 
+/** `word` after its indefinite article as it is spoken: "an int32", "a uint8", "an Int8Array", "a
+ * float32", "an 8-d", "an 11-d", "a 2-d" ("u" as in uint is said "you"). */
+export function withArticle(word: string): string {
+  const c = word[0];
+  let an = c === "a" || c === "e" || c === "i" || c === "o" || c === "A" || c === "E" || c === "I" || c === "O";
+  if (c === "8") an = true;
+  else if (c === "1") {
+    // 11 and 18 (and 11x, 18x thousands are beyond any rank) are said "eleven", "eighteen".
+    let digits = 0;
+    while (digits < word.length && word[digits]! >= "0" && word[digits]! <= "9") digits++;
+    an = digits === 2 && (word[1] === "1" || word[1] === "8");
+  }
+  return `${an ? "an" : "a"} ${word}`;
+}
+
 /** Describes a value for an error message (`number NaN`, `bigint 5n`, `string "x"`, `a Float32Array`).
  * Reads nothing from objects: a getter, Proxy trap or `toString` of the caller's must not run while
  * an error is being built. */
@@ -74,7 +89,7 @@ export function shown(value: unknown): string {
   if (isArray(value)) return "an array";
   if (typeof value === "object") {
     const tag = typedArrayTag(value);
-    return tag === undefined ? "an object" : `a ${tag}`;
+    return tag === undefined ? "an object" : withArticle(tag);
   }
   if (typeof value === "function") return "a function";
   if (value === undefined) return "undefined";

@@ -6,7 +6,7 @@
  * range, at most `MAX_RANK` dimensions, element counts within 2^53.
  * @module
  */
-import { DLPackError, shown } from "./errors.ts";
+import { DLPackError, shown, withArticle } from "./errors.ts";
 import { MAX_RANK } from "./abi.ts";
 import { floor, isArray, isSafeInt, quote, slots } from "./intrinsics.ts";
 import { listText, MAX_EXACT } from "./layout.ts";
@@ -73,7 +73,7 @@ function index(value: unknown, n: number, axis: number): number {
 }
 
 /** An axis of a rank-`ndim` layout (negative from the end), else "shape". */
-function axisOf(value: unknown, ndim: number, what = "axis"): number {
+export function axisOf(value: unknown, ndim: number, what = "axis"): number {
   const a = integer(value, what);
   const at = a < 0 ? a + ndim : a;
   if (at < 0 || at >= ndim) throw new DLPackError("shape", `${what} ${a} is out of range for ${ndim} dimensions`);
@@ -188,7 +188,10 @@ export function sliceLayout(shape: readonly number[], strides: readonly number[]
   }
   const given = ellipsis >= 0 ? count - 1 : count;
   if (given > ndim) {
-    throw new DLPackError("shape", `slice() got ${given} items for a ${ndim}-d view of shape ${listText(shape)}`);
+    throw new DLPackError(
+      "shape",
+      `slice() got ${given} items for ${withArticle(`${ndim}-d`)} view of shape ${listText(shape)}`,
+    );
   }
   const outShape = slots(ndim);
   const outStrides = slots(ndim);
@@ -226,7 +229,7 @@ export function sliceLayout(shape: readonly number[], strides: readonly number[]
 export function atLayout(shape: readonly number[], strides: readonly number[], indices: readonly unknown[]): Strided {
   const ndim = shape.length;
   const count = indices.length;
-  if (count > ndim) throw new DLPackError("shape", `at() got ${count} indices for a ${ndim}-d view`);
+  if (count > ndim) throw new DLPackError("shape", `at() got ${count} indices for ${withArticle(`${ndim}-d`)} view`);
   let offset = 0;
   for (let d = 0; d < count; d++) offset += index(indices[d], shape[d]!, d) * strides[d]!;
   const outShape = slots(ndim - count);
@@ -243,7 +246,10 @@ export function permuteLayout(shape: readonly number[], strides: readonly number
   const ndim = shape.length;
   const order = integerList(axes, "axes");
   if (order.length !== ndim) {
-    throw new DLPackError("shape", `permute() needs ${ndim} axes for a ${ndim}-d view, got ${order.length}`);
+    throw new DLPackError(
+      "shape",
+      `permute() needs ${ndim} axes for ${withArticle(`${ndim}-d`)} view, got ${order.length}`,
+    );
   }
   const seen = slots(ndim);
   const outShape = slots(ndim);

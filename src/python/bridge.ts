@@ -4,6 +4,7 @@
  * holds the GIL around every call. `PyObject` handles hold one reference each.
  * @module
  */
+import { brandPythonObject } from "../facts/brands.ts";
 import { core, openLibrary, runtime } from "../../ffi/mod.ts";
 import { type PythonSymbols, pythonSymbols } from "../../ffi/python_symbols.ts";
 import type { Bound, PointerObject } from "../../ffi/types.ts";
@@ -344,6 +345,7 @@ export class PyObject {
     this.#handle = handle;
     this.#py = py;
     this.#epoch = registry.add(this, handle);
+    brandPythonObject(this);
   }
 
   /** Whether `dispose()` ran. */

@@ -5,9 +5,10 @@
  */
 import { DLPackError, shown } from "../facts/errors.ts";
 import type { AnyTypedArray } from "../facts/dtypes.ts";
-import { freeze, newSet } from "../facts/intrinsics.ts";
+import { freeze, newSet, ObjectCtor } from "../facts/intrinsics.ts";
 import type { Owner, Releasable } from "../native/shares.ts";
-import type { Access } from "../engines/state.ts";
+import type { Access, ViewFacts } from "../engines/state.ts";
+import { readonlyReason } from "../engines/copy.ts";
 
 /** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does.
  * A private field stamped onto the buffer (the constructor returns the buffer itself): unlike a
@@ -58,12 +59,11 @@ export function disposedError(): DLPackError {
   return new DLPackError("disposed", "this view was disposed");
 }
 
-export function readonlyError(access: Access): DLPackError {
+export function readonlyError(access: Access, facts: ViewFacts): DLPackError {
   return new DLPackError(
     "readonly",
     access === "readonly"
-      ? "this view is read-only (the producer set READ_ONLY, its memory cannot be written in this process, or it " +
-        "is a broadcast, whose elements repeat)"
+      ? `this view is ${readonlyReason(facts)}`
       : "this view's access is unknown (legacy DLPack carries no read-only flag); call assumeWritable() if you know it may be written",
   );
 }
@@ -74,13 +74,26 @@ export function refusedError(what: string, refusals: string[]): DLPackError {
 }
 
 /** The refusal of `assumeWritable()` for a view that is read-only. */
-export function readonlyForever(): DLPackError {
-  return new DLPackError(
-    "readonly",
-    "this view is read-only (the producer marked the tensor READ_ONLY, its memory cannot be written in this " +
-      "process, or it is a broadcast, whose elements repeat); assumeWritable() cannot override that",
-  );
+export function readonlyForever(facts: ViewFacts): DLPackError {
+  return new DLPackError("readonly", `this view is ${readonlyReason(facts)}; assumeWritable() cannot override that`);
 }
+
+/** The value of every view's `notCloneable`: one enumerable getter that throws, which the
+ * structured clone algorithm of both runtimes calls (postMessage, structuredClone,
+ * BroadcastChannel): a clone of a view would otherwise be an empty object. */
+export const CLONE_GUARD: object = freeze(
+  ObjectCtor.defineProperty(ObjectCtor.create(null), "view", {
+    enumerable: true,
+    get(): never {
+      throw new DLPackError(
+        "argument",
+        "a BufferView cannot be cloned or posted (structuredClone and postMessage would deliver an empty object): " +
+          "post exportDLPack(view).take() (a bigint) instead, and importDLPack({ versioned: address }) it in the " +
+          "receiving Worker, zero-copy (docs/workers.md)",
+      );
+    },
+  }),
+);
 
 /** A view as its Owner share sees it: the view's private methods, not the replaceable public ones. */
 export function releasable(dispose: () => void, isDisposed: () => boolean): Releasable {

@@ -10,7 +10,7 @@
 import { core, runtime } from "../../ffi/mod.ts";
 import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
 import type { AnyTypedArray, ArrayOf, DLDataType, DType, Scalar, ScalarOf } from "../facts/dtypes.ts";
-import { type Device, deviceCode, formatDevice } from "../facts/devices.ts";
+import { type Device, deviceCode } from "../facts/devices.ts";
 import type { SliceItem } from "../facts/shape.ts";
 import {
   ArrayBufferCtor,
@@ -25,7 +25,6 @@ import {
   toBigInt,
   typedArrayTag,
 } from "../facts/intrinsics.ts";
-import { listText } from "../facts/layout.ts";
 import { LazyBackstop } from "../native/backstop.ts";
 import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
 import { Owner } from "../native/shares.ts";
@@ -56,10 +55,12 @@ import {
 } from "../engines/requirements.ts";
 import { encodeOne, fill, flatten, toNested } from "../engines/values.ts";
 import { inheritStream, type StreamHandle } from "../engines/streams.ts";
-import { applyTo, DENO_INSPECT, inspectText, jsonOf, NODE_INSPECT, type ViewJSON } from "../engines/inspect.ts";
+import { applyTo, DENO_INSPECT, displayed, headerOf, jsonOf, JUPYTER_DISPLAY } from "../engines/inspect.ts";
+import { NODE_INSPECT, type Printable, printed, type ViewJSON } from "../engines/inspect.ts";
 import type { Minus, Nested, Plus1, Tuple } from "./types.ts";
 import {
   BufferLink,
+  CLONE_GUARD,
   disposedError,
   Extras,
   NOT_A_VIEW_TEXT,
@@ -125,7 +126,7 @@ export function shareOf(view: BufferView): Owner {
 /** A new view over part of `base`'s memory (`layout` from src/engines/derive.ts), holding its own
  * share of the same owner record: disposing either leaves the other intact. Refused ("disposed")
  * for a disposed base. */
-function derive(base: BufferView, layout: DerivedLayout): BufferView {
+export function derive(base: BufferView, layout: DerivedLayout): BufferView {
   return friend.derive(base, layout);
 }
 
@@ -237,6 +238,8 @@ export class BufferView {
   #extras: Extras | undefined;
   /** Set by the maker, which enters the view into the backstop once it is built. */
   #epoch = 0;
+  /** @ignore (library-internal) Makes `structuredClone(view)`, `postMessage(view)` throw (`CLONE_GUARD`). */
+  readonly notCloneable: object = CLONE_GUARD;
 
   /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
   private constructor(owner: number, address: number, facts: ViewFacts, access: Access) {
@@ -462,7 +465,7 @@ export class BufferView {
    * `assumeWritable()`. */
   set(value: Scalar, ...index: number[]): void {
     if (!(#owner in asObject(this))) throw notAView(this, "set()");
-    if (this.#access !== "readwrite") throw readonlyError(this.#access);
+    if (this.#access !== "readwrite") throw readonlyError(this.#access, this.#facts);
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "set");
     // In place; the value's checks may run caller code (a complex pair's getters) that disposes the
@@ -575,7 +578,7 @@ export class BufferView {
   assumeWritable(): this {
     if (!(#owner in asObject(this))) throw notAView(this, "assumeWritable()");
     this.#live();
-    if (this.#access === "readonly") throw readonlyForever();
+    if (this.#access === "readonly") throw readonlyForever(this.#facts);
     this.#access = "readwrite";
     return this;
   }
@@ -687,7 +690,7 @@ export class BufferView {
   fill(value: Scalar): this {
     if (!(#owner in asObject(this))) throw notAView(this, "fill()");
     this.#live();
-    refuseWrite(this.#access, "fill()");
+    refuseWrite(this.#access, "fill()", this.#facts);
     // Checked before the state is taken: a complex value is a caller's array.
     const one = encodeOne(this.#facts.info, value);
     fill(this.#state(), one);
@@ -784,15 +787,18 @@ export class BufferView {
   // Inspection: what console.log and JSON.stringify show. The formatting is in
   // src/engines/inspect.ts; here is only whether values may be read (a live view over host memory).
   /** @ignore (library-internal) `console.log(view)` in Deno; see {@link BufferView.toJSON}. */
-  [DENO_INSPECT](): string {
-    if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
-    return this.#inspect();
+  [DENO_INSPECT](inspect?: unknown, options?: unknown): string {
+    return #owner in asObject(this) ? printed(this.#printable(), true, inspect, options) : NOT_A_VIEW_TEXT;
   }
 
   /** @ignore (library-internal) `console.log(view)` in Bun and Node (the same text as in Deno). */
-  [NODE_INSPECT](): string {
-    if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
-    return this.#inspect();
+  [NODE_INSPECT](depth?: unknown, options?: unknown): string {
+    return #owner in asObject(this) ? printed(this.#printable(), false, depth, options) : NOT_A_VIEW_TEXT;
+  }
+
+  /** @ignore (library-internal) What `deno jupyter` shows: console.log's text and an HTML table. */
+  [JUPYTER_DISPLAY](): { "text/plain": string; "text/html": string } {
+    return displayed(#owner in asObject(this) ? this.#printable() : NOT_A_VIEW_TEXT);
   }
 
   /**
@@ -805,7 +811,8 @@ export class BufferView {
     return jsonOf(this.#facts, this.#access, this.#address, this.#owner === 0);
   }
 
-  #inspect(): string {
+  /** What printing reads: the facts, and the values unless the view may not be read (`error`). */
+  #printable(): Printable {
     let error: unknown;
     try {
       // Throws instead of reading when the array() buffer was transferred away.
@@ -813,21 +820,14 @@ export class BufferView {
     } catch (thrown) {
       error = thrown;
     }
-    return inspectText(
-      this.#facts,
-      this.#access,
-      this.#owner === 0,
-      error,
-      (i) => applyTo(getElement, this, i) as Scalar,
-    );
+    const read = (i: number[]) => applyTo(getElement, this, i) as Scalar;
+    return { facts: this.#facts, access: this.#access, disposed: this.#owner === 0, error, read };
   }
 
-  /** @ignore (library-internal) A one-line description for logs. */
+  /** One line for logs: the header `console.log` prints above the values. */
   toString(): string {
     if (!(#owner in asObject(this))) throw notAView(this, "toString()");
-    return `BufferView(${this.#facts.info.name}, ${listText(this.#facts.shape)}, ${formatDevice(this.#facts.device)}${
-      this.#owner === 0 ? ", disposed" : ""
-    })`;
+    return headerOf(this.#printable());
   }
 }
 

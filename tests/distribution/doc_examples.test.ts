@@ -1,15 +1,18 @@
 // The examples users copy run as written: every ```ts block of the entries' module docs (mod.ts,
-// python.ts, cuda.ts, io.ts: what JSR and editors show) and of README.md is run in a fresh process of the
-// runtime under test, its package specifiers ("dlpack-ts", "@dlpack-ts/dlpack" and their
-// subpaths) pointed at this checkout's entries. A block that is not a whole program says so with
-// ```ts ignore. And docs/api.md names every public name of the four entries.
+// python.ts, cuda.ts, io.ts: what JSR and editors show), of README.md and of the guides
+// (docs/api.md, docs/numpy.md, docs/workers.md) is run in a fresh process of the runtime under
+// test, its package specifiers ("dlpack-ts", "@dlpack-ts/dlpack" and their subpaths) pointed at this
+// checkout's entries. A block that is not a whole program says so with ```ts ignore. And
+// docs/api.md names every public name of the four entries.
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { repoRoot, runScript, test } from "../support/harness.ts";
 import { noPython } from "../support/python.ts";
 
 const ENTRIES = ["mod.ts", "python.ts", "cuda.ts", "io.ts"] as const;
+/** The pages of docs/ whose ```ts blocks run as well. */
+const GUIDES = ["docs/api.md", "docs/numpy.md", "docs/workers.md"] as const;
 
 /** The ```ts blocks of a Markdown text (or of a module doc, its ` * ` prefixes removed). */
 function blocks(text: string): { code: string; ignored: boolean }[] {
@@ -41,6 +44,10 @@ const examples = [
     blocks(moduleDoc(file)).map((b, i) => ({ where: `${file} module doc #${i + 1}`, ...b }))
   ),
   ...blocks(readFileSync(`${repoRoot}/README.md`, "utf8")).map((b, i) => ({ where: `README.md #${i + 1}`, ...b })),
+  // The guides' examples too: what a newcomer copies from the API reference and the topic pages.
+  ...GUIDES.filter((file) => existsSync(`${repoRoot}/${file}`)).flatMap((file) =>
+    blocks(readFileSync(`${repoRoot}/${file}`, "utf8")).map((b, i) => ({ where: `${file} #${i + 1}`, ...b }))
+  ),
 ];
 
 test("the examples: every entry's module doc and README.md have runnable ones", () => {
