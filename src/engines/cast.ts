@@ -10,9 +10,11 @@
  * wrap. To bool: non-zero is true (NaN too); from bool: 0 or 1. Complex to real keeps the real part
  * and discards the imaginary one (numpy does the same with a ComplexWarning; JS has no warnings);
  * real to complex has imaginary part 0. Floats round to nearest, ties to even, through the
- * existing codecs (bfloat16 through float32, as ml_dtypes does); 64-bit integers round to the
- * target once (never twice through a float64). Values a small float format cannot hold follow its
- * codec: NaN where the format has no NaN is refused.
+ * existing codecs (bfloat16 through float32, as ml_dtypes does, and so integers into the small
+ * floats and anything into float8_e8m0fnu); 64-bit integers otherwise round to the target once
+ * (never twice through a float64). NaN and infinities into an integer dtype are refused from every
+ * dtype (ml_dtypes' small floats would give 0 for NaN and saturate infinities). Values a small
+ * float format cannot hold follow its codec: NaN where the format has no NaN is refused.
  * @module
  */
 import { DLPackError } from "../facts/errors.ts";
@@ -47,6 +49,7 @@ const BigIntCtor = BigInt;
 const NumberCtor = Number;
 const asIntN = BigInt.asIntN;
 const asUintN = BigInt.asUintN;
+const fround = Math.fround;
 
 const TWO_31 = 2 ** 31;
 const TWO_63 = 2 ** 63;
@@ -165,9 +168,15 @@ export function convert(from: DTypeInfo, flat: AnyTypedArray, to: DTypeInfo, wha
       }
       return out;
     case "int":
-    case "bigint":
+    case "bigint": {
+      if (from.kind === "int" || from.kind === "bool") {
+        // Integers wrap: integer TypedArray stores reduce modulo 2^bits.
+        for (let k = 0; k < n; k++) out[k] = to.bits === 64 ? BigIntCtor(flat[k]!) : flat[k]!;
+        return out;
+      }
       for (let k = 0; k < n; k++) out[k] = toInteger(read(flat, k), to, k, what);
       return out;
+    }
     case "float":
       for (let k = 0; k < n; k++) out[k] = toNumber(read(flat, k), to);
       return out;
@@ -176,7 +185,12 @@ export function convert(from: DTypeInfo, flat: AnyTypedArray, to: DTypeInfo, wha
       return out;
     case "minifloat": {
       const name = to.name as MiniFloatDType;
-      for (let k = 0; k < n; k++) out[k] = encodeMiniFloat(name, toNumber(read(flat, k), to));
+      // ml_dtypes converts integers, and every value into the exponent-only e8m0, through float32.
+      const viaFloat32 = name === "float8_e8m0fnu" || from.kind === "int" || from.kind === "bigint";
+      for (let k = 0; k < n; k++) {
+        const v = toNumber(read(flat, k), to);
+        out[k] = encodeMiniFloat(name, viaFloat32 ? fround(v) : v);
+      }
       return out;
     }
   }
@@ -208,8 +222,8 @@ function roundToOdd(v: bigint): number {
   return negative ? -value : value;
 }
 
-/** A value as an element of an integer dtype: numpy's truncation and wrap, refused where its
- * result is undefined. */
+/** A bigint or a float value as an element of an integer dtype: wrapped, or numpy's truncation
+ * and wrap, refused where its result is undefined. */
 function toInteger(v: number | bigint, to: DTypeInfo, k: number, what: string): number | bigint {
   const bits = to.bits;
   const signed = to.dl.code === 0;
