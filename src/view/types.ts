@@ -25,26 +25,20 @@ export type Nested<T, N extends number> = number extends N ? unknown
   : Nested<T, Minus<N, 1>>[];
 
 /** Whether one `slice()` item drops its axis: 1 (an integer, an index string such as `"-1"`), 0
- * (null, a range string, `"..."`, a range object), or `never` when its type does not say. */
-type Drops<I> = I extends number ? 1
+ * (null, a range string, `"..."`, a range object), or "?" when its type does not say (a union
+ * gives the union of its members' answers). */
+export type SliceDrop<I> = I extends number ? 1
   : I extends null | undefined ? 0
   : I extends "..." ? 0
   : I extends `${string}:${string}` ? 0
-  : I extends string ? (string extends I ? never : 1)
+  : I extends string ? (string extends I ? "?" : 1)
   : I extends object ? 0
-  : never;
-/** {@link Drops} of one item, when its type says one thing (a union of both says nothing). */
-type DropsOne<I> = [Drops<I>] extends [never] ? "unknown"
-  : [Drops<I>] extends [0] ? 0
-  : [Drops<I>] extends [1] ? 1
-  : "unknown";
-/** The axes a tuple of `slice()` items drops, or number when the types do not say. */
-type DroppedBy<I extends readonly unknown[], A extends unknown[] = []> = I extends readonly [infer H, ...infer R]
-  ? DropsOne<H> extends 1 ? DroppedBy<R, [...A, unknown]>
-  : DropsOne<H> extends 0 ? DroppedBy<R, A>
+  : "?";
+/** The rank of `slice(...items)` on a rank-`N` view: `N` less the axes the items drop (`A` counts
+ * them), or number when the rank or an item's type does not say. */
+export type SliceRank<N extends number, I extends readonly unknown[], A extends unknown[] = []> = I extends
+  readonly [infer H, ...infer R] ? [SliceDrop<H>] extends [1] ? SliceRank<N, R, [...A, unknown]>
+  : [SliceDrop<H>] extends [0] ? SliceRank<N, R, A>
   : number
-  : I extends readonly [] ? A["length"]
+  : I extends readonly [] ? Minus<N, A["length"]>
   : number;
-/** The rank of `slice(...items)` on a rank-`N` view: `N` less the axes the items drop (number when
- * either is not known). */
-export type SliceRank<N extends number, I extends readonly unknown[]> = Minus<N, DroppedBy<I>>;

@@ -705,7 +705,9 @@ export class BufferView {
   /** The axes reversed (numpy's `.T`), zero-copy; with axes (`transpose(2, 0, 1)` or
    * `transpose([2, 0, 1])`), the axes in that order, as {@link BufferView.permute}. */
   transpose(): BufferView;
+  /** The axes in the order `axes` lists them (`transpose([2, 0, 1])`), zero-copy. */
   transpose(axes: readonly number[]): BufferView;
+  /** The axes in the order the arguments list them (`transpose(2, 0, 1)`), zero-copy. */
   transpose(...axes: number[]): BufferView;
   transpose(...axes: unknown[]): BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "transpose()");
@@ -722,6 +724,7 @@ export class BufferView {
   /** The axes in the order `axes` lists them (the array API's `permute_dims`), zero-copy:
    * `permute([2, 0, 1])` or `permute(2, 0, 1)`. */
   permute(axes: readonly number[]): BufferView;
+  /** The axes in the order the arguments list them (`permute(2, 0, 1)`), zero-copy. */
   permute(...axes: number[]): BufferView;
   permute(...axes: unknown[]): BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "permute()");
@@ -732,6 +735,7 @@ export class BufferView {
    * `reshape(2, 36)`. Zero-copy; throws `DLPackError` ("strides") when the strides do not allow
    * it: reshape `copy()` then. */
   reshape(shape: readonly number[]): BufferView;
+  /** {@link BufferView.reshape} with the extents as arguments (`reshape(2, 36)`). */
   reshape(...shape: number[]): BufferView;
   reshape(...shape: unknown[]): BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "reshape()");
