@@ -2,12 +2,16 @@
 // JSON object of medians (ns per operation) and figures. bench/run.ts starts it under Deno and Bun,
 // interleaved with the Python peers, and computes the ratios.
 import { readFileSync } from "node:fs";
-import { exportDLPack, importDLPack, stats, zeros } from "../mod.ts";
+import { exportDLPack, importDLPack, stats } from "../mod.ts";
 import { runtime } from "../ffi/mod.ts";
 import { deleted, tp } from "../tests/support/producer.ts";
-import { bareArrayBuffer } from "./floor.ts";
+import { bareArrayBuffer, ffiFloorCases } from "./floor.ts";
 import { measure, SAMPLES } from "./measure.ts";
 import { bridgeCases } from "./bridge.ts";
+import { ioCases } from "./io.ts";
+import { copyCases } from "./copies.ts";
+import { elementCases } from "./elements.ts";
+import { workerCases } from "./workers.ts";
 
 const out: Record<string, number | string | boolean> = { runtime: runtime().name };
 
@@ -27,6 +31,10 @@ const tensors = new Map<string, number>([
   ["1GiB", tp.tp_static_tensor(KiB * KiB * KiB, 1024)],
 ]);
 const small = { versioned: tensors.get("1KiB")! };
+
+// The copies first (bench/copies.ts), while the heap holds nothing of the cases below: a collection
+// during a 1 MiB copy would show in its figure.
+copyCases(out);
 
 out.import_dispose_ns = measure(200_000, () => importDLPack(small).dispose());
 // The address as the runtime's FFI hands it out from a C function: a Deno.PointerObject in Deno (what a
@@ -89,6 +97,12 @@ out.import_array_dispose_ns = measure(100_000, () => {
     return { dispose() {} };
   });
   v.dispose();
+  // What array() cannot do without: the import, then the bare ArrayBuffer and a TypedArray on it.
+  out.import_bare_array_ns = measureMade(2_000, () => {
+    const made = importDLPack(small);
+    void new Float32Array(floor());
+    return made;
+  });
 }
 
 const exported = new Float32Array(256);
@@ -133,28 +147,49 @@ out.alloc_f32_ns = measure(100_000, () => {
 });
 void made;
 
-// Contiguous copies of strided 2-D views against memcpy of the same bytes, two ways: copy()
-// (allocates fresh memory, so its first touch of every page is part of each figure) and copyFrom()
-// into a destination allocated and touched beforehand (the copy kernel alone).
-{
-  const n = 4096;
-  using base = zeros([n, n], "float32");
-  const bytes = n * n * 4;
-  const gbps = (ns: number, moved: number) => moved / ns;
-  const copyOnce = (v: ReturnType<typeof importDLPack>) => () => v.copy().dispose();
-  using transposed = importDLPack(exportDLPack(base, { shape: [n, n], strides: [1, n] }));
-  using everyOther = importDLPack(exportDLPack(base, { shape: [n, n / 2], strides: [n, 2] }));
-  out.alloc_memcpy_GBps = gbps(measure(3, copyOnce(base)), bytes);
-  out.copy_transposed_GBps = gbps(measure(3, copyOnce(transposed)), bytes);
-  out.copy_every_other_column_GBps = gbps(measure(3, copyOnce(everyOther)), bytes / 2);
-  using full = zeros([n, n], "float32");
-  using half = zeros([n, n / 2], "float32");
-  out.memcpy_GBps = gbps(measure(3, () => full.copyFrom(base)), bytes);
-  out.copy_into_transposed_GBps = gbps(measure(3, () => full.copyFrom(transposed)), bytes);
-  out.copy_into_every_other_column_GBps = gbps(measure(3, () => half.copyFrom(everyOther)), bytes / 2);
+// Import and export against their floor (bench/floor.ts), reading one element (bench/elements.ts),
+// and Workers (bench/workers.ts).
+ffiFloorCases(out, tensors.get("1KiB")!);
+elementCases(out);
+await workerCases(out);
+
+// Tensors on disk: a 1 GiB safetensors file (bench/io.ts).
+ioCases(out);
+
+// Imports of tensors in memory the library has not seen (a producer whose allocations keep mapping
+// new memory): the test producer maps a page for each tensor of a batch beforehand and unmaps them
+// after it, so the batch times the imports alone; interleaved with batches of a known-mapping
+// import. Then again with 20,000 mappings more (a JIT, an interpreter and a model loaded get
+// there), which stay: these rows come last.
+function missRows(suffix: string): void {
+  const batch = 2_000;
+  const tensors = new Float64Array(batch);
+  const missed: number[] = [];
+  const known: number[] = [];
+  const timed = (fn: (i: number) => void) => {
+    const t0 = performance.now();
+    for (let i = 0; i < batch; i++) fn(i);
+    return ((performance.now() - t0) * 1e6) / batch;
+  };
+  for (let s = 0; s < SAMPLES + 2; s++) {
+    if (tp.tp_fresh_tensors(batch, tensors) !== batch) throw new Error("could not map the tensors' pages");
+    const miss = timed((i) => importDLPack({ versioned: tensors[i]! }).dispose());
+    tp.tp_fresh_unmap(tensors, batch);
+    const hit = timed(() => importDLPack(small).dispose());
+    // The first batches warm the JIT up.
+    if (s >= 2) missed.push(miss), known.push(hit);
+  }
+  const median = (v: number[]) => v.sort((a, b) => a - b)[v.length >> 1]!;
+  out[`import_miss${suffix}_ns`] = median(missed);
+  out[`import_known${suffix}_ns`] = median(known);
+  out[`mappings${suffix}`] = readFileSync("/proc/self/maps", "utf8").split("\n").length - 1;
 }
 
 // The bridge rows: JS -> numpy -> JS, and torch (bench/bridge.ts).
 bridgeCases(out);
+
+missRows("");
+if (tp.tp_add_mappings(10_000) !== 10_000) throw new Error("could not map 20,000 more pages");
+missRows("_20k");
 
 console.log(JSON.stringify(out));

@@ -1,4 +1,5 @@
-// Timing helpers shared by bench/cases.ts and bench/bridge.ts.
+// Timing helpers shared by the benchmark's cases.
+import { threadNs } from "./cpu_time.ts";
 
 /** Batches per figure; the median batch is reported. */
 export const SAMPLES = 7;
@@ -14,4 +15,33 @@ export function measure(iterations: number, fn: () => void): number {
   }
   perCall.sort((a, b) => a - b);
   return perCall[Math.floor(perCall.length / 2)]!;
+}
+
+/**
+ * Median thread CPU time in ns per call of each case, the cases interleaved batch by batch (`batches`
+ * batches of `batch` calls, after one warm-up batch each): on a shared, noisy machine a slow stretch
+ * then hits every case alike, and the time this thread waited for a core is left out.
+ */
+export function interleaved(
+  cases: Record<string, () => void>,
+  batch: number,
+  batches = SAMPLES,
+): Record<string, number> {
+  const samples: Record<string, number[]> = {};
+  // Keyed by the names of `cases`, which every loop walks.
+  for (const name in cases) {
+    samples[name] = [];
+    for (let i = 0; i < batch; i++) cases[name]!();
+  }
+  for (let b = 0; b < batches; b++) {
+    for (const name in cases) {
+      const fn = cases[name]!;
+      const t0 = threadNs();
+      for (let i = 0; i < batch; i++) fn();
+      samples[name]!.push((threadNs() - t0) / batch);
+    }
+  }
+  const medians: Record<string, number> = {};
+  for (const name in cases) medians[name] = samples[name]!.sort((p, q) => p - q)[batches >> 1]!;
+  return medians;
 }

@@ -6,9 +6,9 @@ export const RELEASE_VERSION = "0.1.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "f29cd9e58b7ac64af75a06ceb459881ad1575ccc0c297242f0620ea92158c58a",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "0f1adcaaf5cc0470dabde8d856024d08d1d67aa8430192ef6d7a1121732f2a1c",
-  "libdlpack-0.1.0-linux-aarch64.so": "47649146f0760ddde225c3dc78211535ee9efd18c01de7802465bc1e9d5dd35a",
-  "libdlpack-0.1.0-linux-x86_64.so": "6e17266854c2681b03518c02855c057cb1745d68f5496dc8b7547d613ba81e33",
-  "libdlpack-0.1.0-windows-x86_64.dll": "b845ab414de165561e12a7133b6fe51a48e8b87f44895b54798da1a387088820",
+  "libdlpack-0.1.0-darwin-aarch64.dylib": "b3e68cb83c331ce8cbc2b8086bc8d31dec3b84e4d4b38edb668ad52bbe2dbb18",
+  "libdlpack-0.1.0-darwin-x86_64.dylib": "3df19dbdf79d079813132445ee07f575ce67dcf1ee6fc470361683a902ec27b4",
+  "libdlpack-0.1.0-linux-aarch64.so": "e3086775b3d843b682608cbb6236c470eeb0420591c4990d57e9e29e8c557c4e",
+  "libdlpack-0.1.0-linux-x86_64.so": "38dedb2487f4e55a72d8c471072db2f2b52b01ded08f74e207a01471de6349d5",
+  "libdlpack-0.1.0-windows-x86_64.dll": "65fb39dce3ddd290f30e46977f635783de09f27a541cf5c2e4b3acda40ae3537",
 });

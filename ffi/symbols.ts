@@ -105,6 +105,14 @@ export const symbols = {
   dlpk_import: { args: ["usize", "u32"], returns: "i32" },
   dlpk_import_number: { symbol: "dlpk_import", args: ["usize", "u32"], returns: "i32" },
   dlpk_import_pointer: { symbol: "dlpk_import", args: ["pointer", "u32"], returns: "i32" },
+
+  // Tensors on disk (zig/src/c_io.zig). A path is its UTF-8 bytes and their count (no NUL); a
+  // writer handle crosses as f64 like the addresses. Statuses: 0, or an `IoStatus` with its details
+  // in the description.
+  dlpk_io_map: { args: ["buffer", "u32", "u32", "f64", "f64"], returns: "i32" },
+  dlpk_io_create: { args: ["buffer", "u32", "f64"], returns: "i32" },
+  dlpk_io_write: { args: ["f64", "f64", "f64", "f64"], returns: "i32" },
+  dlpk_io_finish: { args: ["f64", "u32", "f64"], returns: "i32" },
 } as const satisfies SymbolTable;
 
 /** The bound form of {@link symbols}. */

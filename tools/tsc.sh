@@ -1,5 +1,5 @@
 #!/bin/sh
-# Type-checks the library's sources (mod.ts, python.ts, cuda.ts, ffi/, src/) as a Bun or tsc user's
+# Type-checks the library's sources (mod.ts, python.ts, cuda.ts, io.ts, ffi/, src/) as a Bun or tsc user's
 # project sees them: tsconfig.json (Bun's defaults and the strict options), Bun's types and none of
 # Deno's, with the TypeScript and @types/bun that tools/integrations/package-lock.json pins
 # (tools/npm.sh installs them). Exits 77, saying why, when they cannot be installed.

@@ -38,10 +38,11 @@ pub fn build(b: *std.Build) void {
         .link_libc = true,
     }) });
     test_step.dependOn(&b.addRunArtifact(unit).step);
-    // The copy kernels once more through LLVM: Zig's own x86 backend (Debug) cannot assemble the
-    // non-temporal stores, so only this build runs the streaming path.
+    // The copy kernels (memory.zig and the transposes and streaming stores it imports) once more
+    // through LLVM: Zig's own x86 backend (Debug) cannot assemble the non-temporal stores, so only
+    // this build runs the streaming paths.
     const kernels = b.addTest(.{ .use_llvm = true, .root_module = b.createModule(.{
-        .root_source_file = b.path("src/transpose.zig"),
+        .root_source_file = b.path("src/memory.zig"),
         .target = target,
         .optimize = .Debug,
         .link_libc = true,
@@ -105,9 +106,11 @@ fn addProducers(
     }));
 }
 
-/// `zig build bench-import [-- --count N --rounds R]`: ns per native import + release through the
-/// installed library and test producer (tests/native/import_loop.zig), in thread CPU time. Pass
-/// --release=safe to measure what tools/build.sh builds.
+/// `zig build bench-import [-- --count N --rounds R --misses N --extra-mappings M --threads T
+/// --thread-count K]`: ns per native import + release through the installed library and test
+/// producer (tests/native/import_loop.zig), in thread CPU time; imports after a miss of the
+/// mappings cache; imports and exports on T threads against one. Pass --release=safe to measure
+/// what tools/build.sh builds.
 fn addBenchImport(b: *std.Build, target: std.Build.ResolvedTarget) void {
     const exe = b.addExecutable(.{ .name = "import_loop", .root_module = b.createModule(.{
         .root_source_file = b.path("../tests/native/import_loop.zig"),

@@ -6,7 +6,7 @@
  */
 import { core } from "../../ffi/mod.ts";
 import { checkDeviceId, DLPackError, shown } from "../facts/errors.ts";
-import { type DType, type DTypeInfo, dtypeInfo } from "../facts/dtypes.ts";
+import { type DType, type DTypeInfo, dtypeInfo, NUMPY_TYPE_CODES } from "../facts/dtypes.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { I32, scratch, U32 } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
@@ -41,24 +41,7 @@ export interface ArrayInterface {
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
-// Prototype-less: only these keys are found.
-const KINDS: Readonly<Record<string, DType | undefined>> = {
-  __proto__: null,
-  b1: "bool",
-  i1: "int8",
-  i2: "int16",
-  i4: "int32",
-  i8: "int64",
-  u1: "uint8",
-  u2: "uint16",
-  u4: "uint32",
-  u8: "uint64",
-  f2: "float16",
-  f4: "float32",
-  f8: "float64",
-  c8: "complex64",
-  c16: "complex128",
-} as unknown as Record<string, DType | undefined>;
+const KINDS = NUMPY_TYPE_CODES;
 
 /** The dtype of an array-interface typestr; refuses non-native byte order and unsupported kinds. */
 export function parseTypestr(typestr: unknown): DType {

@@ -32,7 +32,9 @@ class KeyedFacts {
     const versioned = (options & ImportOption.versioned) !== 0;
     const generation = s.f64[KEY_GENERATION];
     const facts = factsOfScratch(s, producer, "external");
-    this.access = versioned ? ((s.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : "readwrite") : "unknown";
+    // Read-only when the flags say so (the producer's READ_ONLY, or the native check found memory
+    // this process cannot write), else what the struct's generation can say.
+    this.access = (s.u32[U32.flags] & READ_ONLY) !== 0 ? "readonly" : versioned ? "readwrite" : "unknown";
     this.facts = facts;
     this.producer = producer;
     this.generation = generation;

@@ -328,6 +328,26 @@ export function dtypeOfArray(array: ArrayBufferView): DType {
   return found;
 }
 
+/** numpy's type codes (kind and item size, as in the typestr "<f4" or a .npy descr, without the
+ * byte order) of the dtypes numpy itself has. Prototype-less: only these keys are found. */
+export const NUMPY_TYPE_CODES: Readonly<Record<string, DType | undefined>> = freeze({
+  __proto__: null,
+  b1: "bool",
+  i1: "int8",
+  i2: "int16",
+  i4: "int32",
+  i8: "int64",
+  u1: "uint8",
+  u2: "uint16",
+  u4: "uint32",
+  u8: "uint64",
+  f2: "float16",
+  f4: "float32",
+  f8: "float64",
+  c8: "complex64",
+  c16: "complex128",
+}) as unknown as Record<string, DType | undefined>;
+
 /** The TypedArray constructor `array()` uses for a dtype. */
 export function arrayConstructorOf(name: DType): TypedArrayConstructor {
   return dtypeInfo(name).array;

@@ -23,6 +23,9 @@ export type ErrorCode =
   | "library"
   | "cuda"
   | "python"
+  /** A file that cannot be read or written as asked (missing, not a regular file, refused by the
+   * OS or by Deno's permissions), or whose contents are not the format it claims (`io.ts`). */
+  | "file"
   /** A value of the wrong type or form where the API expects something else (a string where an
    * index belongs, a missing required argument, an object that only pretends to be a view). */
   | "argument"

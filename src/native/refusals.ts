@@ -210,6 +210,12 @@ export function refusalError(status: number, s: Scratch, released: boolean | nul
       } claim: ${last.call} returned ${last.errorName} (${last.result})`;
       break;
     }
+    case Status.unmappedData:
+      code = "null_data";
+      message = `the data at ${hex(found)} (the ${limit} bytes its shape and strides reach) is not all in readable ` +
+        `memory (unmapped, PROT_NONE or past the end of a mapping): a pointer that was never valid, or memory ` +
+        `already freed; nothing of it was read`;
+      break;
     case Status.badAddress:
       // Nothing could be read, so there is no deleter to call either.
       return new DLPackError(

@@ -24,6 +24,11 @@ export interface Stats {
   readonly pinnedBytes: number;
   /** Producer deleters the library has called since the process started (not a live count). */
   readonly deletersCalled: number;
+  /** Files mapped by `io.ts` (`loadSafetensors`, `loadNpy`, ...) that a view, share or export still
+   * holds: each is unmapped when its last one is released. */
+  readonly mappings: number;
+  /** Bytes of those mapped files. */
+  readonly mappedBytes: number;
 }
 
 // Over an ArrayBuffer of its own, as its address is cached (see `drained` in pins.ts).
@@ -46,5 +51,7 @@ export function stats(): Stats {
     pinned: counters[StatsCounter.pins],
     pinnedBytes: counters[StatsCounter.pinnedBytes],
     deletersCalled: counters[StatsCounter.deletersCalled],
+    mappings: counters[StatsCounter.mappings],
+    mappedBytes: counters[StatsCounter.mappedBytes],
   };
 }

@@ -372,7 +372,8 @@ export class BufferView {
     return this.#facts.origin.verified;
   }
 
-  /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct. */
+  /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct; "readonly"
+   * whatever the producer said when the data lies in memory this process cannot write. */
   get access(): Access {
     if (!(#owner in asObject(this))) throw notAView(this, "access");
     return this.#access;
@@ -397,7 +398,8 @@ export class BufferView {
     return version === null ? null : { major: version.major, minor: version.minor };
   }
 
-  /** The versioned struct's flags (all false for legacy imports). */
+  /** The versioned struct's flags (all false for legacy imports); `readOnly` is also set when the data
+   * lies in memory this process cannot write. */
   get flags(): Flags {
     if (!(#owner in asObject(this))) throw notAView(this, "flags");
     return flagsOf(this.#facts.origin.flags);
@@ -652,8 +654,8 @@ export class BufferView {
     if (this.#access === "readonly") {
       throw new DLPackError(
         "readonly",
-        "this view is read-only (the producer marked the tensor READ_ONLY, or it is a broadcast, whose elements " +
-          "repeat); assumeWritable() cannot override that",
+        "this view is read-only (the producer marked the tensor READ_ONLY, its memory cannot be written in this " +
+          "process, or it is a broadcast, whose elements repeat); assumeWritable() cannot override that",
       );
     }
     this.#access = "readwrite";

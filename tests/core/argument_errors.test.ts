@@ -1,10 +1,11 @@
-// Wrong argument types through every public function of mod.ts and cuda.ts: each call returns
+// Wrong argument types through every public function of mod.ts, cuda.ts and io.ts: each call returns
 // normally or throws a DLPackError whose code names the mistake ("argument" where no other code
 // fits), never a TypeError, RangeError or a misleading code. Also: copyFrom() of a TypedArray, index
 // types in get/set, and the message of an allocation that cannot be satisfied.
 import assert from "node:assert/strict";
 import * as dl from "../../mod.ts";
 import * as cuda from "../../cuda.ts";
+import * as io from "../../io.ts";
 import { DLPackError, empty, exportDLPack, importDLPack, zeros } from "../../mod.ts";
 import { make } from "../support/producer.ts";
 import { repoRoot, runIsolated, test } from "../support/harness.ts";
@@ -68,11 +69,11 @@ function check(name: string, f: AnyFn, args: unknown[], thisArg?: unknown): stri
   }
 }
 
-/** The functions the audit covers: every exported function of mod.ts and cuda.ts except the
+/** The functions the audit covers: every exported function of mod.ts, cuda.ts and io.ts except the
  * loader's (`ready`, `useLibrary`), each with the arguments it takes (junk goes in each slot). */
 function publicFunctions(): Array<[string, AnyFn, number]> {
   const out: Array<[string, AnyFn, number]> = [];
-  for (const [module, entries] of [["mod", dl], ["cuda", cuda]] as const) {
+  for (const [module, entries] of [["mod", dl], ["cuda", cuda], ["io", io]] as const) {
     for (const [name, value] of Object.entries(entries)) {
       if (typeof value !== "function" || name === "ready" || name === "useLibrary") continue;
       // Classes are covered through their instances below.
@@ -83,7 +84,7 @@ function publicFunctions(): Array<[string, AnyFn, number]> {
   return out;
 }
 
-test("every public function of mod.ts and cuda.ts: junk in any argument is a DLPackError, never a crash", () => {
+test("every public function of mod.ts, cuda.ts and io.ts: junk in any argument is a DLPackError, never a crash", () => {
   const before = live();
   const functions = publicFunctions();
   assert.ok(functions.length > 30, `found ${functions.length} functions`);

@@ -1,7 +1,7 @@
 // The native strided copy behind copy() and copyFrom(), byte for byte against an element-by-element
 // reference written here: every item size (1, 2, 4, 8, 16 bytes), ranks 1-4, permuted, gapped and
-// flipped layouts, ragged edges around the transpose kernel's tiles, and transposes on both sides of
-// the size from which it streams its output.
+// flipped layouts, ragged edges around the transpose kernel's tiles, and transposes, contiguous and
+// every-other copies on both sides of the size from which it streams its output.
 import assert from "node:assert/strict";
 import { type BufferView, type DType, exportDLPack, importDLPack, zeros } from "../../mod.ts";
 import { live } from "../support/assertions.ts";
@@ -179,4 +179,36 @@ test("transposes on both sides of the streaming threshold, aligned and not", () 
   assert.equal(backing[0], 0);
   assert.equal(backing[1 + n * n], 0);
   expectTransposed(backing, 1, "copyFrom() into an unaligned array");
+});
+
+test("contiguous and every-other copies on both sides of the streaming threshold, aligned and not", () => {
+  // From 8 MiB of output the native copy streams it past the caches, whole cache lines at a time
+  // and the partial lines at either end plainly: a destination 4 bytes into its buffer starts and
+  // ends mid-line.
+  for (const elements of [(8 << 20) / 4 - 5, (8 << 20) / 4 + 21]) {
+    const source = new Float32Array(2 * elements);
+    for (let k = 0; k < source.length; k++) source[k] = k;
+    using contiguous = importDLPack(exportDLPack(source.subarray(0, elements)));
+    using everyOther = importDLPack(exportDLPack(source, { shape: [elements], strides: [2] }));
+    {
+      using copied = contiguous.copy();
+      assert.deepEqual(copied.array(), source.subarray(0, elements), `copy() of ${elements} float32`);
+    }
+    for (const [view, step] of [[contiguous, 1], [everyOther, 2]] as const) {
+      const backing = new Float32Array(elements + 2);
+      using into = importDLPack(exportDLPack(backing.subarray(1, 1 + elements)));
+      into.copyFrom(view);
+      assert.equal(backing[0], 0);
+      assert.equal(backing[1 + elements], 0);
+      for (let k = 0; k < elements; k++) {
+        if (backing[1 + k] !== k * step) assert.fail(`copyFrom() of ${elements} float32, step ${step}: element ${k}`);
+      }
+      using aligned = zeros([elements], "float32");
+      aligned.copyFrom(view);
+      const got = aligned.array() as Float32Array;
+      for (let k = 0; k < elements; k++) {
+        if (got[k] !== k * step) assert.fail(`copyFrom() into a fresh array, step ${step}: element ${k}`);
+      }
+    }
+  }
 });

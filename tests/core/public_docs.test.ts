@@ -1,4 +1,4 @@
-// `deno doc` of the three entries shows only the public API: nothing tagged @internal, no private
+// `deno doc` of the four entries shows only the public API: nothing tagged @internal, no private
 // constructor, parameters with defaults shown as optional, MAX_RANK documented for users.
 import assert from "node:assert/strict";
 import { repoRoot, spawn, test, tool } from "../support/harness.ts";
@@ -24,7 +24,7 @@ interface Declaration {
 
 /** Every public declaration of the entries, as `deno doc --json` (format 2) lists them. */
 async function declarations(): Promise<{ name: string; decl: Declaration }[]> {
-  const out = await spawn(tool("deno"), ["doc", "--json", "mod.ts", "python.ts", "cuda.ts"], {
+  const out = await spawn(tool("deno"), ["doc", "--json", "mod.ts", "python.ts", "cuda.ts", "io.ts"], {
     cwd: repoRoot,
     env: { NO_COLOR: "1" },
   });
@@ -37,7 +37,7 @@ async function declarations(): Promise<{ name: string; decl: Declaration }[]> {
   );
 }
 
-test("deno doc of mod.ts, python.ts and cuda.ts shows only the public API", async () => {
+test("deno doc of mod.ts, python.ts, cuda.ts and io.ts shows only the public API", async () => {
   const all = await declarations();
   assert.ok(all.length > 50, `${all.length} public declarations`);
   const problems: string[] = [];

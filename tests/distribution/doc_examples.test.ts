@@ -1,15 +1,15 @@
 // The examples users copy run as written: every ```ts block of the entries' module docs (mod.ts,
-// python.ts, cuda.ts: what JSR and editors show) and of README.md is run in a fresh process of the
+// python.ts, cuda.ts, io.ts: what JSR and editors show) and of README.md is run in a fresh process of the
 // runtime under test, its package specifiers ("dlpack-ts", "@dlpack-ts/dlpack" and their
 // subpaths) pointed at this checkout's entries. A block that is not a whole program says so with
-// ```ts ignore. And docs/api.md names every public name of the three entries.
+// ```ts ignore. And docs/api.md names every public name of the four entries.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { repoRoot, runScript, test } from "../support/harness.ts";
 import { noPython } from "../support/python.ts";
 
-const ENTRIES = ["mod.ts", "python.ts", "cuda.ts"] as const;
+const ENTRIES = ["mod.ts", "python.ts", "cuda.ts", "io.ts"] as const;
 
 /** The ```ts blocks of a Markdown text (or of a module doc, its ` * ` prefixes removed). */
 function blocks(text: string): { code: string; ignored: boolean }[] {
@@ -27,10 +27,13 @@ const moduleDoc = (file: string) =>
 
 /** The block with its package specifiers pointed at the checkout's entries. */
 function local(code: string): string {
-  return code.replace(/(["'])(?:dlpack-ts|@dlpack-ts\/dlpack)(\/python|\/cuda)?\1/g, (_, q: string, sub?: string) => {
-    const entry = sub === "/python" ? "python.ts" : sub === "/cuda" ? "cuda.ts" : "mod.ts";
-    return `${q}${repoRoot}/${entry}${q}`;
-  });
+  return code.replace(
+    /(["'])(?:dlpack-ts|@dlpack-ts\/dlpack)(\/python|\/cuda|\/io)?\1/g,
+    (_, q: string, sub?: string) => {
+      const entry = sub === "/python" ? "python.ts" : sub === "/cuda" ? "cuda.ts" : sub === "/io" ? "io.ts" : "mod.ts";
+      return `${q}${repoRoot}/${entry}${q}`;
+    },
+  );
 }
 
 const examples = [
@@ -62,7 +65,7 @@ for (const example of examples) {
   });
 }
 
-test("docs/api.md names every public name of mod.ts, python.ts and cuda.ts", () => {
+test("docs/api.md names every public name of mod.ts, python.ts, cuda.ts and io.ts", () => {
   const api = readFileSync(`${repoRoot}/docs/api.md`, "utf8");
   const unnamed: string[] = [];
   for (const file of ENTRIES) {

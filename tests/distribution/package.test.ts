@@ -104,7 +104,9 @@ test(
     assert.equal(listed.code, 0, show(listed));
     const files = listed.stdout.trim().split("\n").map((f) => f.replace(/^package\//, ""));
     for (const name of Object.keys(RELEASE_CHECKSUMS)) assert.ok(files.includes(`prebuilt/${name}`), name);
-    for (const entry of ["mod.ts", "python.ts", "cuda.ts", "ffi/mod.ts", "README.md", "LICENSE", "CHANGELOG.md"]) {
+    for (
+      const entry of ["mod.ts", "python.ts", "cuda.ts", "io.ts", "ffi/mod.ts", "README.md", "LICENSE", "CHANGELOG.md"]
+    ) {
       assert.ok(files.includes(entry), entry);
     }
     assert.deepEqual(files.filter((f) => /^(tests|tools|bench|zig|examples)\//.test(f)), [], "no development files");
@@ -116,7 +118,12 @@ test(
     }
     const staged = JSON.parse(readFileSync(`${unpacked}/package/package.json`, "utf8"));
     assert.equal(staged.version, RELEASE_VERSION);
-    for (const [subpath, file] of [[".", "mod.ts"], ["./python", "python.ts"], ["./cuda", "cuda.ts"]] as const) {
+    for (
+      const [subpath, file] of [[".", "mod.ts"], ["./python", "python.ts"], ["./cuda", "cuda.ts"], [
+        "./io",
+        "io.ts",
+      ]] as const
+    ) {
       // Bun takes the first condition it knows; type checkers and Deno skip "bun".
       assert.deepEqual(Object.entries(staged.exports[subpath]), [
         ["bun", `./prebuilt/${file}`],

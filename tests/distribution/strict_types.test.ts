@@ -1,5 +1,5 @@
 // A Deno user's project with every strict option of the type checker on type-checks a program that
-// imports all three entries by path: the user's options apply to the library's files too, so this
+// imports all four entries by path: the user's options apply to the library's files too, so this
 // fails on any library source that only passes under looser settings. A second program, with a
 // mistake only those options catch, shows they are in force.
 import assert from "node:assert/strict";
@@ -21,6 +21,7 @@ const imports = (root: string) =>
   `import * as dlpack from ${JSON.stringify(`${root}/mod.ts`)};
 import * as python from ${JSON.stringify(`${root}/python.ts`)};
 import * as cuda from ${JSON.stringify(`${root}/cuda.ts`)};
+import * as io from ${JSON.stringify(`${root}/io.ts`)};
 import type { AddressLike, BufferView, PointerObject } from ${JSON.stringify(`${root}/mod.ts`)};
 `;
 
@@ -28,7 +29,7 @@ import type { AddressLike, BufferView, PointerObject } from ${JSON.stringify(`${
  * that may be a pointer object, an element that may be a bigint. */
 const clean = (root: string) =>
   `${imports(root)}
-export const entries: readonly object[] = [dlpack, python, cuda];
+export const entries: readonly object[] = [dlpack, python, cuda, io];
 
 export function firstElement(data: Float32Array, shape: readonly number[] | undefined): number {
   using view: BufferView = dlpack.importDLPack(dlpack.exportDLPack(data, { shape }));

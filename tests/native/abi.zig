@@ -104,6 +104,7 @@ pub const Status = enum(i32) {
     generation = 22,
     already_imported = 23,
     released_export = 24,
+    unmapped_data = 25,
     _,
 };
 
@@ -116,6 +117,10 @@ pub const flag_read_only: u64 = 1;
 pub const flag_is_copied: u64 = 2;
 pub const flag_subbyte_padded: u64 = 4;
 
+/// `Description.layout` bits (zig/src/abi.zig `layout`).
+pub const layout_device_verified: u32 = 1 << 8;
+pub const layout_data_readonly: u32 = 1 << 9;
+
 /// Indices into `dlpk_stats` (zig/src/stats.zig `Counter`).
 pub const Stat = enum(usize) {
     imports,
@@ -125,8 +130,10 @@ pub const Stat = enum(usize) {
     pins,
     pinned_bytes,
     deleters_called,
+    mappings,
+    mapped_bytes,
 };
-pub const stats_count = 7;
+pub const stats_count = 9;
 
 /// The exported functions as the library declares them: addresses cross as f64 (exact below 2^53;
 /// see zig/src/describe.zig). The wrappers below keep the harnesses in terms of addresses.

@@ -20,6 +20,10 @@
 //! non-canonical addresses); or the struct passed as the other generation. Each must be refused
 //! before anything unreadable is read, and no deleter that is not code may ever be called: a crash
 //! ends the run. A struct of the wrong generation may end in any status, but calls no deleter.
+//! The data range of host memory (CPU, CUDAHost, CUDAManaged, ROCMHost) that is not allocated is
+//! hostile too: in a PROT_NONE or unmapped page, running into one, in the first page, near the top
+//! of user space or beyond it (refused), or in read-only memory (accepted read-only, and read);
+//! random addresses are judged against the fuzzer's own reading of /proc/self/maps.
 //!
 //! Three drivers share the case generator: `run` (a seeded run: `zig build fuzz -- --seed N
 //! --cases N` or `--seconds N`), the unit tests (a short seeded run plus regressions), and
@@ -29,6 +33,7 @@
 const std = @import("std");
 const builtin = @import("builtin");
 const abi = @import("abi.zig");
+const listing = @import("listing.zig");
 
 /// The library under test, linked into this executable (its `export fn`s are what abi.zig
 /// declares); the model reads nothing else of it but the dtype table.
@@ -125,7 +130,38 @@ const Fields = struct {
     /// The allocation's first byte when `allocated` (element 0 may sit anywhere inside it).
     alloc_base: usize = 0,
     allocated: bool = false,
+    /// Where an unallocated data range of host memory was put (`.listed`: judged from the
+    /// listing), and what the model expects of it.
+    data_at: DataPlace = .listed,
+    /// The bytes the elements are read from when the tensor is accepted: the allocation, or a
+    /// readable hostile place (0 bytes: nothing to read).
+    span_base: usize = 0,
+    span_len: usize = 0,
 };
+
+/// Where the data range of host memory lies when the producer did not allocate it (see
+/// `Guard.data_base` for the pages).
+const DataPlace = enum(u8) {
+    /// Any address: the model reads /proc/self/maps itself.
+    listed,
+    prot_none,
+    unmapped,
+    /// From the read-write page into the PROT_NONE one.
+    into_prot_none,
+    /// Inside the read-only page (or from it on into the PROT_NONE page when longer).
+    read_only,
+    /// From the read-write page into the read-only one (and beyond it when longer).
+    into_read_only,
+    /// In the never-mapped first page.
+    low,
+    /// Up to 2^47, the top of x86-64 user space (judged from the listing elsewhere).
+    top,
+    /// Between 2^48 and 2^53: beyond every 48-bit user space.
+    beyond,
+};
+
+/// What the model expects of a data range.
+const DataAccess = listing.Access;
 
 /// Where a struct or array really lies (see `Guard`).
 const Place = enum(u8) {
@@ -150,6 +186,8 @@ const Place = enum(u8) {
 const Guard = struct {
     const page = std.heap.page_size_min;
     const base: usize = 0x3c00_0000_0000;
+    /// Data pages: read-write, read-only, PROT_NONE.
+    const data_base: usize = 0x3c10_0000_0000;
     const fresh_base: usize = 0x3b00_0000_0000;
     var ready = false;
     var fresh_next: usize = fresh_base;
@@ -179,6 +217,18 @@ const Guard = struct {
         if (@intFromPtr(region.ptr) != base) return error.GuardRegionTaken;
         try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
         std.posix.munmap(@alignCast(region[2 * page ..]));
+        const data = try std.posix.mmap(
+            @ptrFromInt(data_base),
+            3 * page,
+            std.posix.PROT.READ | std.posix.PROT.WRITE,
+            .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+            -1,
+            0,
+        );
+        if (@intFromPtr(data.ptr) != data_base) return error.GuardRegionTaken;
+        @memset(data[0 .. 2 * page], 0x5a);
+        try std.posix.mprotect(@alignCast(data[page .. 2 * page]), std.posix.PROT.READ);
+        try std.posix.mprotect(@alignCast(data[2 * page ..]), std.posix.PROT.NONE);
         ready = true;
     }
 
@@ -401,22 +451,9 @@ fn generateHostile(r: std.Random, f: *Fields) void {
 var a_static_word: u64 = 0;
 
 /// Whether /proc/self/maps lists `address` as executable (the fuzzer's own reading, independent of
-/// the library's table).
+/// the library's).
 fn executableHere(address: usize) bool {
-    const file = std.fs.openFileAbsolute("/proc/self/maps", .{}) catch return false;
-    defer file.close();
-    const text = file.readToEndAlloc(std.heap.c_allocator, 64 << 20) catch return false;
-    defer std.heap.c_allocator.free(text);
-    var lines = std.mem.tokenizeScalar(u8, text, '\n');
-    while (lines.next()) |line| {
-        const dash = std.mem.indexOfScalar(u8, line, '-') orelse continue;
-        const space = std.mem.indexOfScalarPos(u8, line, dash, ' ') orelse continue;
-        if (line.len < space + 4) continue;
-        const lo = std.fmt.parseInt(usize, line[0..dash], 16) catch continue;
-        const hi = std.fmt.parseInt(usize, line[dash + 1 .. space], 16) catch continue;
-        if (address >= lo and address < hi) return line[space + 3] == 'x';
-    }
-    return false;
+    return listing.executable(address);
 }
 
 /// A deleter value that is not executable code whatever this process maps: data, the stack, the
@@ -456,6 +493,8 @@ const Model = struct {
     lo: i256 = 0,
     hi: i256 = 0,
     strides: [rank_max]i64 = undefined,
+    /// Accepted read-only because its data cannot be written (READ_ONLY set in the flags too).
+    data_readonly: bool = false,
 
     fn refuse(self: *Model, status: abi.Status) void {
         self.refusals |= @as(u32, 1) << @intCast(@intFromEnum(status));
@@ -603,7 +642,8 @@ fn modelSpan(f: *const Fields, rank: usize, m: *Model) void {
     m.layout_known = true;
 }
 
-/// The checks that depend on where the data is.
+/// The checks that depend on where the data is: the address, then (last, once everything else
+/// holds) the data range of host memory.
 fn modelPlacement(f: *const Fields, m: *Model) void {
     if (!m.layout_known) return;
     if (f.data == 0 and m.size != 0) m.refuse(.null_data);
@@ -614,6 +654,38 @@ fn modelPlacement(f: *const Fields, m: *Model) void {
         return;
     }
     if (!m.empty and (address + m.lo < 0 or address + m.hi > u64_max)) m.refuse(.overflow);
+    if (m.refusals != 0 or m.empty or !hostDevice(f.device_type)) return;
+    const first: u64 = @intCast(address + m.lo);
+    const end: u64 = @intCast(address + m.hi);
+    switch (dataAccess(f, first, end)) {
+        .none => m.refuse(.unmapped_data),
+        .read => m.data_readonly = true,
+        .read_write => {},
+    }
+}
+
+/// Whether the CPU reads a device type's memory directly (the validator checks its data range).
+fn hostDevice(device_type: i32) bool {
+    return device_type == 1 or device_type == 3 or device_type == 11 or device_type == 13;
+}
+
+/// What the data range [first, end) allows: known for allocations and the guard's pages, else
+/// read from /proc/self/maps.
+fn dataAccess(f: *const Fields, first: u64, end: u64) DataAccess {
+    if (f.allocated) return .read_write;
+    const page = Guard.page;
+    const rw = Guard.data_base;
+    return switch (f.data_at) {
+        .listed, .top => listedAccess(first, end),
+        .prot_none, .unmapped, .into_prot_none, .low, .beyond => .none,
+        .read_only, .into_read_only => if (first >= rw and end <= rw + 2 * page) .read else .none,
+    };
+}
+
+/// The fuzzer's own reading of /proc/self/maps, independent of the library's: the permissions
+/// every byte of [first, end) has.
+fn listedAccess(first: u64, end: u64) DataAccess {
+    return listing.access(first, end) orelse .none;
 }
 
 fn fakeAddress(r: std.Random) usize {
@@ -632,6 +704,9 @@ fn fakeAddress(r: std.Random) usize {
 fn place(r: std.Random, f: *Fields, m: *const Model) !void {
     f.allocated = false;
     f.byte_offset = 0;
+    f.data_at = .listed;
+    f.span_base = 0;
+    f.span_len = 0;
     if (m.layout_known and !m.empty and m.hi - m.lo <= alloc_bytes_max and chance(r, 85)) {
         const len: usize = @intCast(m.hi - m.lo);
         const base = try mallocExact(len);
@@ -650,10 +725,16 @@ fn place(r: std.Random, f: *Fields, m: *const Model) !void {
         f.data_len = len;
         f.alloc_base = @intFromPtr(base);
         f.allocated = true;
+        f.span_base = f.alloc_base;
+        f.span_len = len;
         return;
     }
     if (m.layout_known and m.empty and chance(r, 50)) {
         f.data = if (r.boolean()) 0 else fakeAddress(r);
+        return;
+    }
+    if (m.layout_known and !m.empty and hostDevice(f.device_type) and chance(r, 60)) {
+        placeData(r, f, m);
         return;
     }
     f.data = if (chance(r, 20)) 0 else fakeAddress(r);
@@ -663,6 +744,38 @@ fn place(r: std.Random, f: *Fields, m: *const Model) !void {
         2 => 1 << 63,
         else => r.int(u64),
     };
+}
+
+/// Puts the data range of a host tensor (which no allocation backs) in a hostile place: its first
+/// byte where the place says, element 0 (and data, with a byte offset) where that makes it.
+fn placeData(r: std.Random, f: *Fields, m: *const Model) void {
+    const places = [_]DataPlace{
+        .prot_none, .unmapped, .into_prot_none, .read_only, .into_read_only, .low, .top, .beyond,
+    };
+    f.data_at = places[r.uintLessThan(usize, places.len)];
+    const span: u64 = @intCast(m.hi - m.lo);
+    const page = Guard.page;
+    const rw = Guard.data_base;
+    // How far a range that runs from one page into the next starts before the boundary.
+    const into: u64 = if (span < 2) 0 else r.intRangeAtMost(u64, 1, @as(u64, @min(span - 1, page)));
+    const first: u64 = switch (f.data_at) {
+        .listed => unreachable,
+        .prot_none => rw + 2 * page + r.uintLessThan(u64, page / 2),
+        .unmapped => Guard.base + 2 * page + r.uintLessThan(u64, page / 2),
+        .into_prot_none => rw + 2 * page - into,
+        .read_only => rw + page + if (span < page) r.uintAtMost(u64, page - span) else 0,
+        .into_read_only => rw + page - into,
+        .low => r.intRangeAtMost(u64, 1, 4095),
+        .top => (1 << 47) - @max(into, 1),
+        .beyond => r.intRangeAtMost(u64, 1 << 48, (1 << 53) - @as(u64, @min(span, 1 << 52))),
+    };
+    const element0 = first + @as(u64, @intCast(-m.lo));
+    f.byte_offset = if (f.strict or r.boolean()) 0 else r.uintAtMost(u64, element0 - 1);
+    f.data = element0 - f.byte_offset;
+    if (dataAccess(f, first, first + span) != .none) {
+        f.span_base = first;
+        f.span_len = span;
+    }
 }
 
 /// Builds the managed struct and its arrays (each exactly as long as `ndim` says).
@@ -757,6 +870,9 @@ pub const Tally = struct {
     accepted_in_memory: u64 = 0,
     accepted_fake_address: u64 = 0,
     accepted_empty: u64 = 0,
+    /// Accepted over hostile data places that are readable (read-only memory), and read.
+    accepted_read_only: u64 = 0,
+    hostile_data: u64 = 0,
     refused: [32]u64 = [_]u64{0} ** 32,
     round_trips: u64 = 0,
     hostile_struct: u64 = 0,
@@ -823,8 +939,11 @@ fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description
             @intCast(@min(f.minor, std.math.maxInt(i32))),
         ))
             return fail("version {d}.{d}", .{ d.version_major, d.version_minor });
-        if (d.flags != f.flags) return fail("flags {d}, expected {d}", .{ d.flags, f.flags });
-    } else if (d.version_major != -1 or d.flags != 0) return fail("legacy version/flags", .{});
+    } else if (d.version_major != -1) return fail("legacy version", .{});
+    // Data this process cannot write makes the import read-only, whatever the producer said.
+    const read_only: u64 = if (m.data_readonly) abi.flag_read_only else 0;
+    const flags = (if (f.versioned) f.flags else 0) | read_only;
+    if (d.flags != flags) return fail("flags {d}, expected {d}", .{ d.flags, flags });
     if (d.size != exactF(m.size).?) return fail("size {d}, expected {d}", .{ d.size, m.size });
     const nbytes = @divFloor(m.size * m.slot_bits + 7, 8);
     // nbytes may pass 2^53 for broadcasts (size times the item size), but must still be exact.
@@ -855,9 +974,11 @@ fn checkDescription(f: *const Fields, m: *const Model, d: *const abi.Description
             return fail("strides[{d}] {d}, expected {d}", .{ i, d.strides[i], s });
         }
     }
-    // Bit 0x100: the device claim was verified. CPU memory always is; with no CUDA driver here
-    // (this harness never loads one), nothing else is.
-    const layout = layoutBits(f, m) | @as(u32, if (f.device_type == 1) 0x100 else 0);
+    // The device claim was verified: CPU memory always is; with no CUDA driver here (this harness
+    // never loads one), nothing else is.
+    const verified: u32 = if (f.device_type == 1) abi.layout_device_verified else 0;
+    const readonly: u32 = if (m.data_readonly) abi.layout_data_readonly else 0;
+    const layout = layoutBits(f, m) | verified | readonly;
     if (d.layout != layout) return fail("layout {d}, expected {d}", .{ d.layout, layout });
 }
 
@@ -894,7 +1015,7 @@ fn checkMemory(
     tally: *Tally,
 ) Failure!void {
     const rank: usize = @intCast(f.ndim);
-    const base = f.alloc_base;
+    const base = f.span_base;
     const slot: i64 = @intCast(m.slot_bits);
     var shape: [rank_max]i64 = undefined;
     var strides: [rank_max]i64 = undefined;
@@ -914,7 +1035,7 @@ fn checkMemory(
             for (0..rank) |i| offset += index[i] * strides[i];
             lo = @min(lo, offset);
             hi = @max(hi, offset);
-            try touchElement(d, slot, offset, base, f.data_len, tally);
+            try touchElement(d, slot, offset, base, f.span_len, tally);
             var i = rank;
             while (i > 0) {
                 i -= 1;
@@ -933,15 +1054,15 @@ fn checkMemory(
         }
         return;
     }
-    try touchElement(d, slot, @intFromFloat(d.min_offset), base, f.data_len, tally);
-    try touchElement(d, slot, @intFromFloat(d.max_offset), base, f.data_len, tally);
+    try touchElement(d, slot, @intFromFloat(d.min_offset), base, f.span_len, tally);
+    try touchElement(d, slot, @intFromFloat(d.max_offset), base, f.span_len, tally);
     for (0..full_check_elements_max) |_| {
         var offset: i64 = 0;
         for (0..rank) |i| offset += @as(
             i64,
             @intCast(r.uintLessThan(u64, @intCast(shape[i]))),
         ) * strides[i];
-        try touchElement(d, slot, offset, base, f.data_len, tally);
+        try touchElement(d, slot, offset, base, f.span_len, tally);
     }
 }
 
@@ -1073,8 +1194,10 @@ fn printFields(f: *const Fields) void {
         f.data, f.byte_offset, f.allocated,    f.data_len,    f.strict,
         f.keep, f.has_deleter, f.null_managed, f.bad_managed,
     });
-    std.debug.print("          struct {s} shape {s} strides {s} bad deleter 0x{x} mixed {}\n", .{
+    std.debug.print("          struct {s} shape {s} strides {s} bad deleter 0x{x} mixed {} " ++
+        "data {s}\n", .{
         @tagName(f.struct_at), @tagName(f.shape_at), @tagName(f.strides_at), f.bad_deleter, f.mixed,
+        @tagName(f.data_at),
     });
 }
 
@@ -1142,6 +1265,7 @@ fn tallyHostile(f: *const Fields, tally: *Tally) void {
     if (f.struct_at != .real) tally.hostile_struct += 1;
     if (f.shape_at != .real or f.strides_at != .real) tally.hostile_arrays += 1;
     if (f.bad_deleter != 0) tally.hostile_deleter += 1;
+    if (f.data_at != .listed) tally.hostile_data += 1;
 }
 
 /// A struct read as the other generation: whatever the status, no deleter may run (its deleter
@@ -1224,8 +1348,8 @@ fn checkAccepted(
         if (!f.has_deleter) produced.?.free();
     }
     try checkDescription(f, m, d);
-    if (m.empty) tally.accepted_empty += 1 else if (f.allocated) {
-        tally.accepted_in_memory += 1;
+    if (m.empty) tally.accepted_empty += 1 else if (f.span_len > 0) {
+        if (f.allocated) tally.accepted_in_memory += 1 else tally.accepted_read_only += 1;
         try checkMemory(r, f, m, d, tally);
     } else tally.accepted_fake_address += 1;
     if (chance(r, 12)) {
@@ -1286,19 +1410,25 @@ fn casePrng(seed: u64, k: u64) std.Random.DefaultPrng {
 fn printTally(t: *const Tally, seed: u64, seconds: f64) void {
     const r = &t.refused;
     std.debug.print("fuzz: {d} cases (seed {d}) in {d:.1} s: accepted {d} in real memory, " ++
-        "{d} at fake addresses, {d} empty; {d} re-exported; {d} elements checked; ", .{
-        t.cases,                 seed,             seconds,       t.accepted_in_memory,
-        t.accepted_fake_address, t.accepted_empty, t.round_trips, t.elements_checked,
+        "{d} in read-only memory, {d} at fake addresses, {d} empty; {d} re-exported; " ++
+        "{d} elements checked; ", .{
+        t.cases,              seed,                    seconds,          t.accepted_in_memory,
+        t.accepted_read_only, t.accepted_fake_address, t.accepted_empty, t.round_trips,
+        t.elements_checked,
     });
     std.debug.print("refused: version {d}, flags {d}, rank {d}, dtype {d}, device {d}, " ++
         "shape {d}, strides {d}, overflow {d}, null_data {d}, byte_offset {d}, " ++
-        "null_managed {d}, bad_address {d}, unmapped_struct {d}, bad_deleter {d}; ", .{
-        r[2], r[3], r[4],  r[5], r[6],  r[7],  r[13],
-        r[8], r[9], r[10], r[1], r[17], r[20], r[21],
+        "null_managed {d}, bad_address {d}, unmapped_struct {d}, bad_deleter {d}, " ++
+        "unmapped_data {d}; ", .{
+        r[2],  r[3], r[4],  r[5], r[6],  r[7],  r[13],
+        r[8],  r[9], r[10], r[1], r[17], r[20], r[21],
+        r[25],
     });
-    std.debug.print("hostile: {d} structs, {d} arrays, {d} deleters, {d} of the other " ++
-        "generation; own exports: {d} as the other generation, {d} imported twice; 0 failures\n", .{
-        t.hostile_struct, t.hostile_arrays, t.hostile_deleter, t.mixed, t.own_mixed, t.own_twice,
+    std.debug.print("hostile: {d} structs, {d} arrays, {d} deleters, {d} data ranges, {d} of " ++
+        "the other generation; own exports: {d} as the other generation, {d} imported twice; " ++
+        "0 failures\n", .{
+        t.hostile_struct, t.hostile_arrays, t.hostile_deleter, t.hostile_data, t.mixed,
+        t.own_mixed,      t.own_twice,
     });
 }
 

@@ -4,6 +4,7 @@
 
 const std = @import("std");
 const dlpack = @import("dlpack");
+const listing = @import("listing.zig");
 
 var made = std.atomic.Value(u32).init(0);
 var deleted = std.atomic.Value(u32).init(0);
@@ -354,6 +355,120 @@ export fn tp_static_tensor(bytes: f64, rows: u32) usize {
     return @intFromPtr(&t.managed);
 }
 
+/// `tp_static_tensor` whose deleter counts in a counter of the calling thread (`tp_deleted_here`):
+/// threads importing their own tensors then write no cache line in common, which a shared atomic
+/// counter would make them fight over (the benchmark's thread-scaling rows).
+export fn tp_static_tensor_local(bytes: f64, rows: u32) usize {
+    const address = tp_static_tensor(bytes, rows);
+    if (address == 0) return 0;
+    const managed: *dlpack.ManagedTensorVersioned = @ptrFromInt(address);
+    managed.deleter = threadCountingDeleter;
+    return address;
+}
+
+threadlocal var deleted_here: u64 = 0;
+
+fn threadCountingDeleter(self: *dlpack.ManagedTensorVersioned) callconv(.c) void {
+    _ = self;
+    deleted_here += 1;
+}
+
+/// How many `tp_static_tensor_local` deleters ran on this thread.
+export fn tp_deleted_here() f64 {
+    return @floatFromInt(deleted_here);
+}
+
+// Empty functions of the signatures the JS import and export call (dlpk_import_versioned,
+// dlpk_journal_release, dlpk_export_array, dlpk_export_dispose): the benchmark's floor is their
+// FFI cost plus the native work alone.
+export fn tp_nop_import(address: f64) i32 {
+    _ = address;
+    return 0;
+}
+
+export fn tp_nop_release(owner: f64) void {
+    _ = owner;
+}
+
+export fn tp_nop_export(buffer: ?[*]u8, realm: f64, id: f64, bytes: f64, word: u32) f64 {
+    _ = .{ buffer, realm, id, bytes, word };
+    return 1;
+}
+
+export fn tp_nop_dispose(entry: f64) f64 {
+    _ = entry;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Benchmark producer of tensors in memory nobody has seen: each in a page mapped for it alone
+// (the struct, its shape and 512 float32), at an address no earlier page used, as a producer whose
+// allocations keep mapping new memory. Their deleter does nothing: the pages are unmapped after a
+// timed loop, so the loop times the consumer alone.
+
+const page_bytes = std.heap.page_size_min;
+var fresh_next = std.atomic.Value(usize).init(0x3a80_0000_0000);
+
+const FreshTensor = struct {
+    managed: dlpack.ManagedTensorVersioned,
+    shape: [1]i64,
+};
+
+fn idleDeleter(_: *dlpack.ManagedTensorVersioned) callconv(.c) void {}
+
+/// Makes `count` versioned float32 tensors, each in a page of its own, writing their addresses
+/// into `out`; returns how many were made.
+export fn tp_fresh_tensors(count: u32, out: [*]f64) u32 {
+    const prot = std.posix.PROT.READ | std.posix.PROT.WRITE;
+    const anonymous: std.posix.MAP = .{ .TYPE = .PRIVATE, .ANONYMOUS = true };
+    for (0..count) |i| {
+        const at = fresh_next.fetchAdd(16 * page_bytes, .monotonic);
+        const region = std.posix.mmap(@ptrFromInt(at), page_bytes, prot, anonymous, -1, 0) catch
+            return @intCast(i);
+        const t: *FreshTensor = @ptrCast(@alignCast(region.ptr));
+        t.shape = .{512};
+        t.managed = .{
+            .version = .{ .major = 1, .minor = 3 },
+            .manager_ctx = null,
+            .deleter = idleDeleter,
+            .flags = 0,
+            .dl_tensor = .{
+                .data = region.ptr + 128,
+                .device = .{ .device_type = 1, .device_id = 0 },
+                .ndim = 1,
+                .dtype = .{ .code = 2, .bits = 32, .lanes = 1 },
+                .shape = &t.shape,
+                .strides = null,
+                .byte_offset = 0,
+            },
+        };
+        out[i] = @floatFromInt(@intFromPtr(t));
+    }
+    return count;
+}
+
+/// Unmaps the pages of `count` tensors `tp_fresh_tensors` made (after they were released).
+export fn tp_fresh_unmap(tensors: [*]const f64, count: u32) void {
+    for (tensors[0..count]) |address| {
+        const region: [*]align(page_bytes) u8 = @ptrFromInt(@as(usize, @intFromFloat(address)));
+        std.posix.munmap(region[0..page_bytes]);
+    }
+}
+
+/// Maps `pairs` more pairs of pages, a read-write one next to a read-only one (two mappings that
+/// never merge); never unmapped. Returns how many pairs were mapped.
+export fn tp_add_mappings(pairs: u32) u32 {
+    const prot = std.posix.PROT.READ | std.posix.PROT.WRITE;
+    const anonymous: std.posix.MAP = .{ .TYPE = .PRIVATE, .ANONYMOUS = true };
+    for (0..pairs) |i| {
+        const region = std.posix.mmap(null, 2 * page_bytes, prot, anonymous, -1, 0) catch
+            return @intCast(i);
+        std.posix.mprotect(@alignCast(region[page_bytes..]), std.posix.PROT.READ) catch
+            return @intCast(i);
+    }
+    return pairs;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bulk helpers for the thread and soak tests (tests/reliability/threads.test.ts, tests/soak/):
 // many tensors per FFI call, and releases that run on native threads while the JS thread keeps
@@ -450,25 +565,55 @@ var guard_region = std.atomic.Value(usize).init(0);
 /// process; returns the first page's address, or 0 when the platform or the address refuses.
 export fn tp_guard_region() usize {
     if (guard_region.load(.acquire) != 0) return guard_region.load(.acquire);
-    if (@import("builtin").os.tag != .linux) return 0;
     const page = std.heap.page_size_min;
-    const hint: usize = 0x3d00_0000_0000;
+    const region = mapAt(0x3d00_0000_0000, 3) orelse return 0;
+    std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE) catch return 0;
+    std.posix.munmap(@alignCast(region[2 * page ..]));
+    guard_region.store(@intFromPtr(region.ptr), .release);
+    return @intFromPtr(region.ptr);
+}
+
+/// `pages` read-write pages mapped at `hint` exactly (Linux), else null.
+fn mapAt(hint: usize, pages: usize) ?[]align(std.heap.page_size_min) u8 {
+    if (@import("builtin").os.tag != .linux) return null;
     const region = std.posix.mmap(
         @ptrFromInt(hint),
-        3 * page,
+        pages * std.heap.page_size_min,
         std.posix.PROT.READ | std.posix.PROT.WRITE,
         .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
         -1,
         0,
-    ) catch return 0;
-    if (@intFromPtr(region.ptr) != hint) {
-        std.posix.munmap(region);
-        return 0;
-    }
-    std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE) catch return 0;
-    std.posix.munmap(@alignCast(region[2 * page ..]));
-    guard_region.store(hint, .release);
-    return hint;
+    ) catch return null;
+    if (@intFromPtr(region.ptr) == hint) return region;
+    std.posix.munmap(region);
+    return null;
+}
+
+/// The permissions every byte of [first, end) has, from this process's /proc/self/maps, read
+/// here independently of the library (tests/native/listing.zig): 0 when any byte is not readable,
+/// 1 when all are readable, 3 when all are also writable (-1: no listing). For the models of the JS
+/// fuzz tests (a Deno test may not read /proc/self/maps without --allow-all). Addresses as 32-bit
+/// halves, so any 64-bit value crosses every runtime's FFI exactly.
+export fn tp_listed_access(first_lo: u32, first_hi: u32, end_lo: u32, end_hi: u32) i32 {
+    const first = @as(u64, first_hi) << 32 | first_lo;
+    const end = @as(u64, end_hi) << 32 | end_lo;
+    return @intFromEnum(listing.access(first, end) orelse return -1);
+}
+
+var readonly_region = std.atomic.Value(usize).init(0);
+
+/// Two pages at an address this process never used before: the first read-write, the second
+/// read-only (PROT_READ), both holding the float32 values 0, 1, 2, ... Made once per process;
+/// returns the first page's address, or 0 when the platform or the address refuses.
+export fn tp_readonly_region() usize {
+    if (readonly_region.load(.acquire) != 0) return readonly_region.load(.acquire);
+    const page = std.heap.page_size_min;
+    const region = mapAt(0x3d10_0000_0000, 2) orelse return 0;
+    const values: [*]f32 = @ptrCast(region.ptr);
+    for (0..2 * page / 4) |i| values[i] = @floatFromInt(i);
+    std.posix.mprotect(@alignCast(region[page..]), std.posix.PROT.READ) catch return 0;
+    readonly_region.store(@intFromPtr(region.ptr), .release);
+    return @intFromPtr(region.ptr);
 }
 
 /// The page size the guard region uses.

@@ -3,12 +3,14 @@
 // random, often hostile tensors of both generations; each one is refused with a DLPackError whose
 // code an independent model (BigInt arithmetic) allows and the deleter ran exactly once, or it is
 // accepted with every field as the model says, its array() span inside the producer's allocation
-// and every element readable, and disposing it runs the deleter once. Live counters return.
+// and every element readable, and disposing it runs the deleter once. Live counters return. The
+// data range of host memory at a fake address must be readable (judged from /proc/self/maps, read
+// by the test producer), and is read-only where it cannot be written.
 import assert from "node:assert/strict";
 import { deviceCode, DLPackError, exportDLPack, fromDLPack, importDLPack } from "../../mod.ts";
 import type { BufferView } from "../../mod.ts";
 import { runtime } from "../../ffi/mod.ts";
-import { deleted, make, tp } from "../support/producer.ts";
+import { deleted, listedAccess, make, tp } from "../support/producer.ts";
 import { test } from "../support/harness.ts";
 import { live } from "../support/assertions.ts";
 import { Rng } from "../support/rng.ts";
@@ -135,6 +137,8 @@ interface Model {
   max: bigint;
   lo: bigint;
   hi: bigint;
+  /** Accepted read-only because its data cannot be written. */
+  dataReadOnly: boolean;
 }
 
 const floorDiv = (a: bigint, b: bigint) => (a >= 0n ? a / b : -((-a + b - 1n) / b));
@@ -150,6 +154,7 @@ function modelLayout(c: Case): Model {
     max: 0n,
     lo: 0n,
     hi: 0n,
+    dataReadOnly: false,
   };
   if (c.versioned && c.major !== 1) {
     m.codes.add("version");
@@ -216,6 +221,12 @@ function modelPlacement(c: Case, m: Model, data: bigint): void {
     m.codes.add("overflow");
     return;
   }
+  // The data range of host memory, checked natively once everything else holds.
+  if (m.codes.size === 0 && !m.empty && HOST.has(c.deviceType)) {
+    const access = c.data === "alloc" ? "rw" : listedAccess(address + m.lo, address + m.hi);
+    if (access === "none") m.codes.add("null_data");
+    m.dataReadOnly = access === "r";
+  }
   // Addresses reach JS as numbers: element 0 at or beyond 2^53 is refused on the JS side.
   if (m.codes.size === 0 && address >= EXACT) m.codes.add("overflow");
 }
@@ -252,11 +263,11 @@ function checkView(c: Case, m: Model, view: BufferView, data: bigint): void {
   assert.equal(view.device.id, c.deviceId, "device id");
   if (c.versioned) {
     assert.deepEqual(view.version, { major: 1, minor: Math.min(c.minor, 2 ** 31 - 1) });
-    assert.equal(view.access, (c.flags & 1n) !== 0n ? "readonly" : "readwrite");
+    assert.equal(view.access, (c.flags & 1n) !== 0n || m.dataReadOnly ? "readonly" : "readwrite");
     assert.equal(view.flags.subbytePadded, (c.flags & 4n) !== 0n);
   } else {
     assert.equal(view.version, null);
-    assert.equal(view.access, "unknown");
+    assert.equal(view.access, m.dataReadOnly ? "readonly" : "unknown");
   }
 }
 

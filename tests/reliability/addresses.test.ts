@@ -1,6 +1,7 @@
-// Addresses that lie: unmapped and garbage structs, unreadable shape and strides arrays, deleters
-// that are not code, structs of the wrong generation (foreign ones and this library's own), and
-// one of this library's exports imported twice. Each must end in a DLPackError naming what was
+// Addresses that lie: unmapped and garbage structs, unreadable shape and strides arrays, data that
+// was never readable, data in read-only memory, deleters that are not code, structs of the wrong
+// generation (foreign ones and this library's own), and one of this library's exports imported
+// twice. Each must end in a DLPackError naming what was
 // wrong, with every deleter called at most once and stats() back where it was. Every case that
 // crashed the process before runs in a child process, so a crash fails the test, not the runner.
 import assert from "node:assert/strict";
@@ -12,9 +13,9 @@ import { guardRegion } from "../support/hostile_memory.ts";
 
 const prelude = `
 import assert from "node:assert/strict";
-import { DLPackError, exportDLPack, exportDLPackLegacy, importDLPack, stats } from "${repoRoot}/mod.ts";
+import { DLPackError, exportDLPack, exportDLPackLegacy, fromArrayInterface, fromDLPack, importDLPack, stats } from "${repoRoot}/mod.ts";
 import { deleted, make } from "${repoRoot}/tests/support/producer.ts";
-import { freeUncounted, guardRegion, OFFSETS, randomBytes, setWord } from "${repoRoot}/tests/support/hostile_memory.ts";
+import { freeUncounted, guardRegion, OFFSETS, randomBytes, readOnlyRegion, setWord } from "${repoRoot}/tests/support/hostile_memory.ts";
 
 function refused(fn, code, message) {
   let error;
@@ -134,6 +135,113 @@ for (const versioned of [true, false]) {
     }
   }
 }
+`);
+}, { skip: linuxOnly });
+
+test("data that was never readable: address 16, 2^53 - 8, the top of user space, PROT_NONE, unmapped, running into either", () => {
+  // Each imported fine before, and the first get(), array(), console.log(), toArray(), copy() or
+  // fill() killed the process.
+  isolated(`
+const g = guardRegion();
+const places = [16, 2 ** 53 - 8, 2 ** 47 - 8];
+if (g !== null) places.push(g.protNone, g.unmapped, g.protNone - 4, g.protNone + 4096 - 4);
+let expected = deletedBefore;
+for (const versioned of [true, false]) {
+  for (const address of places) {
+    const shown = "0x" + address.toString(16);
+    const made = make({ versioned, shape: [2], data: address });
+    refused(() => importDLPack(made.source), "null_data",
+      new RegExp("the data at " + shown + " \\\\(the 8 bytes its shape and strides reach\\\\) is not all in " +
+        "readable memory .*nothing of it was read; the producer's deleter was called"));
+    expected += 1;
+    assert.equal(deleted(), expected, "the deleter ran exactly once");
+    refused(() => fromDLPack(make({ versioned, shape: [2], data: address }).source), "null_data", /the data at/);
+    expected += 1;
+  }
+  if (g === null) continue;
+  // A negative stride reaching below a mapping's first byte.
+  const below = make({ versioned, shape: [3], strides: [-1], data: g.readable + 4 });
+  refused(() => importDLPack(below.source), "null_data",
+    new RegExp("the data at 0x" + (g.readable - 4).toString(16) + " \\\\(the 12 bytes"));
+  expected += 1;
+}
+assert.equal(deleted(), expected);
+`);
+});
+
+test("fromArrayInterface of data that is not readable: refused, keepAlive released once", () => {
+  isolated(`
+const g = guardRegion();
+const places = [16, 2 ** 47 - 16];
+if (g !== null) places.push(g.protNone, g.unmapped, g.protNone - 8);
+for (const address of places) {
+  let releases = 0;
+  refused(() => fromArrayInterface({ data: [address, false], shape: [4], typestr: "<f4" }, { dispose() { releases++; } }),
+    "null_data", /the data at 0x[0-9a-f]+ \\(the 16 bytes/);
+  stats(); // the pin's release reaches JS at the next library call
+  assert.equal(releases, 1, "keepAlive released once");
+}
+// Empty arrays point anywhere, as before.
+fromArrayInterface({ data: [16, false], shape: [0], typestr: "<f4" }).dispose();
+`);
+});
+
+test("size-0 tensors accept NULL and any data, as before", () => {
+  isolated(`
+for (const versioned of [true, false]) {
+  for (const data of ["null", 16, 2 ** 47 - 8]) {
+    const v = importDLPack(make({ versioned, shape: [3, 0], data }).source);
+    assert.equal(v.size, 0);
+    assert.equal(v.toArray().length, 0);
+    v.dispose();
+  }
+}
+assert.equal(deleted(), deletedBefore + 6);
+`);
+});
+
+test("data in read-only memory: a read-only view whatever the producer said, in both generations", () => {
+  isolated(`
+const r = readOnlyRegion();
+for (const versioned of [true, false]) {
+  const v = importDLPack(make({ versioned, shape: [4], data: r.readOnly }).source);
+  assert.equal(v.access, "readonly");
+  assert.equal(v.flags.readOnly, true);
+  assert.deepEqual([...v.toArray()], [1024, 1025, 1026, 1027]);
+  assert.equal(v.get(3), 1027);
+  refused(() => v.set(1, 0), "readonly", /cannot be written in this process/);
+  refused(() => v.fill(0), "readonly", /read-only/);
+  refused(() => v.copyFrom(new Float32Array(4)), "readonly", /read-only/);
+  refused(() => v.assumeWritable(), "readonly", /cannot be written in this process.*assumeWritable\\(\\) cannot override/);
+  refused(() => exportDLPackLegacy(v), "readonly", /cannot mark data read-only/);
+  // Exported again, it says so; imported again, it is still read-only.
+  const again = importDLPack(exportDLPack(v));
+  assert.equal(again.access, "readonly");
+  assert.equal(again.get(0), 1024);
+  again.dispose();
+  v.dispose();
+}
+// From the writable page into the read-only one: read-only; inside the writable page: as declared.
+const across = importDLPack(make({ shape: [4], data: r.readOnly - 8 }).source);
+assert.equal(across.access, "readonly");
+assert.deepEqual([...across.toArray()], [1022, 1023, 1024, 1025]);
+across.dispose();
+const writable = importDLPack(make({ shape: [4], data: r.writable }).source);
+assert.equal(writable.access, "readwrite");
+assert.equal(writable.flags.readOnly, false);
+writable.set(7, 0);
+assert.equal(writable.get(0), 7);
+writable.set(0, 0);
+writable.dispose();
+const legacy = importDLPack(make({ versioned: false, shape: [4], data: r.writable }).source);
+assert.equal(legacy.access, "unknown");
+legacy.dispose();
+// The array interface's data[1] = false cannot make read-only memory writable either.
+const iface = fromArrayInterface({ data: [r.readOnly, false], shape: [2], typestr: "<f4" });
+assert.equal(iface.access, "readonly");
+assert.deepEqual([...iface.toArray()], [1024, 1025]);
+iface.dispose();
+assert.equal(deleted(), deletedBefore + 5);
 `);
 }, { skip: linuxOnly });
 

@@ -1,6 +1,7 @@
 /**
  * Hostile memory for the address tests (tests/native/testprod.zig): a guard region of a readable,
- * a PROT_NONE and an unmapped page, structs of random bytes, and fields overwritten in place.
+ * a PROT_NONE and an unmapped page, a read-only page, structs of random bytes, and fields
+ * overwritten in place.
  * @module
  */
 import { findLibrary, openLibrary } from "../../ffi/mod.ts";
@@ -9,6 +10,7 @@ const lib = openLibrary(
   findLibrary("DLPACK_TESTPROD_LIB", "dlpack_testprod"),
   {
     tp_guard_region: { args: [], returns: "usize" },
+    tp_readonly_region: { args: [], returns: "usize" },
     tp_page_size: { args: [], returns: "u32" },
     tp_set_word: { args: ["usize", "u32", "u32", "u32"], returns: "void" },
     tp_get_word: { args: ["usize", "u32"], returns: "f64" },
@@ -30,6 +32,14 @@ export function guardRegion(): { readable: number; protNone: number; unmapped: n
   if (base === 0) return null;
   const page = lib.symbols.tp_page_size();
   return { readable: base, protNone: base + page, unmapped: base + 2 * page };
+}
+
+/** Two pages holding the float32 values 0, 1, 2, ...: `writable` read-write, `readOnly` (right
+ * after it) PROT_READ; null where the platform does not make them (not Linux). */
+export function readOnlyRegion(): { writable: number; readOnly: number } | null {
+  const base = lib.symbols.tp_readonly_region();
+  if (base === 0) return null;
+  return { writable: base, readOnly: base + lib.symbols.tp_page_size() };
 }
 
 /** Overwrites the 8-byte word at `offset` bytes into the struct at `address`. */

@@ -25,6 +25,18 @@ const lib = openLibrary(
     tp_release_start: { args: ["buffer", "u32", "u32"], returns: "usize" },
     tp_release_done: { args: ["usize"], returns: "u32" },
     tp_release_wait: { args: ["usize"], returns: "void" },
+    tp_listed_access: { args: ["u32", "u32", "u32", "u32"], returns: "i32" },
+    tp_fresh_tensors: { args: ["u32", "buffer"], returns: "u32" },
+    tp_fresh_unmap: { args: ["buffer", "u32"], returns: "void" },
+    tp_add_mappings: { args: ["u32"], returns: "u32" },
+    // For the benchmark (bench/): a per-thread counting producer, and empty functions of the
+    // import's and export's FFI signatures.
+    tp_static_tensor_local: { args: ["f64", "u32"], returns: "usize" },
+    tp_deleted_here: { args: [], returns: "f64" },
+    tp_nop_import: { args: ["f64"], returns: "i32" },
+    tp_nop_release: { args: ["f64"], returns: "void" },
+    tp_nop_export: { args: ["buffer", "f64", "f64", "f64", "u32"], returns: "f64" },
+    tp_nop_dispose: { args: ["f64"], returns: "f64" },
   } as const,
 );
 
@@ -97,6 +109,16 @@ export function make(spec: TensorSpec = {}): Made {
     source: versioned ? { versioned: address } : { legacy: address },
     bytes: (length: number) => new Uint8Array(runtime().arrayBuffer(dataAddress, length)),
   };
+}
+
+/** What every byte of [first, end) allows, from this process's /proc/self/maps (read natively by
+ * the test producer, independently of the library): "none", "r" or "rw". */
+export function listedAccess(first: bigint, end: bigint): "none" | "r" | "rw" {
+  if (first < 0n || end > 2n ** 64n - 1n) return "none";
+  const half = (v: bigint, shift: bigint) => Number((v >> shift) & 0xffff_ffffn);
+  const access = tp.tp_listed_access(half(first, 0n), half(first, 32n), half(end, 0n), half(end, 32n));
+  if (access < 0) throw new Error("the test producer could not read /proc/self/maps");
+  return access === 3 ? "rw" : access === 1 ? "r" : "none";
 }
 
 /** Makes `count` tensors from one spec in one native call; returns their addresses. */

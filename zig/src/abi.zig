@@ -79,6 +79,10 @@ pub const Status = enum(i32) {
     already_imported = 23,
     /// One of this library's exports whose deleter already ran.
     released_export = 24,
+    /// The data range of a tensor in host memory (every byte its shape and strides reach) is not
+    /// all in readable memory: unmapped, PROT_NONE, or past the end of a mapping (`detail_found`:
+    /// its first byte, `detail_limit`: its length in bytes). Nothing of it was read.
+    unmapped_data = 25,
     _,
 };
 
@@ -110,6 +114,43 @@ pub const ObjectCheck = enum(i32) {
     metatype = 3,
 };
 
+/// The option bits of `dlpk_io_map`.
+pub const io_option = struct {
+    /// A private copy-on-write mapping, readable and writable: a write changes this process's
+    /// copy of the page, never the file.
+    pub const writable: u32 = 1 << 0;
+    /// The file is read into library memory (an allocation) instead of being mapped.
+    pub const copy: u32 = 1 << 1;
+};
+
+/// Statuses of the file calls (`dlpk_io_*`), kept clear of `Status` and `PythonStatus`. The
+/// details go to the caller's `Description`: for `os`, `detail_dim` is the call (`mapped.Call`),
+/// `detail_found` the `mapped.Failure` and `detail_limit` the OS's errno.
+pub const IoStatus = enum(i32) {
+    ok = 0,
+    /// The path is empty, holds a NUL byte, or has `mapped.path_max` bytes or more.
+    bad_path = 60,
+    /// A system call failed.
+    os = 61,
+    /// Not a regular file: `detail_found` is what it is (`mapped.Kind`).
+    not_regular = 62,
+    /// More bytes than the caller's limit: `detail_found` the size, `detail_limit` the limit.
+    too_large = 63,
+    /// No bytes at all.
+    empty = 64,
+    /// The size changed while the file was read: `detail_found` bytes read, `detail_limit` the
+    /// size it had when it was opened.
+    changed = 65,
+    /// The file opened is not the one looked at just before (renamed over in between).
+    replaced = 66,
+    /// `detail_found`: the bytes asked for.
+    out_of_memory = 67,
+    /// Not on this OS.
+    unsupported = 68,
+    /// The writer handle is not one `dlpk_io_create` made, or was finished already.
+    bad_writer = 69,
+};
+
 /// Library statuses of the CUDA calls; a positive status is the driver's CUresult.
 pub const CudaStatus = enum(i32) {
     /// No usable driver (`dlpk_cuda_reason` says why).
@@ -129,6 +170,9 @@ pub const layout = struct {
     /// The device claim was confirmed (host memory, or the CUDA driver agreed). Without it the
     /// view is unverified.
     pub const device_verified: u32 = 1 << 8;
+    /// The data lies in memory this process cannot write (a read-only mapping): the import is
+    /// read-only whatever the producer said, and READ_ONLY is set in `flags` too.
+    pub const data_readonly: u32 = 1 << 9;
 };
 
 /// Values of `Description.detail_dim` that are not a dimension.

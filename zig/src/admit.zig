@@ -1,7 +1,9 @@
 //! The steps of every import, in the order each entry that imports takes them (`sequence`: the C
 //! imports of c_core.zig, python.zig's capsules, exchange.zig's tables):
-//! 1. validate the struct (describe.zig: reads memory, calls nothing);
-//! 2. check its device claim (verify.zig: may open the CUDA driver);
+//! 1. validate the struct (describe.zig: reads memory, calls nothing; last, the data range of
+//!    CPU memory against the process's mappings);
+//! 2. check its device claim (verify.zig: CUDA claims against the driver, which it may open; the
+//!    data range of other host memory against the mappings);
 //! 3. take it when it is one of this library's exports (one export, one import);
 //! 4. record the owner that will call its deleter (owner.zig).
 //! What a refusal does to the producer differs per entry (`Refusal`); and a struct that is not

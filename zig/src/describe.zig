@@ -1,8 +1,9 @@
 //! Import validation: reads a managed tensor of either generation, checks every field before any
 //! byte of tensor data is touched, and writes a flat `Description` the JS side reads in one go.
 //! It only reads memory: it calls no deleter, no driver and no allocator. (Whether memory is
-//! readable comes from mappings.zig's table, which reads /proc/self/maps again on a miss.) The
-//! device claim is checked next, by verify.zig; admit.zig lists the whole sequence.
+//! readable comes from mappings.zig, which asks the kernel about what it has not seen.) Its last
+//! check is that every byte of a CPU tensor's data is readable. The device claim, and the data
+//! range of other host memory, are checked next, by verify.zig; admit.zig lists the sequence.
 
 const std = @import("std");
 const assert = std.debug.assert;
@@ -203,7 +204,7 @@ fn describeTensor(
     }
     // From here on, in a non-empty tensor every extent is at most 2^53: exact as f64.
     assert(dims.empty or dims.size <= exact_max);
-    return describeSpan(t, options, out, dims);
+    return describeSpan(t, options, out, dims, span);
 }
 
 /// A tensor's shape and strides pointers, as read once from its struct.
@@ -347,6 +348,7 @@ fn describeSpan(
     options: Options,
     out: *Description,
     dims: Dims,
+    span: mappings.Span,
 ) Status {
     const empty = dims.empty;
     const limit: i64 = exact_max;
@@ -387,6 +389,12 @@ fn describeSpan(
     {
         return out.refuse(.overflow, detail_dim.none, 0, 0);
     }
+    var layout = dims.layout;
+    if (!empty and t.device.device_type == @intFromEnum(dlpack.DeviceType.cpu)) {
+        const first = address - @as(u64, @intCast(-lo_bytes));
+        const end = address + @as(u64, @intCast(hi_bytes));
+        if (checkData(first, end, span, out, &layout)) |refused| return refused;
+    }
     // Both fit in u64: size <= 2^53 and slot_bits <= 128.
     const nbytes: u64 = (dims.size * @as(u64, @intCast(slot_bits)) + 7) / 8;
     out.setAddress(address);
@@ -395,9 +403,35 @@ fn describeSpan(
     out.nbytes = @floatFromInt(nbytes);
     out.min_offset = @floatFromInt(dims.min);
     out.max_offset = @floatFromInt(dims.max);
-    out.layout = dims.layout;
-    assert(out.layout & ~abi.layout.mask == 0);
+    out.layout = layout;
+    assert(out.layout & ~(abi.layout.mask | abi.layout.data_readonly) == 0);
     return .ok;
+}
+
+/// The data range of CPU memory, [first, end): every byte readable, else refused; where
+/// any of it cannot be written the import is read-only (READ_ONLY set, as if the producer had).
+/// The last check, and the hot path's: small tensors often lie in the mapping of their struct
+/// (`span`, the heap), else a look at the data ranges remembered. (verify.zig checks other host
+/// memory after its device claim.)
+inline fn checkData(
+    first: u64,
+    end: u64,
+    span: mappings.Span,
+    out: *Description,
+    layout: *u32,
+) ?Status {
+    assert(first < end);
+    const writable = mappings.perm_read | mappings.perm_write;
+    if (first >= span.lo and end <= span.hi and span.perms & writable == writable) return null;
+    const perms = mappings.dataRangeAccess(first, end);
+    if (perms == 0) {
+        return out.refuse(.unmapped_data, detail_dim.none, asI64(first), @intCast(end - first));
+    }
+    if (perms & mappings.perm_write == 0) {
+        out.flags |= @truncate(dlpack.flag.read_only);
+        layout.* |= abi.layout.data_readonly;
+    }
+    return null;
 }
 
 /// numpy's contiguity rules for a non-empty tensor: extent-1 dims carry no stride requirement.
@@ -776,6 +810,57 @@ test "structs and arrays outside readable memory are refused before they are rea
         try testing.expectEqual(detail_dim.unreadable, f.out.detail_dim);
         f.managed.dl_tensor.strides = &f.strides;
     }
+    try testing.expectEqual(Status.ok, f.run());
+}
+
+test "data outside readable memory is refused; data in read-only memory is imported read-only" {
+    if (@import("builtin").os.tag != .linux or !mappings.available()) return error.SkipZigTest;
+    const page = std.heap.page_size_min;
+    const prot = std.posix.PROT;
+    const region = try mappings.freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.NONE });
+    defer std.posix.munmap(region);
+    const base = @intFromPtr(region.ptr);
+    var f: Fixture = undefined;
+    f.init(f32_t, &.{ 2, 2 }, &.{ 2, 1 });
+    const bad = [_]usize{ 16, base + 2 * page, base + 2 * page - 8, (1 << 47) - 8, (1 << 53) - 8 };
+    for (bad) |data| {
+        f.managed.dl_tensor.data = @ptrFromInt(data);
+        f.legacy.dl_tensor.data = @ptrFromInt(data);
+        try testing.expectEqual(Status.unmapped_data, f.run());
+        try testing.expectEqual(@as(i64, @intCast(data)), f.out.detail_found);
+        try testing.expectEqual(@as(i64, 16), f.out.detail_limit);
+        try testing.expectEqual(Status.unmapped_data, f.runLegacy());
+    }
+    // Read-only memory: READ_ONLY whatever the producer said, in both generations.
+    f.managed.dl_tensor.data = @ptrFromInt(base + page);
+    f.legacy.dl_tensor.data = @ptrFromInt(base + page);
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(u32, 1), f.out.flags);
+    try testing.expect(f.out.layout & abi.layout.data_readonly != 0);
+    try testing.expectEqual(Status.ok, f.runLegacy());
+    try testing.expectEqual(@as(u32, 1), f.out.flags);
+    // From the writable page into the read-only one: read-only; a negative stride reaching back
+    // into the writable page from the read-only one too.
+    f.managed.dl_tensor.data = @ptrFromInt(base + page - 8);
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(u32, 1), f.out.flags);
+    f.init(f32_t, &.{4}, &.{-1});
+    f.managed.dl_tensor.data = @ptrFromInt(base + page + 4);
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(u32, 1), f.out.flags);
+    f.managed.dl_tensor.data = @ptrFromInt(base + 12);
+    try testing.expectEqual(Status.ok, f.run());
+    try testing.expectEqual(@as(u32, 0), f.out.flags);
+    try testing.expectEqual(@as(u32, 0), f.out.layout & abi.layout.data_readonly);
+    f.managed.dl_tensor.data = @ptrFromInt(base + 8);
+    try testing.expectEqual(Status.unmapped_data, f.run());
+    // Empty tensors point anywhere; device memory is no host mapping (the driver's to check).
+    f.init(f32_t, &.{ 3, 0 }, &.{ 1, 1 });
+    f.managed.dl_tensor.data = @ptrFromInt(16);
+    try testing.expectEqual(Status.ok, f.run());
+    f.init(f32_t, &.{2}, &.{1});
+    f.managed.dl_tensor.device.device_type = @intFromEnum(dlpack.DeviceType.cuda);
+    f.managed.dl_tensor.data = @ptrFromInt(16);
     try testing.expectEqual(Status.ok, f.run());
 }
 

@@ -6,6 +6,7 @@ const builtin = @import("builtin");
 const assert = std.debug.assert;
 const abi = @import("abi.zig");
 const dlpack = @import("dlpack.zig");
+const stream = @import("stream.zig");
 const transpose = @import("transpose.zig");
 
 // ---------------------------------------------------------------------------------------------
@@ -130,9 +131,10 @@ fn coalesce(shape_in: []const i64, strides_in: []const i64) Coalesced {
 }
 
 /// Copies a strided tensor (element 0 at `src`, strides in elements) into `dst` in C order.
-/// Dimensions are coalesced first so contiguous runs become single memcpys. The caller checked
-/// the layout: extents are not negative and at most 2^53 elements in all, and every element lies
-/// in memory it may read.
+/// Dimensions are coalesced first so contiguous runs become single memcpys. A copy of at least
+/// `stream.bytes_min` streams its output past the caches where the target can. The caller checked
+/// the layout: extents are not negative and at most 2^53 elements in all, every element lies in
+/// memory it may read, and `dst` does not overlap the source.
 pub fn copyStrided(
     dst: [*]u8,
     src: [*]const u8,
@@ -151,6 +153,8 @@ pub fn copyStrided(
     }
     const ndim = c.ndim;
     const item: i64 = @intCast(itemsize);
+    var elements: usize = 1;
+    for (c.shape[0..ndim]) |extent| elements *= @intCast(extent);
     // A strided innermost dimension (a transpose, a column slice) is copied in square tiles of the
     // last two dims, so every cache line read serves several rows of the output.
     const inner_jump = @abs(c.strides[ndim - 1]) * itemsize;
@@ -159,6 +163,7 @@ pub fn copyStrided(
         @abs(c.strides[ndim - 2]) < @abs(c.strides[ndim - 1]);
     const kernel: Kernel = .{
         .tiled = tiled,
+        .streaming = stream.worthwhile(elements * itemsize),
         .itemsize = itemsize,
         .rows = if (tiled) @intCast(c.shape[ndim - 2]) else 1,
         .cols = @intCast(c.shape[ndim - 1]),
@@ -175,7 +180,10 @@ pub fn copyStrided(
         // Odometer over the dims outside the kernel.
         var d = outer;
         while (true) {
-            if (d == 0) return;
+            if (d == 0) {
+                if (kernel.streaming) stream.fence();
+                return;
+            }
             d -= 1;
             index[d] += 1;
             offset += c.strides[d] * item;
@@ -189,6 +197,8 @@ pub fn copyStrided(
 /// What one step of the odometer copies: a tile of the last two dims, or a run of the last one.
 const Kernel = struct {
     tiled: bool,
+    /// The output streams past the caches (the copy fences once at its end).
+    streaming: bool,
     itemsize: usize,
     rows: usize,
     cols: usize,
@@ -210,10 +220,16 @@ const Kernel = struct {
                 .cols = self.cols,
                 .row_stride_bytes = self.row_stride_bytes,
                 .col_stride_bytes = self.col_stride_bytes,
-            }, self.itemsize);
+            }, self.itemsize, self.streaming);
         } else if (self.col_stride_bytes == @as(i64, @intCast(self.itemsize))) {
             const bytes = self.blockBytes();
-            @memcpy(dst[0..bytes], src[0..bytes]);
+            if (self.streaming) {
+                stream.copy(dst, src, bytes);
+            } else {
+                @memcpy(dst[0..bytes], src[0..bytes]);
+            }
+        } else if (self.streaming) {
+            copyRunStreamed(dst, src, self.itemsize, self.cols, self.col_stride_bytes);
         } else {
             copyRun(dst, src, self.itemsize, self.cols, self.col_stride_bytes);
         }
@@ -245,6 +261,68 @@ fn copyRun(dst: [*]u8, src: [*]const u8, itemsize: usize, count: usize, stride_b
         @memcpy(dst[k * itemsize ..][0..itemsize], s[0..itemsize]);
         s = offsetPtr(s, stride_bytes);
     }
+}
+
+/// `copyRun` with the whole cache lines of the output gathered a line at a time and streamed;
+/// the partial lines at either end (and runs whose items do not meet the lines) stored plainly.
+fn copyRunStreamed(
+    dst: [*]u8,
+    src: [*]const u8,
+    itemsize: usize,
+    count: usize,
+    stride_bytes: i64,
+) void {
+    const line_bytes = stream.cache_line_bytes;
+    const head_bytes = (line_bytes - @intFromPtr(dst) % line_bytes) % line_bytes;
+    inline for (.{ 1, 2, 4, 8, 16 }) |size| {
+        if (itemsize == size and head_bytes % size == 0) {
+            return streamRun(size, dst, src, count, stride_bytes, head_bytes / size);
+        }
+    }
+    copyRun(dst, src, itemsize, count, stride_bytes);
+}
+
+fn streamRun(
+    comptime size: usize,
+    dst: [*]u8,
+    src: [*]const u8,
+    count: usize,
+    stride_bytes: i64,
+    head_items: usize,
+) void {
+    @setRuntimeSafety(false); // addresses inside the validated span
+    const T = std.meta.Int(.unsigned, size * 8);
+    const per_line = stream.cache_line_bytes / size;
+    const head = @min(count, head_items);
+    const lines = (count - head) / per_line;
+    const tail = count - head - lines * per_line;
+    copyRun(dst, src, size, head, stride_bytes);
+    const step: usize = @bitCast(@as(isize, @intCast(stride_bytes)));
+    var at = @intFromPtr(src) +% head *% step;
+    var to = dst + head * size;
+    for (0..lines) |k| {
+        var line: [per_line]T align(stream.cache_line_bytes) = undefined;
+        // Every other item (real parts, one channel of two): two lines' worth read as one vector
+        // and the even items picked by a shuffle, where the odd item it reads past the line's
+        // last one lies before an item of the run (the run's last item may end the memory).
+        if (step == 2 * size and (k + 1 < lines or tail > 0)) {
+            const pair = @as(*align(1) const @Vector(2 * per_line, T), @ptrFromInt(at)).*;
+            line = @shuffle(T, pair, undefined, evenLanes(per_line));
+            at +%= 2 * stream.cache_line_bytes;
+        } else for (&line) |*item| {
+            item.* = @as(*align(1) const T, @ptrFromInt(at)).*;
+            at +%= step;
+        }
+        stream.line(to, @ptrCast(&line));
+        to += stream.cache_line_bytes;
+    }
+    copyRun(to, @ptrFromInt(at), size, tail, stride_bytes);
+}
+
+fn evenLanes(comptime n: usize) @Vector(n, i32) {
+    var lanes: [n]i32 = undefined;
+    for (&lanes, 0..) |*lane, k| lane.* = @intCast(2 * k);
+    return lanes;
 }
 
 const testing = std.testing;
@@ -400,6 +478,88 @@ test "strided copy: tiled transposes of every item size match element-by-element
                 try testing.expectEqualSlices(u8, want, got);
             };
         };
+    }
+}
+
+test "streamed strided runs: every item size and output alignment, ragged ends" {
+    if (!stream.available) return error.SkipZigTest;
+    const count = 300;
+    inline for (.{ 1, 2, 4, 8, 16 }) |size| {
+        const src = try testing.allocator.alloc(u8, 2 * count * size);
+        defer testing.allocator.free(src);
+        for (src, 0..) |*b, k| b.* = @truncate(k *% 29 +% k / 251);
+        const dst = try testing.allocator.alignedAlloc(u8, .@"64", count * size + 128);
+        defer testing.allocator.free(dst);
+        const want = try testing.allocator.alloc(u8, count * size);
+        defer testing.allocator.free(want);
+        for (0..count) |k| @memcpy(want[k * size ..][0..size], src[2 * k * size ..][0..size]);
+        for ([_]usize{ 0, 1, size, 64 - size, 64 }) |shift| for ([_]usize{ 0, 5, 17, count }) |n| {
+            @memset(dst, 0xA5);
+            copyRunStreamed(dst.ptr + shift, src.ptr, size, n, 2 * size);
+            stream.fence();
+            try testing.expectEqualSlices(u8, want[0 .. n * size], dst[shift..][0 .. n * size]);
+            for (dst[0..shift]) |b| try testing.expectEqual(@as(u8, 0xA5), b);
+            for (dst[shift + n * size ..]) |b| try testing.expectEqual(@as(u8, 0xA5), b);
+        };
+    }
+}
+
+test "streamed every-other runs read nothing past the run's last item" {
+    // The source's last item ends a page whose successor is not readable: a read past it faults.
+    if (!stream.available or builtin.os.tag != .linux) return error.SkipZigTest;
+    const page = std.heap.pageSize();
+    const region = try std.posix.mmap(
+        null,
+        2 * page,
+        std.posix.PROT.READ | std.posix.PROT.WRITE,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true },
+        -1,
+        0,
+    );
+    defer std.posix.munmap(region);
+    try std.posix.mprotect(@alignCast(region[page..]), std.posix.PROT.NONE);
+    for (region[0..page], 0..) |*b, k| b.* = @truncate(k *% 13);
+    var dst: [page]u8 align(64) = undefined;
+    inline for (.{ 1, 2, 4, 8, 16 }) |size| {
+        for ([_]usize{ 64 / size, 2 * 64 / size, 3 * 64 / size + 1 }) |count| {
+            const first = page - (2 * count - 1) * size;
+            copyRunStreamed(&dst, region.ptr + first, size, count, 2 * size);
+            stream.fence();
+            for (0..count) |k| {
+                const from = region[first + 2 * k * size ..][0..size];
+                try testing.expectEqualSlices(u8, from, dst[k * size ..][0..size]);
+            }
+        }
+    }
+}
+
+test "copies around the streaming threshold: contiguous and strided, aligned or not" {
+    const bytes_min = stream.bytes_min;
+    const src = try testing.allocator.alignedAlloc(u8, .@"64", 2 * bytes_min + 256);
+    defer testing.allocator.free(src);
+    for (src, 0..) |*b, k| b.* = @truncate(k *% 131 +% k / 509);
+    const dst = try testing.allocator.alignedAlloc(u8, .@"64", bytes_min + 256);
+    defer testing.allocator.free(dst);
+    for ([_]usize{ bytes_min - 1, bytes_min, bytes_min + 100 }) |bytes| {
+        for ([_]usize{ 0, 3 }) |shift| {
+            @memset(dst, 0xA5);
+            copyStrided(dst.ptr + shift, src.ptr + 1, 1, &.{@intCast(bytes)}, &.{1});
+            try testing.expectEqualSlices(u8, src[1..][0..bytes], dst[shift..][0..bytes]);
+            try testing.expectEqual(@as(u8, 0xA5), dst[shift + bytes]);
+        }
+    }
+    // Every other float32, the output just over the threshold, item-aligned and not line-aligned.
+    const count = bytes_min / 4 + 9;
+    const want = try testing.allocator.alloc(u32, count);
+    defer testing.allocator.free(want);
+    const words: [*]align(1) const u32 = @ptrCast(src.ptr);
+    for (want, 0..) |*w, k| w.* = words[2 * k];
+    for ([_]usize{ 0, 4 }) |shift| {
+        @memset(dst, 0xA5);
+        copyStrided(dst.ptr + shift, src.ptr, 4, &.{@intCast(count)}, &.{2});
+        const got = dst[shift..][0 .. 4 * count];
+        try testing.expectEqualSlices(u8, std.mem.sliceAsBytes(want), got);
+        try testing.expectEqual(@as(u8, 0xA5), dst[shift + 4 * count]);
     }
 }
 

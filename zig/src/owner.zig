@@ -9,6 +9,7 @@ const dlpack = @import("dlpack.zig");
 const stats = @import("stats.zig");
 const memory = @import("memory.zig");
 const cuda = @import("cuda.zig");
+const mapped = @import("mapped.zig");
 
 pub const Kind = enum(u8) {
     /// payload: a `DLManagedTensorVersioned*` from a producer.
@@ -27,6 +28,8 @@ pub const Kind = enum(u8) {
     cuda_host,
     /// payload: managed memory from `cuMemAllocManaged` (cuda.zig).
     cuda_managed,
+    /// payload: a file mapped by `mapped.map`, `bytes` long; the last release unmaps it.
+    mapping,
 };
 
 pub const Owner = struct {
@@ -95,6 +98,10 @@ pub fn createIn(realm: *Realm, kind: Kind, payload: usize, bytes: usize) error{O
         .pin => {
             stats.add(.pins, 1);
             stats.add(.pinned_bytes, @intCast(bytes));
+        },
+        .mapping => {
+            stats.add(.mappings, 1);
+            stats.add(.mapped_bytes, @intCast(bytes));
         },
     }
     return owner;
@@ -215,7 +222,7 @@ fn allocKind(kind: Kind) cuda.AllocKind {
         .cuda_device => .device,
         .cuda_host => .host,
         .cuda_managed => .managed,
-        .versioned, .legacy, .native, .pin => unreachable,
+        .versioned, .legacy, .native, .pin, .mapping => unreachable,
     };
 }
 
@@ -261,7 +268,7 @@ pub fn release(owner: *Owner) void {
             stats.add(.deleters_called, 1);
             freeRecord(owner);
         },
-        .native, .cuda_device, .cuda_host, .cuda_managed, .pin => releaseHeld(owner),
+        .native, .cuda_device, .cuda_host, .cuda_managed, .pin, .mapping => releaseHeld(owner),
     }
 }
 
@@ -282,6 +289,12 @@ noinline fn releaseHeld(owner: *Owner) void {
             cuda.free(allocKind(owner.kind), owner.device, owner.payload, owner.bytes);
             stats.add(.allocations, -1);
             stats.add(.allocation_bytes, -bytes);
+            freeRecord(owner);
+        },
+        .mapping => {
+            mapped.unmap(owner.payload, owner.bytes);
+            stats.add(.mappings, -1);
+            stats.add(.mapped_bytes, -bytes);
             freeRecord(owner);
         },
         // The record lives on until JS has read its id off the stack.

@@ -15,6 +15,9 @@ pub const Counter = enum(u8) {
     pins,
     pinned_bytes,
     deleters_called,
+    /// Files mapped by the tensors-on-disk entry that some view, share or export still holds.
+    mappings,
+    mapped_bytes,
 };
 
 pub const counter_count = @typeInfo(Counter).@"enum".fields.len;
