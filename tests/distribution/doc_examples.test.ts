@@ -2,7 +2,8 @@
 // python.ts, cuda.ts, io.ts: what JSR and editors show) and of README.md is run in a fresh process of the
 // runtime under test, its package specifiers ("dlpack-ts", "@dlpack-ts/dlpack" and their
 // subpaths) pointed at this checkout's entries. A block that is not a whole program says so with
-// ```ts ignore. And docs/api.md names every public name of the four entries.
+// ```ts ignore. So are the blocks of the docs/ pages listed in DOCS. And docs/api.md names every
+// public name of the four entries.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,6 +11,8 @@ import { repoRoot, runScript, test } from "../support/harness.ts";
 import { noPython } from "../support/python.ts";
 
 const ENTRIES = ["mod.ts", "python.ts", "cuda.ts", "io.ts"] as const;
+/** The pages of docs/ whose ```ts blocks are whole programs, run like the README's. */
+const DOCS = ["docs/api.md", "docs/numpy.md"] as const;
 
 /** The ```ts blocks of a Markdown text (or of a module doc, its ` * ` prefixes removed). */
 function blocks(text: string): { code: string; ignored: boolean }[] {
@@ -41,11 +44,15 @@ const examples = [
     blocks(moduleDoc(file)).map((b, i) => ({ where: `${file} module doc #${i + 1}`, ...b }))
   ),
   ...blocks(readFileSync(`${repoRoot}/README.md`, "utf8")).map((b, i) => ({ where: `README.md #${i + 1}`, ...b })),
+  ...DOCS.flatMap((file) =>
+    blocks(readFileSync(`${repoRoot}/${file}`, "utf8")).map((b, i) => ({ where: `${file} #${i + 1}`, ...b }))
+  ),
 ];
 
 test("the examples: every entry's module doc and README.md have runnable ones", () => {
   for (const file of ENTRIES) assert.ok(blocks(moduleDoc(file)).length > 0, `${file} shows no example`);
   assert.ok(examples.filter((e) => e.where.startsWith("README")).length >= 3);
+  for (const file of DOCS) assert.ok(examples.some((e) => e.where.startsWith(file)), `${file} shows no example`);
 });
 
 for (const example of examples) {
