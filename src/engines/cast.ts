@@ -23,9 +23,9 @@ import { formatDevice, isHostAccessible } from "../facts/devices.ts";
 import { listText } from "../facts/layout.ts";
 import { trunc, typedArrayLength } from "../facts/intrinsics.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
-import { releaseTop } from "../native/journal.ts";
-import { gather, jsBuffer, spanArray } from "./codec.ts";
-import { copyFromArray, type CopyOptions, refuseWrite, toHost } from "./copy.ts";
+import { jsBuffer } from "./codec.ts";
+import { copyFromArray, type CopyOptions, refuseWrite } from "./copy.ts";
+import { elementsOf } from "./values.ts";
 import type { StreamHandle } from "./streams.ts";
 import { allocateHost } from "./alloc.ts";
 import type { Owned, ViewState } from "./state.ts";
@@ -67,7 +67,7 @@ export function castCopy(view: ViewState, target: DTypeInfo): Owned {
         `toHost() it first, or copyFrom(src, { cast: true }) into a view of the target dtype there`,
     );
   }
-  const values = convert(f.info, gather(f, spanArray(view.address, f)), target, `astype(${target.name})`);
+  const values = convert(f.info, elementsOf(view), target, `astype(${target.name})`);
   const out = allocateHost(f.shape, target);
   copyFromArray(stateOfOwned(out), values, target.tag, undefined);
   return out;
@@ -84,7 +84,7 @@ export function castInto(dst: ViewState, src: ViewState, stream: StreamHandle | 
     );
   }
   refuseWrite(dst.access, "copyFrom");
-  const values = convert(s.info, valuesOf(src), d.info, `copyFrom(${s.info.name} -> ${d.info.name})`);
+  const values = convert(s.info, elementsOf(src), d.info, `copyFrom(${s.info.name} -> ${d.info.name})`);
   copyFromArray(dst, values, d.info.tag, stream);
 }
 
@@ -107,17 +107,6 @@ export function castArrayInto(
   refuseWrite(dst.access, "copyFrom");
   const values = convert(info, array, d.info, `copyFrom(${info.tag} -> ${d.info.name})`);
   copyFromArray(dst, values, d.info.tag, stream);
-}
-
-/** A view's elements in C order (the form of `toArray()`): device memory through a host copy,
- * released before this returns. */
-function valuesOf(view: ViewState): AnyTypedArray {
-  const f = view.facts;
-  if (f.device.type === "cpu" || isHostAccessible(f.device.type)) return gather(f, spanArray(view.address, f));
-  const host = toHost(view, undefined);
-  const values = gather(host.facts, spanArray(host.address, host.facts));
-  releaseTop(host.owner);
-  return values;
 }
 
 /** How one element is read: a number (the real part of a complex), a bigint, and for complex the

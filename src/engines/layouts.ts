@@ -7,14 +7,13 @@
  */
 import { DLPackError } from "../facts/errors.ts";
 import type { Scalar } from "../facts/dtypes.ts";
-import { isHostAccessible } from "../facts/devices.ts";
 import { axisOf, integerList, reshapeLayout, type Strided } from "../facts/shape.ts";
 import { layoutOf, listText } from "../facts/layout.ts";
 import { slots } from "../facts/intrinsics.ts";
-import { releaseTop } from "../native/journal.ts";
-import { decodeElement, gather, spanArray } from "./codec.ts";
+import { decodeElement } from "./codec.ts";
 import { derived } from "./derive.ts";
-import { copyOf, toHost } from "./copy.ts";
+import { copyOf } from "./copy.ts";
+import { elementsOf } from "./values.ts";
 import { type DerivedLayout, type Owned, viewFacts, type ViewState } from "./state.ts";
 
 /** `view.flip(axis?)`: the order of the elements reversed along `axis` (an integer or a list of
@@ -103,13 +102,7 @@ export function itemOf(view: ViewState): Scalar {
       `item() needs a view of exactly one element; this one has ${f.size} (shape ${listText(f.shape)})`,
     );
   }
-  if (f.device.type === "cpu" || isHostAccessible(f.device.type)) {
-    return decodeElement(f.info, gather(f, spanArray(view.address, f)), 0);
-  }
-  const host = toHost(view, undefined);
-  const value = decodeElement(host.facts.info, gather(host.facts, spanArray(host.address, host.facts)), 0);
-  releaseTop(host.owner);
-  return value;
+  return decodeElement(f.info, elementsOf(view), 0);
 }
 
 function copied(values: readonly number[]): number[] {
