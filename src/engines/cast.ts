@@ -19,15 +19,14 @@
  */
 import { DLPackError } from "../facts/errors.ts";
 import type { AnyTypedArray, DTypeInfo, MiniFloatDType } from "../facts/dtypes.ts";
-import { formatDevice, isHostAccessible } from "../facts/devices.ts";
 import { listText } from "../facts/layout.ts";
-import { trunc, typedArrayLength } from "../facts/intrinsics.ts";
+import { copyNumbers, trunc, typedArrayLength } from "../facts/intrinsics.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 import { jsBuffer } from "./codec.ts";
 import { copyFromArray, type CopyOptions, refuseWrite } from "./copy.ts";
 import { elementsOf } from "./values.ts";
 import type { StreamHandle } from "./streams.ts";
-import { allocateHost } from "./alloc.ts";
+import { allocate, allocateHost, DEFAULT_ALIGNMENT } from "./alloc.ts";
 import type { Owned, ViewState } from "./state.ts";
 
 /** Options of `astype`. */
@@ -55,20 +54,17 @@ const TWO_31 = 2 ** 31;
 const TWO_63 = 2 ** 63;
 const TWO_64 = 2 ** 64;
 
-/** `view.astype(dtype)` for a dtype other than the view's: a new C-contiguous allocation in host
- * memory holding the converted values (refused, before anything is allocated, for a value numpy
- * casts to an undefined result). */
+/** `view.astype(dtype)` for a dtype other than the view's: a new C-contiguous allocation holding
+ * the converted values, on the view's CUDA device for device memory (converted on the host between
+ * two copies), else in host memory. Refused, before anything is allocated, for a value numpy casts
+ * to an undefined result. */
 export function castCopy(view: ViewState, target: DTypeInfo): Owned {
   const f = view.facts;
-  if (f.device.type !== "cpu" && !isHostAccessible(f.device.type)) {
-    throw new DLPackError(
-      "device",
-      `astype() converts on the host; this view is on ${formatDevice(f.device)}: ` +
-        `toHost() it first, or copyFrom(src, { cast: true }) into a view of the target dtype there`,
-    );
-  }
   const values = convert(f.info, elementsOf(view), target, `astype(${target.name})`);
-  const out = allocateHost(f.shape, target);
+  const device = f.device;
+  const out = device.type === "cuda"
+    ? allocate(copyNumbers(f.shape), target, { kind: 0, id: device.id }, DEFAULT_ALIGNMENT, false)
+    : allocateHost(f.shape, target);
   copyFromArray(stateOfOwned(out), values, target.tag, undefined);
   return out;
 }

@@ -778,7 +778,8 @@ export class BufferView {
    * The values converted to `dtype` with numpy's casting rules (floats to integers truncate toward
    * zero; NaN, infinities and values out of range there are refused; integers wrap; complex to
    * real keeps the real part; bfloat16 and the small floats round to nearest even), in a new
-   * C-contiguous allocation in host memory. With `{ copy: false }` and the view's own dtype, a new
+   * C-contiguous allocation: on the view's device for CUDA device memory (converted on the host
+   * between two copies), else in host memory. With `{ copy: false }` and the view's own dtype, a new
    * view of the same memory instead; `copy: false` with another dtype is refused. A literal dtype
    * types the result: `view.astype("float32").array()` is a `Float32Array`.
    */

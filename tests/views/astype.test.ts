@@ -202,8 +202,9 @@ test("copyFrom(src, { cast: true }) converts as astype does, from views and Type
   // A strided source and destination: the transposed source into a Fortran-ordered half.
   using wide = zeros([3, 4], "bfloat16");
   using into = wide.slice(null, "::2");
-  into.copyFrom(src.T, { cast: true });
-  using viaAstype = src.T.astype("bfloat16");
+  using srcT = src.T;
+  into.copyFrom(srcT, { cast: true });
+  using viaAstype = srcT.astype("bfloat16");
   assert.deepEqual(into.toNested(), viaAstype.toNested());
   assert.deepEqual(into.toNested(), [[1.8984375, -0.5], [-2.90625, 65536], [300, 7]]);
   // A TypedArray of another dtype, converted from its own dtype.
@@ -211,8 +212,10 @@ test("copyFrom(src, { cast: true }) converts as astype does, from views and Type
   assert.deepEqual(dst.toNested(), [[0, 1, 255], [0, 1, 2]]);
   refused(() => dst.copyFrom(new Int32Array(6)), "dtype");
   refused(() => dst.copyFrom(new Int32Array(5), { cast: true }), "shape");
-  refused(() => dst.copyFrom(src.slice(0), { cast: true }), "shape");
-  refused(() => dst.copyFrom(fromArray(new Float64Array([NaN, 0, 0, 0, 0, 0])), { cast: true }), "shape");
+  using row = src.slice(0);
+  refused(() => dst.copyFrom(row, { cast: true }), "shape");
+  using flat = fromArray(new Float64Array([NaN, 0, 0, 0, 0, 0]));
+  refused(() => dst.copyFrom(flat, { cast: true }), "shape");
   using nan = fromArray(new Float64Array([NaN, 0, 0, 0, 0, 0]), { shape: [2, 3] });
   refused(() => dst.copyFrom(nan, { cast: true }), "dtype", /NaN/);
   refused(() => dst.copyFrom(src, { cast: "yes" as never }), "argument");

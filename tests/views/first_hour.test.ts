@@ -156,12 +156,15 @@ test("astype: same dtype, copy: false is the same memory; a copy otherwise; type
   assert.equal(same.get(0, 0), 9, "the second handle holds its own share");
   using copied = same.astype("float32");
   assert.notEqual(copied.address, same.address);
-  const f64: Float64Array = same.astype("float64").array();
+  using wide = same.astype("float64");
+  const f64: Float64Array = wide.array();
   assert.deepEqual([...f64], [9, -2.5, 3.5, 4.5]);
-  const i8: Int8Array = same.astype("int8").array();
+  using narrow = same.astype("int8");
+  const i8: Int8Array = narrow.array();
   assert.deepEqual([...i8], [9, -2, 3, 4]);
   refused(() => same.astype("int8", { copy: false }), "dtype", /needs a copy/);
-  using flipped = same.flip().astype("complex64");
+  using reversed = same.flip();
+  using flipped = reversed.astype("complex64");
   assert.deepEqual(flipped.toNested(), [[[4.5, 0], [3.5, 0]], [[-2.5, 0], [9, 0]]]);
   using b = flipped.astype("bool");
   assert.deepEqual(b.toNested(), [[true, true], [true, true]]);
@@ -172,7 +175,8 @@ test("astype: same dtype, copy: false is the same memory; a copy otherwise; type
   using back = fp4.astype("float32");
   assert.deepEqual(back.toNested(), [[6, -2], [4, 4]]);
   refused(() => fp4.flip(1), "byte_offset");
-  using empty = zeros([0, 3], "int32").astype("float16");
+  using none = zeros([0, 3], "int32");
+  using empty = none.astype("float16");
   assert.deepEqual(empty.shape, [0, 3]);
 });
 
