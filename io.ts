@@ -1,5 +1,5 @@
 /**
- * Tensors on disk: safetensors and .npy files as zero-copy views over one memory mapping of the
+ * Tensors on disk: safetensors, .npy and .npz files as zero-copy views over one memory mapping of the
  * file, shared with numpy, PyTorch or ONNX Runtime through DLPack like any other view, and views
  * written back to such files atomically.
  *
@@ -29,14 +29,16 @@
  */
 export {
   loadNpy,
+  loadNpz,
   type LoadOptions,
   loadSafetensors,
+  type NpzContents,
   openSafetensors,
   type SafetensorsContents,
   SafetensorsFile,
   type TensorInfo,
 } from "./src/io/load.ts";
-export { saveNpy, saveSafetensors } from "./src/io/save.ts";
+export { type NpzOptions, saveNpy, saveNpz, saveSafetensors } from "./src/io/save.ts";
 export { type Writable } from "./src/io/views.ts";
 export { NPY_DTYPES } from "./src/io/npy.ts";
 export { SAFETENSORS_DTYPES } from "./src/io/safetensors.ts";

@@ -24,7 +24,7 @@ export function sha256Sync(bytes: Uint8Array): string {
 }
 
 /** What a cache entry turned out to be. `why` says what was wrong, for the list of places tried. */
-export type CacheEntry =
+type CacheEntry =
   | { readonly kind: "file"; readonly bytes: Uint8Array<ArrayBuffer> }
   | { readonly kind: "absent" }
   | { readonly kind: "unusable"; readonly why: string }
@@ -38,7 +38,7 @@ export function isPermissionRefusal(error: unknown): boolean {
 }
 
 /** A file system error in words, with its errno code where there is one. */
-export function fsReason(error: unknown): string {
+function fsReason(error: unknown): string {
   const e = error as { code?: unknown; message?: unknown } | null;
   const code = typeof e?.code === "string" ? e.code : undefined;
   if (code === "ENOTDIR") return "a folder on its path is a file (ENOTDIR)";

@@ -64,7 +64,7 @@ export function localBuildPath(os: string, stem = "dlpack"): string | undefined 
 }
 
 /** The command that builds the native libraries from a checkout. */
-export const BUILD_COMMAND = "tools/build.sh (or: cd zig && zig build --release=safe)";
+const BUILD_COMMAND = "tools/build.sh (or: cd zig && zig build --release=safe)";
 
 /** The prebuilt libraries the package's Bun entry registered (their paths inside an executable that
  * `bun build --compile` made, or in node_modules), by release file name. */

@@ -30,7 +30,7 @@ export const MAX_RELEASE_BYTES = 4 * 1024 * 1024;
 
 /** The hosts a download from the default base URL goes through: GitHub redirects release
  * downloads to its asset hosts. */
-export const DEFAULT_HOSTS: readonly string[] = [
+const DEFAULT_HOSTS: readonly string[] = [
   "github.com",
   "release-assets.githubusercontent.com",
   "objects.githubusercontent.com",
@@ -97,7 +97,7 @@ function messageOf(error: unknown): string {
 }
 
 /** A release build whose bytes matched the checksum table. */
-export interface VerifiedRelease {
+interface VerifiedRelease {
   /** The verified bytes: the only copy that may be loaded (the files they came from may change). */
   readonly bytes: Uint8Array<ArrayBuffer>;
   /** Where they came from: the cache entry, or the URL when they could not be cached. */

@@ -32,7 +32,7 @@ export function bindSymbols<T extends SymbolTable>(raw: Record<string, unknown>,
 
 /** `fn` with its 64-bit result as a number (addresses are below 2^53). Fixed arities: a rest
  * spread would go through `Array.prototype[Symbol.iterator]`, which a caller can replace. */
-export function asNumber(fn: (...args: unknown[]) => unknown, arity: number): (...args: unknown[]) => number {
+function asNumber(fn: (...args: unknown[]) => unknown, arity: number): (...args: unknown[]) => number {
   switch (arity) {
     case 0:
       return () => NumberCtor(fn());

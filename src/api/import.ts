@@ -156,7 +156,7 @@ function optionsOf(versioned: boolean, strict: boolean): number {
  * Imports one managed tensor at a raw address the caller hands over (the hot path: no
  * capsule to take, so nothing is owed until libdlpack has taken the tensor).
  */
-export function importManaged(address: number, options: number, producer: string | null): BufferView {
+function importManaged(address: number, options: number, producer: string | null): BufferView {
   // The plain versioned import (a constant here once inlined) takes one argument: the library
   // knows its own scratch.
   const status = options === IMPORT_VERSIONED
@@ -276,7 +276,7 @@ function importWord(address: bigint, options: number, producer: string | null): 
 }
 
 /** Takes and imports a capsule; if that fails after taking it, its struct is released. */
-export function importCapsule(capsule: Capsule, producer: string | null, strict = false): BufferView {
+function importCapsule(capsule: Capsule, producer: string | null, strict = false): BufferView {
   return importTensor(capsule, strict, producer);
 }
 

@@ -132,7 +132,7 @@ function readerOf(info: DTypeInfo): Reader {
  * `flat` (the elements of a `from` view in C order, in the form of `toArray()`) converted to `to`'s
  * dtype, in a new array of that form. `what` names the call for refusals.
  */
-export function convert(from: DTypeInfo, flat: AnyTypedArray, to: DTypeInfo, what: string): AnyTypedArray {
+function convert(from: DTypeInfo, flat: AnyTypedArray, to: DTypeInfo, what: string): AnyTypedArray {
   const n = typedArrayLength(flat) / from.slots;
   const out = new to.array(jsBuffer(n * to.slots * to.slotBytes, what));
   const read = readerOf(from);

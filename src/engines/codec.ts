@@ -18,7 +18,7 @@ import { formatDevice, isHostAccessible } from "../facts/devices.ts";
 const SUBBYTE_PADDED = Flag.isSubbyteTypePadded;
 
 /** A float element (and a bfloat16 or minifloat one before encoding) must be a number. */
-export function expectNumber(value: Scalar, dtype: DType): number {
+function expectNumber(value: Scalar, dtype: DType): number {
   if (typeof value !== "number") throw typeError(dtype, "a number", value);
   return value;
 }
@@ -46,7 +46,7 @@ const BIGINT_RANGES = {
 
 /** An integer element must be an integer in the dtype's range: a TypedArray store would
  * silently truncate 1.5, wrap 300 to 44 and turn NaN into 0. */
-export function expectInteger(value: Scalar, dtype: NumberIntDType): number {
+function expectInteger(value: Scalar, dtype: NumberIntDType): number {
   const n = expectNumber(value, dtype);
   const range = INT_RANGES[dtype];
   const lo = range[0];
@@ -56,7 +56,7 @@ export function expectInteger(value: Scalar, dtype: NumberIntDType): number {
 }
 
 /** A 64-bit integer element must be a bigint in the dtype's range. */
-export function expectBigInt(value: Scalar, dtype: BigIntDType): bigint {
+function expectBigInt(value: Scalar, dtype: BigIntDType): bigint {
   if (typeof value !== "bigint") throw typeError(dtype, "a bigint", value);
   const range = BIGINT_RANGES[dtype];
   const lo = range[0];
@@ -66,7 +66,7 @@ export function expectBigInt(value: Scalar, dtype: BigIntDType): bigint {
 }
 
 /** The error of an element value that does not fit `dtype`. */
-export function typeError(dtype: DType, expected: string, got: unknown): DLPackError {
+function typeError(dtype: DType, expected: string, got: unknown): DLPackError {
   return new DLPackError("dtype", `a ${dtype} element takes ${expected}, got ${shown(got)}`);
 }
 
@@ -84,7 +84,7 @@ function bitOf(at: number, bits: number, minOffset: number): number {
 
 /** The code of the sub-byte element at `at` (`bits` per slot: 8 when padded), an element of the
  * view `bytes` holds (its byte is there; the next one may not be). */
-export function readBits(bytes: Uint8Array, at: number, bits: number, minOffset: number): number {
+function readBits(bytes: Uint8Array, at: number, bits: number, minOffset: number): number {
   if (bits === 8) return bytes[at]!;
   const bit = bitOf(at, bits, minOffset);
   const byte = floor(bit / 8);

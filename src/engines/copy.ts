@@ -354,7 +354,7 @@ function stateOfOwned(owned: Owned): ViewState {
 }
 
 /** A packed host copy of one-code-per-element sub-byte data, shaped like `shape` (C order). */
-export function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): Owned {
+function packedCodes(codes: Uint8Array, info: DTypeInfo, shape: readonly number[]): Owned {
   return filled(allocateHost(shape, info), (out) => {
     packCodes(codes, spanArray(out.address, out.facts) as Uint8Array, info.bits);
   });

@@ -256,7 +256,7 @@ export interface DLPackProtocolOptions {
 }
 
 /** `__dlpack__` options as read from the caller's object: each once, checked. */
-export interface ProtocolOptions {
+interface ProtocolOptions {
   readonly versioned: boolean;
   readonly copy: boolean | undefined;
   /** The consumer's [device type, id], or undefined for none. */

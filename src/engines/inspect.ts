@@ -50,10 +50,10 @@ export interface InspectFacts {
 }
 
 /** Why values are not shown; `undefined` when they are. */
-export type Unread = "disposed" | "device" | { readonly error: string } | undefined;
+type Unread = "disposed" | "device" | { readonly error: string } | undefined;
 
 /** How much of a tensor is printed. */
-export interface InspectOptions {
+interface InspectOptions {
   /** Above this many elements, each axis shows only its first and last `edgeItems`. Default 1000 (numpy's). */
   readonly threshold?: number | undefined;
   /** Items kept at each end of a summarised axis. Default 3. */
@@ -67,10 +67,10 @@ const EDGE_ITEMS = 3;
 const LINE_WIDTH = 100;
 
 /** Reads the element at `index` (one integer per axis, within the shape). */
-export type ElementReader = (index: number[]) => Scalar;
+type ElementReader = (index: number[]) => Scalar;
 
 /** The text `console.log(view)` prints: a header line, then the values (or why they are not shown). */
-export function formatView(
+function formatView(
   facts: InspectFacts,
   read: ElementReader | undefined,
   unread: Unread,
@@ -212,7 +212,7 @@ export function elementFormatter(kind: string, bits: number): (value: Scalar) =>
 
 /** Floats of `bits` bits as text: float64 as JS writes it, float32 shortest round-trip, smaller
  * formats to the digits they carry (5 significant digits tell every float16 apart). */
-export function floatFormatter(bits: number): (value: number) => string {
+function floatFormatter(bits: number): (value: number) => string {
   if (bits >= 64) return (v) => (v === 0 && 1 / v < 0 ? "-0" : `${v}`);
   const digits = bits >= 32 ? 9 : bits >= 16 ? 5 : 3;
   return (v) => {
@@ -255,7 +255,7 @@ export interface ViewJSON {
 }
 
 /** Builds the frozen `toJSON()` object (arrays copied, so the caller may keep it). */
-export function viewJSON(fields: ViewJSON): ViewJSON {
+function viewJSON(fields: ViewJSON): ViewJSON {
   const shape: number[] = [];
   for (let i = 0; i < fields.shape.length; i++) shape[i] = fields.shape[i]!;
   const strides: number[] = [];
@@ -277,7 +277,7 @@ export function viewJSON(fields: ViewJSON): ViewJSON {
 }
 
 /** `0x` and the address in hexadecimal. */
-export function hexAddress(address: number): string {
+function hexAddress(address: number): string {
   let digits = "";
   let rest = address;
   if (rest === 0) return "0x0";

@@ -153,11 +153,6 @@ function orList(names: readonly string[]): string {
   return text;
 }
 
-/** The refusal messages for `view` against `req` (empty when everything holds). */
-export function requirementRefusals(view: ViewState, req: Requirements): string[] {
-  return refusalsOf(view, readRequirements(req));
-}
-
 /** The refusal messages for `view` against requirements already read. */
 export function refusalsOf(view: ViewState, r: Checked): string[] {
   const found = objectSlots<string>(8);

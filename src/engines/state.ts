@@ -98,7 +98,7 @@ export const LIBRARY_NAME = "dlpack-ts";
 /** Where a layout's elements lie: fresh arrays the caller no longer changes (strides in
  * elements), the element count and bytes, the lowest and highest element offsets from element 0,
  * and the layout bits. */
-export interface Extents {
+interface Extents {
   readonly shape: number[];
   readonly strides: number[];
   readonly size: number;
@@ -118,7 +118,7 @@ export interface DerivedLayout extends Extents {
 
 /** What {@link viewFacts} takes: a layout (arrays the caller made and no longer changes) and where
  * the memory came from. */
-export interface FactsInit extends Extents {
+interface FactsInit extends Extents {
   readonly info: DTypeInfo;
   readonly device: Device;
   readonly origin: ViewOrigin;

@@ -110,7 +110,7 @@ export type AnyTypedArray =
   | BigUint64Array<ArrayBufferLike>;
 
 /** How `get`/`set` and `array()` treat a dtype's storage. */
-export type StorageKind = "bool" | "int" | "bigint" | "float" | "bfloat16" | "complex" | "minifloat";
+type StorageKind = "bool" | "int" | "bigint" | "float" | "bfloat16" | "complex" | "minifloat";
 
 /** Everything the library knows about one dtype. */
 export interface DTypeInfo {
@@ -314,7 +314,7 @@ let lastTag = "";
 let lastInfo: DTypeInfo | undefined;
 
 /** The dtype of a TypedArray brand from {@link typedArrayTag} (undefined for anything else). */
-export function dtypeOfTag(tag: string | undefined): DType | undefined {
+function dtypeOfTag(tag: string | undefined): DType | undefined {
   return tag === undefined ? undefined : BY_TAG[tag];
 }
 

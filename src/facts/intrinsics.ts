@@ -29,13 +29,9 @@ function getterOf(proto: object, key: PropertyKey): ((this: unknown) => unknown)
 /** `Array.isArray` (true for a Proxy around an array too: read such values once, then copy). */
 export const isArray: (value: unknown) => value is unknown[] = Array.isArray;
 /** `Object.getPrototypeOf`. */
-export const getPrototypeOf: (value: object) => object | null = Object.getPrototypeOf;
+const getPrototypeOf: (value: object) => object | null = Object.getPrototypeOf;
 /** `Object.freeze`. */
 export const freeze: <T>(value: T) => Readonly<T> = Object.freeze;
-/** `Object.hasOwn`. */
-export const hasOwn: (value: object, key: PropertyKey) => boolean = Object.hasOwn;
-/** `Object.prototype`, to recognise object literals. */
-export const ObjectPrototype: object = Object.prototype;
 /** `Object`, as found at load: `ObjectCtor(x)` is `x` for an object and a fresh wrapper for
  * anything else, so `#field in ObjectCtor(x)` is a brand check that never throws (the JIT reduces
  * the call to nothing for an object it knows). */
@@ -220,23 +216,6 @@ export function typedArrayBuffer(array: ArrayBufferView): ArrayBufferLike {
   return taBuffer(array);
 }
 
-/** Element sizes by brand. A prototype-less table: no key reaches `Object.prototype`. */
-export const TYPED_ARRAY_BYTES: Readonly<Record<string, number>> = freeze({
-  __proto__: null,
-  Int8Array: 1,
-  Uint8Array: 1,
-  Uint8ClampedArray: 1,
-  Int16Array: 2,
-  Uint16Array: 2,
-  Float16Array: 2,
-  Int32Array: 4,
-  Uint32Array: 4,
-  Float32Array: 4,
-  Float64Array: 8,
-  BigInt64Array: 8,
-  BigUint64Array: 8,
-} as unknown as Record<string, number>);
-
 // ---------------------------------------------------------------------------------------------
 // ArrayBuffer and SharedArrayBuffer
 
@@ -330,26 +309,12 @@ function methods(proto: object, names: readonly string[], getters: readonly stri
 }
 
 const ObjectDefineProperties = Object.defineProperties;
-const MAP = methods(Map.prototype, ["get", "set", "has", "delete", "clear"], ["size"]);
 const WEAK_MAP = methods(WeakMap.prototype, ["get", "set", "has", "delete"], []);
 const SET = methods(Set.prototype, ["add", "has", "delete"], ["size"]);
 const REGISTRY = methods(FinalizationRegistry.prototype, ["register", "unregister"], []);
-const MapCtor = Map;
 const WeakMapCtor = WeakMap;
 const SetCtor = Set;
 const RegistryCtor = FinalizationRegistry;
-
-/** A Map whose methods are the ones captured at load. */
-export function newMap<K, V>(entries?: readonly (readonly [K, V])[]): Map<K, V> {
-  const map = ObjectDefineProperties(new MapCtor<K, V>(), MAP);
-  if (entries !== undefined) {
-    for (let i = 0; i < entries.length; i++) {
-      const entry = entries[i]!;
-      map.set(entry[0], entry[1]);
-    }
-  }
-  return map;
-}
 
 /** A WeakMap whose methods are the ones captured at load. */
 export function newWeakMap<K extends WeakKey, V>(): WeakMap<K, V> {
@@ -366,11 +331,6 @@ export function newSet<T>(values?: readonly T[]): Set<T> {
 /** A FinalizationRegistry whose register/unregister are the ones captured at load. */
 export function newRegistry<T>(cleanup: (held: T) => void): FinalizationRegistry<T> {
   return ObjectDefineProperties(new RegistryCtor<T>(cleanup), REGISTRY);
-}
-
-/** Defines an own data property directly (no setter on any prototype can intercept it). */
-export function defineValue(target: object, key: PropertyKey, value: unknown): void {
-  ObjectDefineProperty(target, key, { __proto__: null, value, writable: true } as PropertyDescriptor);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ export function sizeOf(shape: readonly number[]): number {
 }
 
 /** Lowest and highest element offsets from element 0 (`hi < lo` when empty). */
-export interface Reach {
+interface Reach {
   readonly lo: number;
   readonly hi: number;
 }

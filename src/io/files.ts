@@ -53,7 +53,7 @@ function checkPermission(kind: "read" | "write", path: CheckedPath): void {
 }
 
 /** How to bring a file into memory. */
-export interface MapOptions {
+interface MapOptions {
   /** A private mapping, readable and writable (copy on write): the file never changes. */
   readonly writable: boolean;
   /** Read into library memory instead of mapping. */

@@ -22,7 +22,7 @@ function label(what: Label): string {
 }
 
 /** How deep a value that is skipped may nest. */
-export const SKIP_DEPTH_MAX = 64;
+const SKIP_DEPTH_MAX = 64;
 
 /** Code units decoded per `String.fromCharCode` call (its arguments go on the stack). */
 const CHUNK = 4096;

@@ -7,8 +7,8 @@
  */
 import { runtime } from "../../ffi/mod.ts";
 import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
-import type { DType } from "../facts/dtypes.ts";
-import { detach, freeze, objectSlots, slots } from "../facts/intrinsics.ts";
+import { type DType, dtypeInfo } from "../facts/dtypes.ts";
+import { detach, freeze, objectSlots, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { cStrides } from "../facts/layout.ts";
 import type { Owner } from "../native/shares.ts";
 import type { BufferView } from "../view/view.ts";
@@ -16,7 +16,9 @@ import { disposeView } from "../view/view.ts";
 import { type CheckedPath, checkMaxBytes, checkPath, type FileMemory, mapFile, releaseFile } from "./files.ts";
 import { headerLength, parseHeader, PREFIX_BYTES, type SafetensorsHeader, type TensorEntry } from "./safetensors.ts";
 import { npyDataStart, type NpyHeader, parseNpyHeader } from "./npy.ts";
-import { viewOverMapping } from "./views.ts";
+import { viewOverBytes, viewOverMapping } from "./views.ts";
+import { DEFLATED, readZip, type ZipMember } from "./zip.ts";
+import { crc32 as zlibCrc32, inflateRawSync } from "node:zlib";
 import { quoted } from "./json.ts";
 import { compareBytes, utf8 } from "./utf8.ts";
 
@@ -32,6 +34,13 @@ export interface LoadOptions {
   /** Refuse files of more bytes than this (default: no limit below 2^53). */
   readonly maxBytes?: number | undefined;
 }
+
+// Captured at load: a caller who replaces them later changes nothing here.
+const ReflectApply = Reflect.apply;
+const typedArraySet = (Object.getPrototypeOf(Uint8Array.prototype) as { set: (a: ArrayLike<number>) => void }).set;
+const stringSlice = String.prototype.slice;
+const charCodeAt = String.prototype.charCodeAt;
+const inflate = (bytes: Uint8Array, size: number): Uint8Array => inflateRawSync(bytes, { maxOutputLength: size });
 
 interface Read {
   readonly path: CheckedPath;
@@ -49,9 +58,9 @@ function open(path: unknown, opts: LoadOptions | undefined, what: string): Read 
   return { path: checked, writable, file: mapFile(checked, { writable, copy, maxBytes }) };
 }
 
-/** `bytes` bytes of the file from its start, as a Uint8Array over its memory (detach it after use). */
-function fileBytes(file: FileMemory, bytes: number): Uint8Array<ArrayBuffer> {
-  return new Uint8Array(runtime().arrayBuffer(file.address, bytes));
+/** `bytes` bytes of the file from `from`, as a Uint8Array over its memory (detach it after use). */
+function fileBytes(file: FileMemory, bytes: number, from = 0): Uint8Array<ArrayBuffer> {
+  return bytes === 0 ? new Uint8Array(0) : new Uint8Array(runtime().arrayBuffer(file.address + from, bytes));
 }
 
 /** A header read from the file's memory in two steps: `length(prefix)` says from the first
@@ -62,10 +71,12 @@ function readHeader<T>(
   prefixBytes: number,
   length: (prefix: Uint8Array) => number,
   parse: (bytes: Uint8Array) => T,
+  from = 0,
+  available = file.bytes,
 ): T {
-  const prefix = fileBytes(file, file.bytes < prefixBytes ? file.bytes : prefixBytes);
+  const prefix = fileBytes(file, available < prefixBytes ? available : prefixBytes, from);
   try {
-    const header = fileBytes(file, length(prefix));
+    const header = fileBytes(file, length(prefix), from);
     try {
       return parse(header);
     } finally {
@@ -266,13 +277,15 @@ export function openSafetensors(path: string, opts?: LoadOptions): SafetensorsFi
   }
 }
 
-/** The header of a .npy file in memory, checked. */
-function npyHeader(file: FileMemory, where: string): NpyHeader {
+/** The header of a .npy file in memory (or of one `available` bytes long from `from`), checked. */
+function npyHeader(file: FileMemory, where: string, from = 0, available = file.bytes): NpyHeader {
   return readHeader(
     file,
     12,
-    (prefix) => npyDataStart(prefix, file.bytes, where),
-    (bytes) => parseNpyHeader(bytes, file.bytes, where),
+    (prefix) => npyDataStart(prefix, available, where),
+    (bytes) => parseNpyHeader(bytes, available, where),
+    from,
+    available,
   );
 }
 
@@ -297,9 +310,7 @@ export function loadNpy(path: string, opts?: LoadOptions): BufferView {
   const { path: checked, writable, file } = open(path, opts, "loadNpy");
   try {
     const header = npyHeader(file, quoted(checked.text));
-    const shape = slots(header.shape.length);
-    for (let d = 0; d < shape.length; d++) shape[d] = header.shape[d]!;
-    const strides = header.fortran ? fStrides(shape) : cStrides(shape);
+    const [shape, strides] = npyLayout(header);
     return viewOverMapping(
       file.owner,
       file.address + header.dataStart,
@@ -312,5 +323,155 @@ export function loadNpy(path: string, opts?: LoadOptions): BufferView {
     );
   } finally {
     releaseFile(file);
+  }
+}
+
+/** The shape and strides (in elements) of a checked .npy header, as fresh arrays. */
+function npyLayout(header: NpyHeader): [number[], number[]] {
+  const shape = slots(header.shape.length);
+  for (let d = 0; d < shape.length; d++) shape[d] = header.shape[d]!;
+  return [shape, header.fortran ? fStrides(shape) : cStrides(shape)];
+}
+
+/** What {@link loadNpz} returns: every array of the archive as a view. */
+export interface NpzContents {
+  /** name -> view, the member's name without `.npy` (as `np.load`'s keys), in the archive's order
+   * (a prototype-less record: any name works). */
+  readonly arrays: Readonly<Record<string, BufferView>>;
+  /** Disposes every view in `arrays` (views derived from them and exports live on). */
+  dispose(): void;
+  /** Same as `dispose()`, for `using`. */
+  [Symbol.dispose](): void;
+}
+
+/** The alignment C gives an element of `dtype` (complex: its parts'). */
+function alignmentOf(dtype: DType, bits: number): number {
+  const bytes = bits / 8;
+  return dtype === "complex64" || dtype === "complex128" ? bytes / 2 : bytes;
+}
+
+/** A stored member as a view over the file, or over a copy when its data is not aligned. */
+function storedView(file: FileMemory, m: ZipMember, writable: boolean, where: string): BufferView {
+  const header = npyHeader(file, where, m.dataStart, m.size);
+  const [shape, strides] = npyLayout(header);
+  const address = file.address + m.dataStart + header.dataStart;
+  const bits = dtypeInfo(header.dtype).bits;
+  if (address % alignmentOf(header.dtype, bits) === 0) {
+    return viewOverMapping(file.owner, address, header.dtype, shape, strides, header.size, !writable, "npz");
+  }
+  const data = fileBytes(file, header.dataBytes, m.dataStart + header.dataStart);
+  try {
+    return viewOverBytes(data, 0, header.dataBytes, header.dtype, shape, strides, header.size, !writable, "npz");
+  } finally {
+    if (header.dataBytes > 0) detach(data.buffer);
+  }
+}
+
+/** A deflated member inflated into library memory, its size and CRC-32 checked. */
+function deflatedView(file: FileMemory, m: ZipMember, writable: boolean, where: string): BufferView {
+  const compressed = fileBytes(file, m.compressedSize, m.dataStart);
+  let bytes: Uint8Array;
+  try {
+    bytes = m.size === 0 ? new Uint8Array(0) : inflate(compressed, m.size);
+  } catch {
+    throw new DLPackError("file", `${where}: its deflated bytes are corrupt or inflate to more than ${m.size} bytes`);
+  } finally {
+    if (m.compressedSize > 0) detach(compressed.buffer);
+  }
+  if (typedArrayLength(bytes) !== m.size) {
+    throw new DLPackError("file", `${where}: inflates to ${typedArrayLength(bytes)} bytes, not its size ${m.size}`);
+  }
+  if (zlibCrc32(bytes) !== m.crc32) throw new DLPackError("file", `${where}: its CRC-32 does not match its bytes`);
+  const header = parseNpyHeader(bytes, m.size, where);
+  const [shape, strides] = npyLayout(header);
+  return viewOverBytes(
+    bytes,
+    header.dataStart,
+    header.dataBytes,
+    header.dtype,
+    shape,
+    strides,
+    header.size,
+    !writable,
+    "npz",
+  );
+}
+
+/** Whether a member's name is `<something>.npy`. */
+function isNpyName(name: string): boolean {
+  const n = name.length;
+  if (n <= 4) return false;
+  const tail = [0x2e, 0x6e, 0x70, 0x79]; // ".npy"
+  for (let i = 0; i < 4; i++) if ((ReflectApply(charCodeAt, name, [n - 4 + i]) as number) !== tail[i]) return false;
+  return true;
+}
+
+/** The arrays' names: each member a `.npy` file, no two of one name. */
+function npzNames(members: readonly ZipMember[], where: string): string[] {
+  const names = objectSlots<string>(members.length) as string[];
+  const seen = { __proto__: null } as unknown as Record<string, true | undefined>;
+  for (let i = 0; i < members.length; i++) {
+    const name = members[i]!.name;
+    const key = isNpyName(name) ? ReflectApply(stringSlice, name, [0, name.length - 4]) as string : undefined;
+    if (key === undefined) {
+      throw new DLPackError(
+        "file",
+        `${where}: member ${quoted(name)} is not a .npy file (numpy's archives hold only those)`,
+      );
+    }
+    if (seen[key] === true) throw new DLPackError("file", `${where}: two members are named ${quoted(name)}`);
+    seen[key] = true;
+    names[i] = key;
+  }
+  return names;
+}
+
+/**
+ * Opens a .npz archive (`np.savez`, `np.savez_compressed`) and returns a view of each array.
+ * Stored members whose data is aligned for its dtype (every one {@link saveNpz} writes) are views
+ * over one mapping of the file, as {@link loadNpy}'s; the others (deflated, or not aligned, as
+ * `np.savez` places them) are read into library memory, a deflated one's size and CRC-32
+ * checked. Options and lifetime as {@link loadSafetensors}'s; the whole directory and every
+ * member's header are checked before the first view exists.
+ */
+export function loadNpz(path: string, opts?: LoadOptions): NpzContents {
+  const { path: checked, writable, file } = open(path, opts, "loadNpz");
+  const where = quoted(checked.text);
+  try {
+    const members = readZip((offset, length) => copiedBytes(file, offset, length), file.bytes, where);
+    const names = npzNames(members, where);
+    const arrays = { __proto__: null } as unknown as Record<string, BufferView>;
+    const views = objectSlots<BufferView>(members.length) as BufferView[];
+    let made = 0;
+    try {
+      for (; made < members.length; made++) {
+        const m = members[made]!;
+        const at = `${where} member ${quoted(m.name)}`;
+        views[made] = m.method === DEFLATED ? deflatedView(file, m, writable, at) : storedView(file, m, writable, at);
+        arrays[names[made]!] = views[made]!;
+      }
+    } catch (error) {
+      for (let i = 0; i < made; i++) disposeView(views[i]!);
+      throw error;
+    }
+    const dispose = () => {
+      for (let i = 0; i < views.length; i++) disposeView(views[i]!);
+    };
+    return freeze({ arrays: freeze(arrays), dispose, [Symbol.dispose]: dispose });
+  } finally {
+    releaseFile(file);
+  }
+}
+
+/** `length` bytes of the file from `offset`, copied into JS memory. */
+function copiedBytes(file: FileMemory, offset: number, length: number): Uint8Array {
+  const window = fileBytes(file, length, offset);
+  if (length === 0) return window;
+  try {
+    const out = new Uint8Array(length);
+    ReflectApply(typedArraySet, out, [window]);
+    return out;
+  } finally {
+    detach(window.buffer);
   }
 }

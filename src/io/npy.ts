@@ -23,9 +23,9 @@ const charCodeAt = String.prototype.charCodeAt;
 
 const MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59] as const;
 /** Bytes before the header of a version 1.0 file (magic, version, u16 length). */
-export const PREAMBLE_BYTES = 10;
+const PREAMBLE_BYTES = 10;
 /** The header lengths read here at most (numpy's own reader stops at 10,000 unless told more). */
-export const NPY_HEADER_MAX = 65_536;
+const NPY_HEADER_MAX = 65_536;
 /** Where `np.save` starts the data: a multiple of this. */
 const ALIGN = 64;
 /** `np.save` leaves room for the growing axis's extent to reach this many digits. */

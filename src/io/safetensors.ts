@@ -20,7 +20,7 @@ import { JsonReader, type Label, quoted } from "./json.ts";
 import { compareBytes, utf8 } from "./utf8.ts";
 
 /** The largest header the reference implementation reads (its `MAX_HEADER_SIZE`). */
-export const HEADER_BYTES_MAX = 100_000_000;
+const HEADER_BYTES_MAX = 100_000_000;
 
 /** Bytes before the header: its length as a little-endian u64. */
 export const PREFIX_BYTES = 8;
@@ -73,7 +73,7 @@ for (let i = 0; i < FORMAT_DTYPES.length; i++) {
 }
 
 /** The format's dtype names, for messages. */
-export const FORMAT_DTYPE_NAMES: string = FORMAT_DTYPES.map(([f]) => f).join(", ");
+const FORMAT_DTYPE_NAMES: string = FORMAT_DTYPES.map(([f]) => f).join(", ");
 
 /** The library dtypes a safetensors file can hold. */
 export const SAFETENSORS_DTYPES: readonly DType[] = freeze(FORMAT_DTYPES.map(([, d]) => d));
@@ -314,7 +314,7 @@ export interface EntryToWrite {
 
 /** What {@link buildHeader} made: the file's first bytes (length, JSON, padding) and the order
  * the tensors' data follow in (indices into the entries given). */
-export interface BuiltHeader {
+interface BuiltHeader {
   readonly prefix: Uint8Array<ArrayBuffer>;
   readonly order: readonly number[];
 }

@@ -9,10 +9,13 @@ import { DLPackError, shown } from "../facts/errors.ts";
 import { type DType, dtypeInfo, dtypeOfArray } from "../facts/dtypes.ts";
 import { deviceOf, formatDevice, isHostAccessible } from "../facts/devices.ts";
 import { Flag } from "../facts/abi.ts";
-import { ceil, typedArrayTag } from "../facts/intrinsics.ts";
+import { ceil, detach, typedArrayBuffer, typedArrayByteOffset, typedArrayTag } from "../facts/intrinsics.ts";
 import { layoutOf, reach } from "../facts/layout.ts";
 import { LIBRARY_NAME, viewFacts, viewOrigin, type ViewState } from "../engines/state.ts";
 import { copyOf } from "../engines/copy.ts";
+import { allocateHost } from "../engines/alloc.ts";
+import { releaseTop } from "../native/journal.ts";
+import { runtime } from "../../ffi/mod.ts";
 import { type BufferView, disposeView, isBufferView, newView, stateOf } from "../view/view.ts";
 import { fromArray } from "../api/from_array.ts";
 import type { AnyTypedArray } from "../facts/dtypes.ts";
@@ -53,6 +56,45 @@ export function viewOverMapping(
   // the entry stays and the share is released with the journal).
   core().dlpk_owner_retain(owner);
   return newView({ owner, address, facts, access: readonly ? "readonly" : "readwrite" });
+}
+
+// Captured at load: a caller who replaces them later changes nothing here.
+const ReflectApply = Reflect.apply;
+const typedArraySet = (Object.getPrototypeOf(Uint8Array.prototype) as { set: (a: ArrayLike<number>) => void }).set;
+
+/**
+ * A view over library memory holding a copy of `bytes` (`count` of them from `at`): the array of
+ * `dtype`, `shape` and `strides` whose bytes they are, for a file's array that cannot be a view
+ * over the file's memory (compressed, or not aligned for its dtype). Read-only where `readonly`,
+ * as a view over the file would be.
+ */
+export function viewOverBytes(
+  bytes: Uint8Array,
+  at: number,
+  count: number,
+  dtype: DType,
+  shape: number[],
+  strides: number[],
+  size: number,
+  readonly: boolean,
+  producer: string,
+): BufferView {
+  // Library memory, journaled until released below (an exception before leaves it to the journal).
+  const memory = allocateHost([count], dtypeInfo("uint8"));
+  if (count > 0) {
+    const target = new Uint8Array(runtime().arrayBuffer(memory.address, count));
+    try {
+      ReflectApply(typedArraySet, target, [
+        new Uint8Array(typedArrayBuffer(bytes), typedArrayByteOffset(bytes) + at, count),
+      ]);
+    } finally {
+      detach(target.buffer);
+    }
+  }
+  const view = viewOverMapping(memory.owner, memory.address, dtype, shape, strides, size, readonly, producer);
+  // The view holds its own share; the allocation's entry is the top one again.
+  releaseTop(memory.owner);
+  return view;
 }
 
 /** A tensor argument of the writers: a view, or a TypedArray (written as a 1-d tensor). */

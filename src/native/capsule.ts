@@ -47,7 +47,6 @@ let branded: (x: object) => boolean;
 let owned: (x: object) => boolean;
 let take: (capsule: Capsule) => number;
 let takeJournaled: (capsule: Capsule) => number;
-let dispose: (capsule: Capsule) => void;
 let addressOf: (capsule: Capsule) => number;
 let versionedOf: (capsule: Capsule) => boolean;
 
@@ -76,11 +75,6 @@ export function capsuleOf(address: number, versioned: boolean): Capsule {
   const capsule = new Capsule(address, versioned);
   journalCount[0]--;
   return capsule;
-}
-
-/** @internal Disposes a capsule (idempotent), through nothing a caller can replace. */
-export function disposeCapsule(capsule: Capsule): void {
-  dispose(capsule);
 }
 
 /** @internal The struct's address, through nothing a caller can replace. */
@@ -115,7 +109,6 @@ export class Capsule {
     owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#epoch !== undefined;
     take = (c) => c.#take();
     takeJournaled = (c) => c.#takeJournaled();
-    dispose = (c) => c.#dispose();
     addressOf = (c) => c.#address;
     versionedOf = (c) => c.#versioned;
     registerDisposer((x) => {

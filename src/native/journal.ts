@@ -28,9 +28,9 @@ import {
 } from "../facts/intrinsics.ts";
 
 /** Capacity of the deferred object list. */
-export const DEFERRED_CAPACITY = 4096;
+const DEFERRED_CAPACITY = 4096;
 /** A one-element count. */
-export type Count = Elements<Int32Array, 0>;
+type Count = Elements<Int32Array, 0>;
 
 /** [0]: entries in {@link journalEntries}, the native journal's count. Until the library is
  * loaded (nothing is owed before it is), a placeholder. */

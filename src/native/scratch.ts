@@ -66,9 +66,9 @@ export const KEY_ADDRESS = KEY_ADDRESS_F64;
 
 /** The scratch's views: the record holds every named field (shape and strides are indexed by
  * dimension, below `ndim`). */
-export type ScratchI32 = Elements<Int32Array, (typeof I32)[keyof typeof I32]>;
-export type ScratchU32 = Elements<Uint32Array, (typeof U32)[keyof typeof U32]>;
-export type ScratchI64 = Elements<BigInt64Array, (typeof I64)[keyof typeof I64]>;
+type ScratchI32 = Elements<Int32Array, (typeof I32)[keyof typeof I32]>;
+type ScratchU32 = Elements<Uint32Array, (typeof U32)[keyof typeof U32]>;
+type ScratchI64 = Elements<BigInt64Array, (typeof I64)[keyof typeof I64]>;
 export type ScratchF64 = Elements<
   Float64Array,
   (typeof F64)[keyof typeof F64] | typeof KEY_GENERATION | typeof KEY_OWNER | typeof KEY_ADDRESS

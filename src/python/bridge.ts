@@ -57,7 +57,7 @@ function utf8(text: string): { bytes: Uint8Array<ArrayBuffer>; length: number } 
 }
 
 /** A NUL-terminated UTF-8 copy of a string, for C. */
-export function cString(text: string): Uint8Array<ArrayBuffer> {
+function cString(text: string): Uint8Array<ArrayBuffer> {
   const { bytes, length } = utf8(text);
   const out = new Uint8Array(length + 1);
   for (let i = 0; i < length; i++) out[i] = bytes[i]!;
@@ -78,7 +78,7 @@ export function shown(value: unknown): string {
 
 /** Checks a string argument that goes to C as a NUL-terminated string (a NUL would cut it short
  * silently: `get("a\0b")` would read attribute "a"). */
-export function textArgument(value: unknown, what: string): string {
+function textArgument(value: unknown, what: string): string {
   if (typeof value !== "string") throw new DLPackError("argument", `${what} must be a string, got ${shown(value)}`);
   if (value.includes("\0")) throw new DLPackError("argument", `${what} must not contain a NUL character`);
   return value;
@@ -187,7 +187,7 @@ export function bridge(): BridgeState {
 const MAX_DEPTH = 256;
 
 /** A new reference to the Python value of `value`. */
-export function toPython(s: BridgeState, value: PyArg, depth = 0): number {
+function toPython(s: BridgeState, value: PyArg, depth = 0): number {
   const c = s.capi;
   if (value === null || value === undefined) {
     c.Py_IncRef(s.none);

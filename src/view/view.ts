@@ -29,7 +29,6 @@ import {
   freeze,
   isArray,
   isDetached,
-  newSet,
   ObjectCtor,
   pinInstanceof,
   toBigInt,
@@ -38,7 +37,7 @@ import {
 import { listText } from "../facts/layout.ts";
 import { LazyBackstop } from "../native/backstop.ts";
 import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
-import { Owner, type Releasable } from "../native/shares.ts";
+import { Owner } from "../native/shares.ts";
 import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
 import {
@@ -70,25 +69,21 @@ import { encodeOne, fill, flatten, toNested } from "../engines/values.ts";
 import { inheritStream, type StreamHandle } from "../engines/streams.ts";
 import { applyTo, DENO_INSPECT, inspectText, jsonOf, NODE_INSPECT, type ViewJSON } from "../engines/inspect.ts";
 import type { Minus, Nested, Plus1, SliceRank, Tuple } from "./types.ts";
+import {
+  BufferLink,
+  disposedError,
+  Extras,
+  NOT_A_VIEW_TEXT,
+  notAView,
+  readonlyError,
+  readonlyForever,
+  refusedError,
+  releasable,
+  transferredShares,
+} from "./parts.ts";
 
 export type { Access, DLPackVersion, Flags } from "../engines/state.ts";
 export type { AstypeOptions, CopyFromOptions } from "../engines/cast.ts";
-
-/** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does.
- * A private field stamped onto the buffer (the constructor returns the buffer itself): unlike a
- * property, no setter or Proxy a caller puts on ArrayBuffer.prototype's chain can intercept it. */
-class Stamp {
-  constructor(target: object) {
-    return target;
-  }
-}
-class BufferLink extends Stamp {
-  #view: BufferView;
-  constructor(buffer: ArrayBuffer, view: BufferView) {
-    super(buffer);
-    this.#view = view;
-  }
-}
 
 /** Releases the share of views collected without `dispose()` (only a backstop). */
 const views = new LazyBackstop<number>(
@@ -142,7 +137,7 @@ export function shareOf(view: BufferView): Owner {
 /** A new view over part of `base`'s memory (`layout` from src/engines/derive.ts), holding its own
  * share of the same owner record: disposing either leaves the other intact. Refused ("disposed")
  * for a disposed base. */
-export function derive(base: BufferView, layout: DerivedLayout): BufferView {
+function derive(base: BufferView, layout: DerivedLayout): BufferView {
   return friend.derive(base, layout);
 }
 
@@ -199,19 +194,9 @@ export function isBufferView(x: unknown): x is BufferView {
   return typeof x === "object" && x !== null && branded(x);
 }
 
-/** The error of a BufferView method or getter called with a `this` that is no view (a method
- * taken off the prototype, an `Object.create(BufferView.prototype)` impostor): each checks its
- * receiver's private brand first, one check the engine folds into the field read that follows. */
-function notAView(receiver: unknown, member: string): DLPackError {
-  return new DLPackError("argument", `BufferView ${member} needs a BufferView as this, got ${shown(receiver)}`);
-}
-
 /** {@link ObjectCtor} in a constant of this module, which the JIT folds (an imported binding it
  * reads anew each time). */
 const asObject: ObjectConstructor = ObjectCtor;
-
-/** What printing something that only pretends to be a view shows (printing never throws). */
-const NOT_A_VIEW_TEXT = "[an object that only pretends to be a BufferView]";
 
 /** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
 export class BufferView {
@@ -432,20 +417,7 @@ export class BufferView {
 
   #keepAlive(): Owner {
     const extras = this.#extras ??= new Extras(undefined);
-    return extras.share ??= new Owner(this.#owner, this.#releasable());
-  }
-
-  /** This view as its Owner share sees it: the private methods, not the replaceable public ones. */
-  #releasable(): Releasable {
-    const dispose = () => this.#dispose();
-    const isDisposed = () => this.#owner === 0;
-    return freeze({
-      __proto__: null,
-      dispose,
-      get disposed(): boolean {
-        return isDisposed();
-      },
-    }) as unknown as Releasable;
+    return extras.share ??= new Owner(this.#owner, releasable(() => this.#dispose(), () => this.#owner === 0));
   }
 
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
@@ -635,11 +607,7 @@ export class BufferView {
     }
     const refusals = this.#refusals({ dtype, ndim });
     if (refusals.length > 0) {
-      throw new DLPackError(
-        "requirements",
-        `as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused: ${joined(refusals)}`,
-        refusals,
-      );
+      throw refusedError(`as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused`, refusals);
     }
     return this as unknown as TypedView<D, N>;
   }
@@ -651,13 +619,7 @@ export class BufferView {
   assumeWritable(): this {
     if (!(#owner in asObject(this))) throw notAView(this, "assumeWritable()");
     this.#live();
-    if (this.#access === "readonly") {
-      throw new DLPackError(
-        "readonly",
-        "this view is read-only (the producer marked the tensor READ_ONLY, its memory cannot be written in this " +
-          "process, or it is a broadcast, whose elements repeat); assumeWritable() cannot override that",
-      );
-    }
+    if (this.#access === "readonly") throw readonlyForever();
     this.#access = "readwrite";
     return this;
   }
@@ -679,9 +641,7 @@ export class BufferView {
   require(req: Requirements): this {
     if (!(#owner in asObject(this))) throw notAView(this, "require()");
     const refusals = this.#refusals(req);
-    if (refusals.length > 0) {
-      throw new DLPackError("requirements", `requirements not met: ${joined(refusals)}`, refusals);
-    }
+    if (refusals.length > 0) throw refusedError("requirements not met", refusals);
     return this;
   }
 
@@ -947,9 +907,6 @@ export class BufferView {
 
   // Inspection: what console.log and JSON.stringify show. The formatting is in
   // src/engines/inspect.ts; here is only whether values may be read (a live view over host memory).
-  /** `get` as the class defined it (a caller may replace the prototype's). */
-  static readonly #get: (...index: number[]) => Scalar = BufferView.prototype.get;
-
   /** @ignore (library-internal) `console.log(view)` in Deno; see {@link BufferView.toJSON}. */
   [DENO_INSPECT](): string {
     if (!(#owner in asObject(this))) return NOT_A_VIEW_TEXT;
@@ -985,7 +942,7 @@ export class BufferView {
       this.#access,
       this.#owner === 0,
       error,
-      (i) => applyTo(BufferView.#get, this, i) as Scalar,
+      (i) => applyTo(getElement, this, i) as Scalar,
     );
   }
 
@@ -998,52 +955,14 @@ export class BufferView {
   }
 }
 
-/** The parts of a view few views have. Own fields (defined, not assigned), and the class is not
- * exported: no setter a caller puts anywhere sees the writes. */
-class Extras {
-  /** The ArrayBuffer `array()` made over native memory, detached at dispose. */
-  buffer: ArrayBuffer | undefined = undefined;
-  /** The array `array()` made (the same one each call). */
-  array: AnyTypedArray | undefined = undefined;
-  /** The view's own share (`keepAlive`), made on first use. */
-  share: Owner | undefined = undefined;
-  /** The JS value kept reachable while the view lives (`keepAliveValue`). */
-  keepAlive: unknown;
-  constructor(keepAlive: unknown) {
-    this.keepAlive = keepAlive;
-  }
-}
-
-/** Owner shares of views whose array() buffer was transferred away; never released. */
-const transferredShares = newSet<number>();
-
-function disposedError(): DLPackError {
-  return new DLPackError("disposed", "this view was disposed");
-}
-
-function readonlyError(access: Access): DLPackError {
-  return new DLPackError(
-    "readonly",
-    access === "readonly"
-      ? "this view is read-only (the producer set READ_ONLY, or it is a broadcast, whose elements repeat)"
-      : "this view's access is unknown (legacy DLPack carries no read-only flag); call assumeWritable() if you know it may be written",
-  );
-}
-
 /** The list a varargs method got: the one array argument (`reshape([2, 3])`), or the arguments
  * themselves (`reshape(2, 3)`), a fresh array the engine reads once. */
 function listArgument(args: readonly unknown[]): unknown {
   return args.length === 1 && isArray(args[0]) ? args[0] : args;
 }
 
-/** `a; b; c` (no `join`: it is replaceable). */
-function joined(parts: readonly string[]): string {
-  let text = "";
-  for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
-  return text;
-}
-
-// Captured at load: a caller who later replaces the prototype's `get` changes nothing here.
+// `get` as the class defined it, captured at load: a caller who later replaces the prototype's
+// changes nothing here.
 const getElement = BufferView.prototype.get;
 
 function* items(view: BufferView, n: number, one: boolean): Generator<Scalar | BufferView> {

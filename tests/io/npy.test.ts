@@ -10,34 +10,9 @@ import { type Python, toPython } from "../../python.ts";
 import { noPython, python } from "../support/python.ts";
 import { refused } from "../support/assertions.ts";
 import { test } from "../support/harness.ts";
-import { mapped, nothingLeft, scratchFolder } from "../support/io_files.ts";
+import { mapped, nothingLeft, NUMPY_ARRAYS as ARRAYS, pyValue as value, scratchFolder } from "../support/io_files.ts";
 
 const folder = scratchFolder("npy");
-
-function value<T>(py: Python, expression: string): T {
-  using o = py.eval(expression);
-  return o.toJS() as T;
-}
-
-const ARRAYS = `
-import numpy as np
-arrays = {
-  "bool": np.array([[True, False], [False, True]]),
-  "int8": np.array([-128, 0, 127], dtype=np.int8),
-  "uint8": np.arange(250, 256, dtype=np.uint8),
-  "int16": np.array([-32768, 12], dtype=np.int16),
-  "uint16": np.array([65535], dtype=np.uint16),
-  "int32": np.arange(-6, 6, dtype=np.int32).reshape(3, 4),
-  "uint32": np.array([4294967295, 1], dtype=np.uint32),
-  "int64": np.array([-(2**63), 2**63 - 1], dtype=np.int64),
-  "uint64": np.array([2**64 - 1], dtype=np.uint64),
-  "float16": np.array([0.5, -65504], dtype=np.float16),
-  "float32": np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3),
-  "float64": np.array(np.pi),
-  "complex64": np.array([1 + 1j, 2 - 3j], dtype=np.complex64),
-  "complex128": np.array([[1e300 + 1j]], dtype=np.complex128),
-}
-`;
 
 /** numpy's view of `view` through DLPack: same address, same values and dtype as `expected`. */
 function numpySees(py: Python, view: BufferView, expected: string): boolean {

@@ -12,15 +12,10 @@ import type { Python } from "../../python.ts";
 import { python } from "../support/python.ts";
 import { refused } from "../support/assertions.ts";
 import { test } from "../support/harness.ts";
-import { mapped, noSafetensors, nothingLeft, noTorch, scratchFolder } from "../support/io_files.ts";
+import { mapped, noSafetensors, nothingLeft, noTorch, pyValue as value, scratchFolder } from "../support/io_files.ts";
 
 const folder = scratchFolder("safetensors");
 const torchSkip = noTorch();
-
-function value<T>(py: Python, expression: string): T {
-  using o = py.eval(expression);
-  return o.toJS() as T;
-}
 
 /** Whether numpy's view of `view` (through DLPack) has the same address and equals `expected`. */
 function numpySees(

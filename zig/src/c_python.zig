@@ -8,7 +8,7 @@ const c_core = @import("c_core.zig");
 const c_cuda = @import("c_cuda.zig");
 const cpython = @import("cpython.zig");
 const describe = @import("describe.zig");
-const exchange = @import("exchange.zig");
+const lend = @import("lend.zig");
 const exports = @import("exports.zig");
 const python = @import("python.zig");
 const tensor = @import("tensor.zig");
@@ -126,13 +126,13 @@ export fn dlpk_py_wrap(template: f64, readonly: u32) f64 {
 }
 
 /// `toPython(x, py, { as })`: the object `kind`'s DLPack C exchange table makes from a versioned
-/// export template (see exchange.wrapAs): a new reference, or 0 with the exception pending (the
+/// export template (see lend.wrapAs): a new reference, or 0 with the exception pending (the
 /// template then stays the caller's).
 export fn dlpk_py_wrap_as(template: f64, kind: f64) f64 {
     const t = abi.addressFromF64(template) orelse return 0;
     const k = abi.addressFromF64(kind) orelse return 0;
     if (!isStruct(t) or k == 0) return 0;
-    return @floatFromInt(exchange.wrapAs(t, k));
+    return @floatFromInt(lend.wrapAs(t, k));
 }
 
 /// Whether a `PyObject*` that did not come from the bridge can be dereferenced (see

@@ -461,6 +461,7 @@ pub fn layoutOf(shape: []const f64, strides: []const f64) u32 {
 // ---------------------------------------------------------------------------------------------
 // Tests: every acceptance and refusal rule, on hand-built structs.
 
+const fresh = @import("fresh_pages.zig");
 const testing = std.testing;
 
 const Fixture = struct {
@@ -771,7 +772,7 @@ fn testLegacyDeleter(_: *dlpack.ManagedTensor) callconv(.c) void {}
 test "structs and arrays outside readable memory are refused before they are read" {
     if (@import("builtin").os.tag != .linux) return error.SkipZigTest;
     const page = std.heap.page_size_min;
-    const region = try mappings.freshRegion(3);
+    const region = try fresh.freshRegion(3);
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
     try std.posix.mprotect(@alignCast(region[page .. 2 * page]), std.posix.PROT.NONE);
@@ -817,7 +818,7 @@ test "data outside readable memory is refused; data in read-only memory is impor
     if (@import("builtin").os.tag != .linux or !mappings.available()) return error.SkipZigTest;
     const page = std.heap.page_size_min;
     const prot = std.posix.PROT;
-    const region = try mappings.freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.NONE });
+    const region = try fresh.freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.NONE });
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
     var f: Fixture = undefined;
@@ -867,7 +868,7 @@ test "data outside readable memory is refused; data in read-only memory is impor
 test "a deleter must be executable code; the refusal says which generation the struct looks like" {
     if (!mappings.available() or @import("builtin").os.tag != .linux) return error.SkipZigTest;
     // Data in a page of our own (valgrind maps the heap, and maybe the stack, executable).
-    const region = try mappings.freshRegion(1);
+    const region = try fresh.freshRegion(1);
     defer std.posix.munmap(region);
     const data = @intFromPtr(region.ptr);
     const arrays: [*]i64 = @ptrCast(@alignCast(region.ptr));

@@ -295,6 +295,59 @@ fn nestedDeleter(m: *ManagedTensorVersioned) callconv(.c) void {
     nested_seen = insideDeleter();
 }
 
+// ---------------------------------------------------------------------------------------------
+// The exchange API of DLPack 1.3 (`DLPackExchangeAPI`; exchange.zig implements and consumes it).
+// Pointer arguments are words: the same registers as pointers in the C ABI, and
+// each is checked (NULL, misaligned, in the first page) before it is dereferenced.
+
+/// `void (*SetError)(void* error_ctx, const char* kind, const char* message)`.
+pub const SetError = *const fn (usize, ?[*:0]const u8, ?[*:0]const u8) callconv(.c) void;
+/// `int (*)(DLTensor* prototype, DLManagedTensorVersioned** out, void* error_ctx, SetError)`.
+pub const ManagedTensorAllocator = *const fn (usize, usize, usize, ?SetError) callconv(.c) c_int;
+/// `int (*)(void* py_object, DLManagedTensorVersioned** out)`.
+pub const ManagedTensorFromPyObject = *const fn (usize, usize) callconv(.c) c_int;
+/// `int (*)(DLManagedTensorVersioned* tensor, void** out_py_object)`.
+pub const ManagedTensorToPyObject = *const fn (usize, usize) callconv(.c) c_int;
+/// `int (*)(void* py_object, DLTensor* out)`.
+pub const DLTensorFromPyObject = *const fn (usize, usize) callconv(.c) c_int;
+/// `int (*)(DLDeviceType device_type, int32_t device_id, void** out_current_stream)`.
+pub const CurrentWorkStream = *const fn (i32, i32, usize) callconv(.c) c_int;
+
+/// `DLPackExchangeAPIHeader`: the part every version keeps.
+pub const ExchangeHeader = extern struct {
+    version: Version,
+    prev_api: ?*const ExchangeHeader,
+};
+
+/// `DLPackExchangeAPI`. Function pointers are optional: a foreign table may hold NULLs
+/// (`dltensor_from_py_object_no_sync` may be NULL by the header; others in broken tables).
+pub const ExchangeApi = extern struct {
+    header: ExchangeHeader,
+    managed_tensor_allocator: ?ManagedTensorAllocator,
+    managed_tensor_from_py_object_no_sync: ?ManagedTensorFromPyObject,
+    managed_tensor_to_py_object_no_sync: ?ManagedTensorToPyObject,
+    dltensor_from_py_object_no_sync: ?DLTensorFromPyObject,
+    current_work_stream: ?CurrentWorkStream,
+};
+
+comptime {
+    // The 1.3 header's layout on 64-bit targets.
+    assert(@sizeOf(ExchangeHeader) == 16);
+    assert(@offsetOf(ExchangeHeader, "version") == 0);
+    assert(@offsetOf(ExchangeHeader, "prev_api") == 8);
+    assert(@sizeOf(ExchangeApi) == 56);
+    assert(@offsetOf(ExchangeApi, "header") == 0);
+    assert(@offsetOf(ExchangeApi, "managed_tensor_allocator") == 16);
+    assert(@offsetOf(ExchangeApi, "managed_tensor_from_py_object_no_sync") == 24);
+    assert(@offsetOf(ExchangeApi, "managed_tensor_to_py_object_no_sync") == 32);
+    assert(@offsetOf(ExchangeApi, "dltensor_from_py_object_no_sync") == 40);
+    assert(@offsetOf(ExchangeApi, "current_work_stream") == 48);
+}
+
+/// The capsule name and the type attribute of the 1.3 discovery protocol.
+pub const exchange_capsule_name: [*:0]const u8 = "dlpack_exchange_api";
+pub const exchange_attribute: [*:0]const u8 = "__dlpack_c_exchange_api__";
+
 test "a deleter runs inside deleteManaged's count, which is back to zero after it" {
     var managed = std.mem.zeroes(ManagedTensorVersioned);
     managed.deleter = nestedDeleter;

@@ -476,7 +476,7 @@ pub fn checkObject(address: usize) i32 {
 
 test "checkHeader: readable chains pass, unmapped headers, types and metatypes are refused" {
     if (!mappings.available()) return error.SkipZigTest;
-    const region = try mappings.freshRegion(1);
+    const region = try @import("fresh_pages.zig").freshRegion(1);
     defer std.posix.munmap(region);
     const words: [*]usize = @ptrCast(region.ptr);
     // A fake `type` at word 0 (its own type at +8), a metatype at word 64, an object at word 128.

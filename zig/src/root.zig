@@ -12,7 +12,7 @@
 //!   cpython.zig;
 //! - records: owner.zig, exports.zig, journal.zig;
 //! - imports: describe.zig (validate), verify.zig (device claims), admit.zig (the sequence);
-//! - Python: templates.zig, tensor.zig, guards.zig, exchange.zig, python.zig;
+//! - Python: templates.zig, tensor.zig, guards.zig, exchange.zig, lend.zig, python.zig;
 //! - the C boundary: c_core.zig, c_cuda.zig, c_python.zig, c_io.zig;
 //! - this file, the entry.
 
@@ -42,6 +42,7 @@ test {
     _ = @import("exchange.zig");
     _ = @import("exports.zig");
     _ = @import("journal.zig");
+    _ = @import("lend.zig");
     _ = @import("mapped.zig");
     _ = @import("mappings.zig");
     _ = @import("memory.zig");

@@ -138,6 +138,7 @@ pub fn confirms(device_type: i32, device_id: i32, a: cuda.PointerAttributes) boo
     };
 }
 
+const fresh = @import("fresh_pages.zig");
 const testing = std.testing;
 
 test "claims are confirmed only by matching pointer attributes" {
@@ -191,7 +192,7 @@ test "other host data must be readable; read-only memory makes a read-only impor
     if (@import("builtin").os.tag != .linux or !mappings.available()) return error.SkipZigTest;
     const page = std.heap.page_size_min;
     const prot = std.posix.PROT;
-    const region = try mappings.freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.NONE });
+    const region = try fresh.freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.NONE });
     defer std.posix.munmap(region);
     const base = @intFromPtr(region.ptr);
     const elements: f64 = @floatFromInt(page / 4);

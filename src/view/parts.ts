@@ -1,0 +1,101 @@
+/**
+ * The parts of a `BufferView` that are not the class: what few views have (`Extras`), the stamp
+ * that ties a handed-out ArrayBuffer to its view, and the errors the class throws.
+ * @module
+ */
+import { DLPackError, shown } from "../facts/errors.ts";
+import type { AnyTypedArray } from "../facts/dtypes.ts";
+import { freeze, newSet } from "../facts/intrinsics.ts";
+import type { Owner, Releasable } from "../native/shares.ts";
+import type { Access } from "../engines/state.ts";
+
+/** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does.
+ * A private field stamped onto the buffer (the constructor returns the buffer itself): unlike a
+ * property, no setter or Proxy a caller puts on ArrayBuffer.prototype's chain can intercept it. */
+class Stamp {
+  constructor(target: object) {
+    return target;
+  }
+}
+export class BufferLink extends Stamp {
+  #view: object;
+  constructor(buffer: ArrayBuffer, view: object) {
+    super(buffer);
+    this.#view = view;
+  }
+}
+
+/** The error of a BufferView method or getter called with a `this` that is no view (a method
+ * taken off the prototype, an `Object.create(BufferView.prototype)` impostor): each checks its
+ * receiver's private brand first, one check the engine folds into the field read that follows. */
+export function notAView(receiver: unknown, member: string): DLPackError {
+  return new DLPackError("argument", `BufferView ${member} needs a BufferView as this, got ${shown(receiver)}`);
+}
+
+/** What printing something that only pretends to be a view shows (printing never throws). */
+export const NOT_A_VIEW_TEXT = "[an object that only pretends to be a BufferView]";
+
+/** The parts of a view few views have. Own fields (defined, not assigned), and the class is not
+ * re-exported by any entry: no setter a caller puts anywhere sees the writes. */
+export class Extras {
+  /** The ArrayBuffer `array()` made over native memory, detached at dispose. */
+  buffer: ArrayBuffer | undefined = undefined;
+  /** The array `array()` made (the same one each call). */
+  array: AnyTypedArray | undefined = undefined;
+  /** The view's own share (`keepAlive`), made on first use. */
+  share: Owner | undefined = undefined;
+  /** The JS value kept reachable while the view lives (`keepAliveValue`). */
+  keepAlive: unknown;
+  constructor(keepAlive: unknown) {
+    this.keepAlive = keepAlive;
+  }
+}
+
+/** Owner shares of views whose array() buffer was transferred away; never released. */
+export const transferredShares = newSet<number>();
+
+export function disposedError(): DLPackError {
+  return new DLPackError("disposed", "this view was disposed");
+}
+
+export function readonlyError(access: Access): DLPackError {
+  return new DLPackError(
+    "readonly",
+    access === "readonly"
+      ? "this view is read-only (the producer set READ_ONLY, its memory cannot be written in this process, or it " +
+        "is a broadcast, whose elements repeat)"
+      : "this view's access is unknown (legacy DLPack carries no read-only flag); call assumeWritable() if you know it may be written",
+  );
+}
+
+/** The "requirements" error listing every requirement a view failed. */
+export function refusedError(what: string, refusals: string[]): DLPackError {
+  return new DLPackError("requirements", `${what}: ${joined(refusals)}`, refusals);
+}
+
+/** The refusal of `assumeWritable()` for a view that is read-only. */
+export function readonlyForever(): DLPackError {
+  return new DLPackError(
+    "readonly",
+    "this view is read-only (the producer marked the tensor READ_ONLY, its memory cannot be written in this " +
+      "process, or it is a broadcast, whose elements repeat); assumeWritable() cannot override that",
+  );
+}
+
+/** A view as its Owner share sees it: the view's private methods, not the replaceable public ones. */
+export function releasable(dispose: () => void, isDisposed: () => boolean): Releasable {
+  return freeze({
+    __proto__: null,
+    dispose,
+    get disposed(): boolean {
+      return isDisposed();
+    },
+  }) as unknown as Releasable;
+}
+
+/** `a; b; c` (no `join`: it is replaceable). */
+function joined(parts: readonly string[]): string {
+  let text = "";
+  for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
+  return text;
+}
