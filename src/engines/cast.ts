@@ -38,8 +38,10 @@ export interface AstypeOptions {
 
 /** Options of `copyFrom`: {@link CopyOptions}, and whether a source of another dtype is converted. */
 export interface CopyFromOptions extends CopyOptions {
-  /** Convert a source (a view, or a TypedArray of its natural dtype) of another dtype with numpy's
-   * casting rules (as `astype`); without it a different dtype is refused. Default false. */
+  /** Convert a source of another dtype with numpy's casting rules (as `astype`): a view, or a
+   * TypedArray other than the form of `toArray()`, taken as values of its natural dtype (a
+   * Uint16Array into a bfloat16 view is still its bits). Without it a different dtype is refused.
+   * Default false. */
   readonly cast?: boolean | undefined;
 }
 

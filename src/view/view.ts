@@ -540,8 +540,9 @@ export class BufferView {
    * floats one code per element), `size` elements long (twice that for complex); or nested JS
    * arrays of element values shaped exactly like this view (the form `toNested()` returns).
    *
-   * With `{ cast: true }` a view or a TypedArray (its natural dtype, one value per element in C
-   * order) of another dtype is converted as {@link BufferView.astype} converts.
+   * With `{ cast: true }` a view of another dtype, or a TypedArray of another type than the form
+   * of `toArray()` (its values, of its natural dtype, in C order), is converted as
+   * {@link BufferView.astype} converts; an array in the form of `toArray()` is copied as it is.
    */
   copyFrom(src: BufferView | AnyTypedArray | readonly unknown[], opts?: CopyFromOptions): this {
     if (!(#owner in asObject(this))) throw notAView(this, "copyFrom()");

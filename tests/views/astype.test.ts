@@ -211,6 +211,12 @@ test("copyFrom(src, { cast: true }) converts as astype does, from views and Type
   dst.copyFrom(new Int32Array([256, 257, -1, 0, 1, 2]), { cast: true });
   assert.deepEqual(dst.toNested(), [[0, 1, 255], [0, 1, 2]]);
   refused(() => dst.copyFrom(new Int32Array(6)), "dtype");
+  // The form of toArray() is copied as it is, cast or not: a Uint16Array into bfloat16 is its bits.
+  using bf = zeros([2], "bfloat16");
+  bf.copyFrom(new Uint16Array([0x3f80, 0xc000]), { cast: true });
+  assert.deepEqual(bf.toNested(), [1, -2]);
+  bf.copyFrom(new Float32Array([0.5, 3]), { cast: true });
+  assert.deepEqual(bf.toNested(), [0.5, 3]);
   refused(() => dst.copyFrom(new Int32Array(5), { cast: true }), "shape");
   using row = src.slice(0);
   refused(() => dst.copyFrom(row, { cast: true }), "shape");
