@@ -17,10 +17,10 @@
  * float format cannot hold follow its codec: NaN where the format has no NaN is refused.
  * @module
  */
-import { DLPackError } from "../facts/errors.ts";
-import type { AnyTypedArray, DTypeInfo, MiniFloatDType } from "../facts/dtypes.ts";
+import { DLPackError, shown } from "../facts/errors.ts";
+import { type AnyTypedArray, type DTypeInfo, infoOfTag, type MiniFloatDType } from "../facts/dtypes.ts";
 import { listText } from "../facts/layout.ts";
-import { copyNumbers, trunc, typedArrayLength } from "../facts/intrinsics.ts";
+import { copyNumbers, trunc, typedArrayLength, typedArrayTag } from "../facts/intrinsics.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 import { jsBuffer } from "./codec.ts";
 import { copyFromArray, type CopyOptions, refuseWrite } from "./copy.ts";
@@ -86,25 +86,25 @@ export function castInto(dst: ViewState, src: ViewState, stream: StreamHandle | 
   copyFromArray(dst, values, d.info.tag, stream);
 }
 
-/** `dst.copyFrom(array, { cast: true })`: a TypedArray of its natural dtype `info` (C order, one
- * value per element) converted to `dst`'s dtype. */
-export function castArrayInto(
-  dst: ViewState,
-  array: AnyTypedArray,
-  info: DTypeInfo,
-  stream: StreamHandle | undefined,
-): void {
+/** `dst.copyFrom(array, { cast: true })`: a TypedArray of another type than `dst`'s `toArray()`
+ * form, its values (of its natural dtype, C order, one per element) converted to `dst`'s dtype. */
+export function castArrayInto(dst: ViewState, array: unknown, stream: StreamHandle | undefined): void {
+  const tag = typedArrayTag(array);
+  const info = tag === undefined ? undefined : infoOfTag(tag);
+  if (info === undefined) {
+    throw new DLPackError("argument", `copyFrom with cast takes a BufferView or a TypedArray, got ${shown(array)}`);
+  }
   const d = dst.facts;
-  const length = typedArrayLength(array);
-  if (length !== d.size * info.slots) {
+  const values = array as AnyTypedArray;
+  const length = typedArrayLength(values);
+  if (length !== d.size) {
     throw new DLPackError(
       "shape",
       `copyFrom: the ${info.tag} has ${length} elements; this view of shape ${listText(d.shape)} needs ${d.size}`,
     );
   }
   refuseWrite(dst.access, "copyFrom");
-  const values = convert(info, array, d.info, `copyFrom(${info.tag} -> ${d.info.name})`);
-  copyFromArray(dst, values, d.info.tag, stream);
+  copyFromArray(dst, convert(info, values, d.info, `copyFrom(${info.tag} -> ${d.info.name})`), d.info.tag, stream);
 }
 
 /** How one element is read: a number (the real part of a complex), a bigint, and for complex the

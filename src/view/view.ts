@@ -15,7 +15,6 @@ import {
   type DLDataType,
   type DType,
   dtypeInfo,
-  infoOfTag,
   type Scalar,
   type ScalarOf,
 } from "../facts/dtypes.ts";
@@ -557,12 +556,7 @@ export class BufferView {
       if (cast === true && from.facts.info !== this.#facts.info) castInto(this.#state(), from, stream);
       else copyInto(this.#state(), from, stream);
     } else if (cast === true && !isArray(src) && typedArrayTag(src) !== this.#facts.info.tag) {
-      const tag = typedArrayTag(src);
-      const natural = tag === undefined ? undefined : infoOfTag(tag);
-      if (natural === undefined) {
-        throw new DLPackError("argument", `copyFrom with cast takes a BufferView or a TypedArray, got ${shown(src)}`);
-      }
-      castArrayInto(this.#state(), src as AnyTypedArray, natural, stream);
+      castArrayInto(this.#state(), src, stream);
     } else {
       const values = isArray(src) ? flatten(this.#facts, src) : src;
       const tag = isArray(src) ? this.#facts.info.tag : typedArrayTag(src);
