@@ -39,8 +39,8 @@ export const symbols = {
   dlpk_export: { args: ["u32", "f64"], returns: "i32" },
   // The TypedArray itself is the first argument: the runtime passes its data pointer.
   dlpk_export_buffer: { args: ["buffer", "f64", "f64", "f64", "u32", "f64"], returns: "i32" },
-  // A whole TypedArray: every fact an argument (the dtype, flags and options in one word, as each
-  // argument costs Bun about 1 ns); returns the struct's address or minus a status.
+  // A whole TypedArray: every fact an argument (the dtype, flags and options in one word:
+  // perf(export), each argument costs Bun's calls); returns the struct's address or minus a status.
   dlpk_export_array: { args: ["buffer", "f64", "f64", "f64", "u32"], returns: "f64" },
   dlpk_managed_delete: { args: ["f64", "u32"], returns: "void" },
   // A capsule disposed from JS: returns the id of a pin freed at once (0: none).
@@ -95,8 +95,8 @@ export const symbols = {
 
   // The imports, into this thread's KeyedDescription, which src/native/scratch.ts views as its
   // scratch (its generation tells the view layer in one word whether the facts it built last still
-  // apply). The one-argument versioned door takes the address as an f64 (each argument costs Bun's
-  // FFI about 1 ns); the general door takes it as a 64-bit word, bound once per JS form of it, so
+  // apply). The one-argument versioned door takes the address as an f64 (perf(import+dispose): each
+  // argument costs Bun's FFI); the general door takes it as a 64-bit word, bound once per JS form of it, so
   // that each binding converts one type (Bun's slows down when one binding gets numbers and
   // bigints): a bigint passed as it is (converting it costs more than the call in Deno), a number,
   // and a pointer object of Deno's FFI, so JS never converts it to a number.

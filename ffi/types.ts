@@ -65,7 +65,7 @@ export interface Runtime {
    * a `"pointer"` parameter takes as they are; false where addresses are numbers (Bun). */
   readonly pointerObjects: boolean;
   /** Whether storing a newly made object into a long-lived one costs the engine a slow path (V8's
-   * generational write barrier, about 7 ns), so hot paths keep new objects in containers they
+   * generational write barrier; perf(import+dispose)), so hot paths keep new objects in containers they
    * renew often; false where renewing a container costs more than it saves (JavaScriptCore). */
   readonly costlyOldToYoung: boolean;
   /** Normalises a pointer value of this runtime (or a number/bigint) to a number or bigint. */

@@ -13,8 +13,8 @@ const BACKSTOP_BATCH = 1024;
 const RECENT = 32;
 /** Adds between two renewals of the young list: a small share of what V8 allocates between two
  * scavenges (each import allocates about 100 bytes), so the list rarely ever survives one. Where
- * such stores cost nothing special (Bun) the list is kept: a replaced array costs JavaScriptCore
- * more (5-10 ns per export and import in a mixed loop) than the store it would save. */
+ * such stores cost nothing special (Bun) the list is kept: perf(import+dispose, export) a replaced
+ * array costs JavaScriptCore more in a mixed loop than the store it would save. */
 const RENEW_AFTER = runtime().costlyOldToYoung ? 1024 : 0x4000_0000;
 
 /** A new young list: an array literal, whose slots are its own (index writes reach no setter a
@@ -36,8 +36,8 @@ function youngSlots(): (object | undefined)[] {
  * and only if they are still live then. A handle disposed before that never touches the registry.
  *
  * New handles go to a list of 32 that V8 gets a fresh one of every 1024 adds, so it stays in its
- * young generation: a new handle stored into an old array runs the write barrier's slow path,
- * which cost Deno about 7 ns per import. A full young list moves to the older list of 1024.
+ * young generation: a new handle stored into an old array runs the write barrier's slow path
+ * (perf(import+dispose) in Deno). A full young list moves to the older list of 1024.
  *
  * `add` never throws once it has stored a handle, and a flush interrupted by an exception (an
  * exhausted stack) resumes where it stopped: a handle is registered at most once, and `remove`

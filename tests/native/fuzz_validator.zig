@@ -268,7 +268,7 @@ const Guard = struct {
 };
 
 /// The library's own dtype table (zig/src/dlpack.zig `dtypes`): the validator, this model and
-/// src/abi.ts read the same list.
+/// src/facts/abi.ts read the same list.
 const supported_dtypes = libdlpack.dlpack.dtypes;
 
 fn dtypeSupported(code: u8, bits: u8, lanes: u16) bool {

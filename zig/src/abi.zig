@@ -262,7 +262,7 @@ pub const Description = extern struct {
 };
 
 comptime {
-    // src/abi.ts carries these offsets to the TS reader.
+    // src/facts/abi.ts carries these offsets to the TS reader.
     assert(@offsetOf(Description, "detail_found") == 64);
     assert(@offsetOf(Description, "byte_offset") == 80);
     assert(@offsetOf(Description, "shape") == 120);

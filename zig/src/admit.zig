@@ -37,8 +37,8 @@ pub const Refusal = enum {
 /// The one sequence every import takes: validate -> verify -> take this library's own export ->
 /// record the owner, whose address `out` then holds. A refusal is written into `out` and the
 /// tensor released or kept as `refusal` says; returns the status to report (a lost race for an
-/// export of this library turns into `already_imported`). Inlined into each entry: its own frame,
-/// and the owner record's in it, cost the imports 3-4 ns (`zig build bench-import`).
+/// export of this library turns into `already_imported`). perf(native import): inlined into each
+/// entry, as its own frame and the owner record's in it were measurable (`zig build bench-import`).
 pub inline fn sequence(
     managed: usize,
     options: Options,
@@ -93,8 +93,8 @@ pub fn refuseTaken(managed: usize, own: exports.Own, out: *Description) Status {
 /// memory, `out` says so and the tensor is still the caller's.
 pub fn record(managed: usize, versioned: bool, out: *Description) error{OutOfMemory}!*owner.Owner {
     assert(out.status == @intFromEnum(Status.ok));
-    // Inlined: its own frame looked the thread-local spares up in a call of its own (1.4 ns of a
-    // native import + release, `zig build bench-import`).
+    // perf(native import): inlined, as its own frame looked the thread-local spares up in a call
+    // of its own.
     const created = @call(.always_inline, owner.createImport, .{ versioned, managed }) catch |err| {
         _ = out.refuse(.out_of_memory, abi.detail_dim.none, 0, 0);
         return err;

@@ -272,7 +272,7 @@ export fn dlpk_journal_replay() void {
 
 fn releaseEntry(value: f64) void {
     if (value > 0) {
-        // Inlined, for the same thread-local lookup as `admit.record`'s (0.4 ns).
+        // perf(native import): inlined, for the same thread-local lookup as `admit.record`'s.
         @call(.always_inline, owner.release, .{ownerAt(value) orelse return});
         return;
     }
@@ -430,7 +430,7 @@ export fn dlpk_import_versioned(managed_address: f64) i32 {
 }
 
 /// The keyed entries' common path, inlined into each with the validator and the owner record:
-/// every JS import takes it, and their call frames measured 3-4 ns of it.
+/// every JS import takes it. perf(native import): their call frames were measurable.
 inline fn importKeyed(managed: usize, options: u32, out: *Description) i32 {
     const status = @call(.always_inline, importAt, .{ managed, options, out });
     // A keyed record starts with its description (abi.zig); the caller passed a whole record.

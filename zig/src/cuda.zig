@@ -479,7 +479,7 @@ pub fn pointerAttributes(address: usize, with_range: bool) Error!PointerAttribut
 
 pub const AllocKind = enum(u32) { device = 0, host = 1, managed = 2 };
 
-/// The order `dlpk_cuda_stats` writes the counters in (src/abi.ts `CudaCounter`).
+/// The order `dlpk_cuda_stats` writes the counters in (src/facts/abi.ts `CudaCounter`).
 pub const Counter = enum(u8) {
     device_allocations,
     device_bytes,

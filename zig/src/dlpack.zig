@@ -1,6 +1,6 @@
 //! The DLPack 1.3 ABI: structs, enums, flags, and the one table of dtypes this library describes,
 //! with the layout pinned at compile time. Everything here mirrors the C header; nothing here
-//! allocates, validates or imports anything but std (src/abi.ts is generated from it, with
+//! allocates, validates or imports anything but std (src/facts/abi.ts is generated from it, with
 //! abi.zig: `zig build abi`).
 
 const std = @import("std");
@@ -98,7 +98,7 @@ pub const DType = struct {
 };
 
 /// Every dtype the library accepts, once: the validator (`DataType.isSupported`), the fuzzer's
-/// model and src/abi.ts read this table. Opaque handles and vector lanes are not in it: no JS
+/// model and src/facts/abi.ts read this table. Opaque handles and vector lanes are not in it: no JS
 /// type could hold them.
 pub const dtypes = [_]DType{
     .{ .name = "bool", .code = .bool, .bits = 8 },

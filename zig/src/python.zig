@@ -2,7 +2,7 @@
 //! PyCapsules the way numpy does, `fromPython`'s fast path (the `__dlpack__` negotiation in C),
 //! and `install`, which makes `DLPackTensor` (tensor.zig) and adds `_native_exchange_counts`.
 //! Everything here runs with the GIL held by the caller or takes it (PyGILState is reentrant);
-//! errors are error unions, which root.zig turns into `abi.PythonStatus` values.
+//! errors are error unions, which c_python.zig turns into `abi.PythonStatus` values.
 
 const std = @import("std");
 const assert = std.debug.assert;

@@ -6,7 +6,7 @@ const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
 
-/// The order `dlpk_stats` writes the counters in (src/abi.ts `StatsCounter`).
+/// The order `dlpk_stats` writes the counters in (src/facts/abi.ts `StatsCounter`).
 pub const Counter = enum(u8) {
     imports,
     exports,

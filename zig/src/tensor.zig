@@ -356,7 +356,7 @@ const Request = struct {
     copy: ?*PyObject = null,
 };
 
-/// Set by root.zig: orders a consumer's CUDA stream after the producer (0 ok, -2 for the
+/// Set by c_cuda.zig: orders a consumer's CUDA stream after the producer (0 ok, -2 for the
 /// disallowed stream 0, else a failure status; statuses are mapped at the C boundary).
 pub var fence_hook: *const fn (usize, usize) i32 = noFence;
 

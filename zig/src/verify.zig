@@ -56,8 +56,8 @@ fn isHostAccessible(device_type: i32) bool {
         device_type == @intFromEnum(DeviceType.rocm_host);
 }
 
-/// A claim other than CPU memory. Out of line: inlined, its driver calls and their out-parameters
-/// made the whole validator's frame larger and spilled more (host imports 1.5 ns slower).
+/// A claim other than CPU memory. perf(native import): out of line, as inlined its driver calls
+/// and their out-parameters made the whole validator's frame larger and spilled more.
 noinline fn otherClaim(out: *Description) Status {
     const device_type = out.device_type;
     const host = isHostAccessible(device_type);
