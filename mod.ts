@@ -44,14 +44,24 @@ export {
 export { type AddressLike, type PointerObject } from "./src/native/address.ts";
 export {
   type Access,
+  type AstypeOptions,
   BufferView,
+  type CopyFromOptions,
   type DLPackVersion,
   type Flags,
   type ItemOf,
   type RequiredView,
   type TypedView,
 } from "./src/view/view.ts";
-export { type BuildTuple, type Minus, type Nested, type Plus1, type Tuple } from "./src/view/types.ts";
+export {
+  type BuildTuple,
+  type Minus,
+  type Nested,
+  type Plus1,
+  type SliceDrop,
+  type SliceRank,
+  type Tuple,
+} from "./src/view/types.ts";
 export { type ViewJSON } from "./src/engines/inspect.ts";
 export { type Range, type SliceItem } from "./src/facts/shape.ts";
 export { fromArray, type FromArrayOptions } from "./src/api/from_array.ts";

@@ -285,7 +285,8 @@ export function scatter(facts: ViewFacts, dst: AnyTypedArray, src: AnyTypedArray
 }
 
 /** The position in `array()` units of the element at `index` (a caller's indices, as many as the
- * rank), after every check (`what`: the method, for messages). */
+ * rank, each in -extent..extent-1, negative from the end), after every check (`what`: the method,
+ * for messages). */
 export function elementAt(facts: ViewFacts, index: readonly number[], what: string): number {
   const shape = facts.shape;
   if (index.length !== shape.length) {
@@ -304,12 +305,13 @@ export function elementAt(facts: ViewFacts, index: readonly number[], what: stri
     if (i % 1 !== 0) {
       throw new DLPackError("shape", `index ${i} of dimension ${d} is not an integer`);
     }
-    // The strides are as long as the shape.
+    // The strides are as long as the shape. Negative indices count from the end, as numpy's do.
     const extent = shape[d]!;
-    if (i < 0 || i >= extent) {
+    const j = i < 0 ? i + extent : i;
+    if (j < 0 || j >= extent) {
       throw new DLPackError("shape", `index ${i} is out of range for dimension ${d} of extent ${extent}`);
     }
-    at += i * strides[d]!;
+    at += j * strides[d]!;
   }
   return at;
 }

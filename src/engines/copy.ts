@@ -205,7 +205,10 @@ export function copyInto(dst: ViewState, src: ViewState, stream: StreamHandle | 
   const d = dst.facts;
   const s = src.facts;
   if (d.info !== s.info) {
-    throw new DLPackError("dtype", `copyFrom: the source is ${s.info.name}, this view is ${d.info.name}`);
+    throw new DLPackError(
+      "dtype",
+      `copyFrom: the source is ${s.info.name}, this view is ${d.info.name}; copyFrom(src, { cast: true }) converts`,
+    );
   }
   if (!sameShape(d.shape, s.shape)) {
     throw new DLPackError(

@@ -87,7 +87,7 @@ export function expanded(view: ViewState, axis: unknown): DerivedLayout {
 
 /** The derived layout of `s` (what `op` computed from `view`'s shape and strides), checked: element
  * 0 on a byte boundary, bytes and strides that a JS number holds exactly. */
-function derived(view: ViewState, op: string, s: Strided, readonly: boolean): DerivedLayout {
+export function derived(view: ViewState, op: string, s: Strided, readonly: boolean): DerivedLayout {
   const info = view.facts.info;
   const size = sizeOf(s.shape);
   const r = reach(s.shape, s.strides);

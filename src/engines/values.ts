@@ -35,7 +35,7 @@ export function toNested(view: ViewState): unknown {
         `take part of the view with slice(), or copy() it into library memory`,
     );
   }
-  const flat = onHost(f) ? gather(f, spanArray(view.address, f)) : gatheredOnHost(view);
+  const flat = elementsOf(view);
   if (shape.length === 0) return decodeElement(info, flat, 0);
   let k = 0;
   const build = (d: number): unknown[] => {
@@ -45,6 +45,13 @@ export function toNested(view: ViewState): unknown {
     return out;
   };
   return build(0);
+}
+
+/** A view's elements in C order, in the form of `toArray()`: device memory through a host copy
+ * (`gatheredOnHost`). */
+export function elementsOf(view: ViewState): AnyTypedArray {
+  const f = view.facts;
+  return onHost(f) ? gather(f, spanArray(view.address, f)) : gatheredOnHost(view);
 }
 
 /** The elements of a device view in C order, through a host copy released before this returns

@@ -81,7 +81,7 @@ export function axisOf(value: unknown, ndim: number, what = "axis"): number {
 }
 
 /** Reads a caller's array of integers once (length first, at most `MAX_RANK`), into a fresh array. */
-function integerList(value: unknown, what: string): number[] {
+export function integerList(value: unknown, what: string): number[] {
   if (!isArray(value)) throw argument(`${what} must be an array of integers, got ${shown(value)}`);
   const n: unknown = value.length;
   if (!isSafeInt(n) || n < 0) throw argument(`${what} has an invalid length (${shown(n)})`);

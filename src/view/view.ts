@@ -8,8 +8,16 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
-import type { AnyTypedArray, ArrayOf, DLDataType, DType, Scalar, ScalarOf } from "../facts/dtypes.ts";
+import { copyStreamOption, DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
+import {
+  type AnyTypedArray,
+  type ArrayOf,
+  type DLDataType,
+  type DType,
+  dtypeInfo,
+  type Scalar,
+  type ScalarOf,
+} from "../facts/dtypes.ts";
 import { type Device, deviceCode } from "../facts/devices.ts";
 import type { SliceItem } from "../facts/shape.ts";
 import {
@@ -45,6 +53,8 @@ import { keyed } from "../engines/facts.ts";
 import { elementAt, gather, readAt, requireHost, spanBytes, spanStart, stageValue, storeAt } from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
 import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
+import { type AstypeOptions, castArrayInto, castCopy, castInto, type CopyFromOptions } from "../engines/cast.ts";
+import { flatCopy, flipped, identity, itemOf, raveled } from "../engines/layouts.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import {
   readRequirements,
@@ -57,7 +67,7 @@ import { encodeOne, fill, flatten, toNested } from "../engines/values.ts";
 import { inheritStream, type StreamHandle } from "../engines/streams.ts";
 import { applyTo, DENO_INSPECT, displayed, headerOf, jsonOf, JUPYTER_DISPLAY } from "../engines/inspect.ts";
 import { NODE_INSPECT, type Printable, printed, type ViewJSON } from "../engines/inspect.ts";
-import type { Minus, Nested, Plus1, Tuple } from "./types.ts";
+import type { Minus, Nested, Plus1, SliceRank, Tuple } from "./types.ts";
 import {
   BufferLink,
   CLONE_GUARD,
@@ -73,6 +83,7 @@ import {
 } from "./parts.ts";
 
 export type { Access, DLPackVersion, Flags } from "../engines/state.ts";
+export type { AstypeOptions, CopyFromOptions } from "../engines/cast.ts";
 
 /** Releases the share of views collected without `dispose()` (only a backstop). */
 const views = new LazyBackstop<number>(
@@ -308,6 +319,22 @@ export class BufferView {
     return this.#facts.shape.length;
   }
 
+  /** Bytes per element (numpy's `itemsize`): `dl.bits / 8`, a fraction for the packed sub-byte
+   * dtypes (0.5 for `float4_e2m1fn`). */
+  get itemsize(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "itemsize");
+    return this.#facts.info.bits / 8;
+  }
+
+  /** The extent of the first axis (`shape[0]`, numpy's `len()`); refused ("shape") for a 0-d view,
+   * which has none. */
+  get length(): number {
+    if (!(#owner in asObject(this))) throw notAView(this, "length");
+    const n = this.#facts.shape[0];
+    if (n === undefined) throw new DLPackError("shape", "a 0-d view has no length (numpy's len() refuses it too)");
+    return n;
+  }
+
   /** Number of elements. */
   get size(): number {
     if (!(#owner in asObject(this))) throw notAView(this, "size");
@@ -514,14 +541,26 @@ export class BufferView {
    * `array()` for this dtype, holding every element in C order (complex interleaved, sub-byte
    * floats one code per element), `size` elements long (twice that for complex); or nested JS
    * arrays of element values shaped exactly like this view (the form `toNested()` returns).
+   *
+   * With `{ cast: true }` a view of another dtype, or a TypedArray of another type than the form
+   * of `toArray()` (its values, of its natural dtype, in C order), is converted as
+   * {@link BufferView.astype} converts; an array in the form of `toArray()` is copied as it is.
    */
-  copyFrom(src: BufferView | AnyTypedArray | readonly unknown[], opts?: CopyOptions): this {
+  copyFrom(src: BufferView | AnyTypedArray | readonly unknown[], opts?: CopyFromOptions): this {
     if (!(#owner in asObject(this))) throw notAView(this, "copyFrom()");
     this.#live();
     // Every caller value is read before the states are taken: a getter could dispose either view.
     const stream = copyStreamOption(opts) as StreamHandle | undefined;
-    if (isBufferView(src)) copyInto(this.#state(), stateOf(src), stream);
-    else {
+    const cast = opts === undefined || opts === null
+      ? undefined
+      : optionalBoolean((opts as { cast?: unknown }).cast, "copyFrom()'s cast option");
+    if (isBufferView(src)) {
+      const from = stateOf(src);
+      if (cast === true && from.facts.info !== this.#facts.info) castInto(this.#state(), from, stream);
+      else copyInto(this.#state(), from, stream);
+    } else if (cast === true && !isArray(src) && typedArrayTag(src) !== this.#facts.info.tag) {
+      castArrayInto(this.#state(), src, stream);
+    } else {
       const values = isArray(src) ? flatten(this.#facts, src) : src;
       const tag = isArray(src) ? this.#facts.info.tag : typedArrayTag(src);
       if (tag === undefined) {
@@ -623,23 +662,103 @@ export class BufferView {
     return this.#derive(atIndices(this.#state(), indices));
   }
 
-  /** The axes reversed (numpy's `.T`), zero-copy. */
-  transpose(): BufferView {
+  /** The axes reversed (numpy's `.T`), zero-copy; with axes (`transpose(2, 0, 1)` or
+   * `transpose([2, 0, 1])`), the axes in that order, as {@link BufferView.permute}. */
+  transpose(): BufferView;
+  /** The axes in the order `axes` lists them (`transpose([2, 0, 1])`), zero-copy. */
+  transpose(axes: readonly number[]): BufferView;
+  /** The axes in the order the arguments list them (`transpose(2, 0, 1)`), zero-copy. */
+  transpose(...axes: number[]): BufferView;
+  transpose(...axes: unknown[]): BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "transpose()");
+    if (axes.length === 0) return this.#derive(transposed(this.#state()));
+    return this.#derive(permuted(this.#state(), listArgument(axes)));
+  }
+
+  /** The axes reversed (numpy's `.T`, `transpose()`), zero-copy. */
+  get T(): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "T");
     return this.#derive(transposed(this.#state()));
   }
 
-  /** The axes in the order `axes` lists them (the array API's `permute_dims`), zero-copy. */
-  permute(axes: readonly number[]): BufferView {
+  /** The axes in the order `axes` lists them (the array API's `permute_dims`), zero-copy:
+   * `permute([2, 0, 1])` or `permute(2, 0, 1)`. */
+  permute(axes: readonly number[]): BufferView;
+  /** The axes in the order the arguments list them (`permute(2, 0, 1)`), zero-copy. */
+  permute(...axes: number[]): BufferView;
+  permute(...axes: unknown[]): BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "permute()");
-    return this.#derive(permuted(this.#state(), axes));
+    return this.#derive(permuted(this.#state(), listArgument(axes)));
   }
 
-  /** The same elements in C order under a new shape (one extent may be -1). Zero-copy; throws
-   * `DLPackError` ("strides") when the strides do not allow it: reshape `copy()` then. */
-  reshape(shape: readonly number[]): BufferView {
+  /** The same elements in C order under a new shape (one extent may be -1): `reshape([2, 36])` or
+   * `reshape(2, 36)`. Zero-copy; throws `DLPackError` ("strides") when the strides do not allow
+   * it: reshape `copy()` then. */
+  reshape(shape: readonly number[]): BufferView;
+  /** {@link BufferView.reshape} with the extents as arguments (`reshape(2, 36)`). */
+  reshape(...shape: number[]): BufferView;
+  reshape(...shape: unknown[]): BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "reshape()");
-    return this.#derive(reshaped(this.#state(), shape));
+    return this.#derive(reshaped(this.#state(), listArgument(shape)));
+  }
+
+  /** The elements in reverse order along `axis` (an integer or a list, negative from the end), or
+   * along every axis when it is omitted (numpy's `flip`); zero-copy, with negative strides. */
+  flip(axis?: number | readonly number[]): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "flip()");
+    return this.#derive(flipped(this.#state(), axis));
+  }
+
+  /** The elements in C order as one axis: a zero-copy view when the strides allow it (as
+   * `reshape(-1)`), else a copy in library memory (numpy's `ravel`). */
+  ravel(): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "ravel()");
+    const state = this.#state();
+    const layout = raveled(state);
+    return layout === undefined ? newView(flatCopy(state)) : this.#derive(layout);
+  }
+
+  /** A copy of the elements in C order as one axis, in library memory (numpy's `flatten`): always a
+   * copy, never sharing this view's memory. */
+  flatten(): BufferView {
+    if (!(#owner in asObject(this))) throw notAView(this, "flatten()");
+    return newView(flatCopy(this.#state()));
+  }
+
+  /** The value of a view of exactly one element, whatever its rank (numpy's and PyTorch's
+   * `item()`); refused ("shape") for any other size. */
+  item(): Scalar {
+    if (!(#owner in asObject(this))) throw notAView(this, "item()");
+    return itemOf(this.#state());
+  }
+
+  /**
+   * The values converted to `dtype` with numpy's casting rules (floats to integers truncate toward
+   * zero; NaN, infinities and values out of range there are refused; integers wrap; complex to
+   * real keeps the real part; bfloat16 and the small floats round to nearest even), in a new
+   * C-contiguous allocation: on the view's device for CUDA device memory (converted on the host
+   * between two copies), else in host memory. With `{ copy: false }` and the view's own dtype, a new
+   * view of the same memory instead; `copy: false` with another dtype is refused. A literal dtype
+   * types the result: `view.astype("float32").array()` is a `Float32Array`.
+   */
+  astype<D extends DType>(dtype: D, opts?: AstypeOptions): TypedView<D, number> {
+    if (!(#owner in asObject(this))) throw notAView(this, "astype()");
+    const info = dtypeInfo(dtype);
+    const o = optionsObject(opts, "astype() options");
+    const copyOption: unknown = o.copy;
+    const copy = optionalBoolean(copyOption, "astype()'s copy option");
+    const state = this.#state();
+    if (info === state.facts.info) {
+      const same = copy === false ? this.#derive(identity(state)) : newView(copyOf(state));
+      return same as TypedView<D, number>;
+    }
+    if (copy === false) {
+      throw new DLPackError(
+        "dtype",
+        `astype(${info.name}, { copy: false }): this view is ${state.facts.info.name}, and converting needs a copy`,
+      );
+    }
+    return newView(castCopy(state, info)) as TypedView<D, number>;
   }
 
   /** numpy's broadcasting to `shape`: repeated axes get stride 0. Zero-copy and read-only. */
@@ -831,6 +950,12 @@ export class BufferView {
   }
 }
 
+/** The list a varargs method got: the one array argument (`reshape([2, 3])`), or the arguments
+ * themselves (`reshape(2, 3)`), a fresh array the engine reads once. */
+function listArgument(args: readonly unknown[]): unknown {
+  return args.length === 1 && isArray(args[0]) ? args[0] : args;
+}
+
 // `get` as the class defined it, captured at load: a caller who later replaces the prototype's
 // changes nothing here.
 const getElement = BufferView.prototype.get;
@@ -865,16 +990,37 @@ export interface TypedView<D extends DType, N extends number> extends BufferView
   get(...index: Tuple<number, N>): ScalarOf<D>;
   /** Writes the element at exactly `ndim` indices. */
   set(value: ScalarOf<D>, ...index: Tuple<number, N>): void;
-  /** {@link BufferView.slice}, typed: the dtype is kept (integer items drop axes). */
-  slice(...items: SliceItem[]): TypedView<D, number>;
+  /** {@link BufferView.slice}, typed: the dtype is kept, and the rank too where the items are
+   * literals (each integer, or index string such as `"-1"`, drops an axis). */
+  slice<const I extends SliceItem[]>(...items: I): TypedView<D, SliceRank<N, I>>;
   /** {@link BufferView.at}, typed: each index drops a leading axis. */
   at<const I extends number[]>(...indices: I): TypedView<D, Minus<N, I["length"]>>;
   /** {@link BufferView.transpose}, typed. */
   transpose(): TypedView<D, N>;
+  /** {@link BufferView.transpose} with axes, typed. */
+  transpose(axes: readonly number[]): TypedView<D, N>;
+  /** {@link BufferView.transpose} with axes, typed. */
+  transpose(...axes: number[]): TypedView<D, N>;
+  /** {@link BufferView.T}, typed. */
+  readonly T: TypedView<D, N>;
   /** {@link BufferView.permute}, typed. */
   permute(axes: readonly number[]): TypedView<D, N>;
+  /** {@link BufferView.permute}, typed. */
+  permute(...axes: number[]): TypedView<D, N>;
   /** {@link BufferView.reshape}, typed: the rank is the new shape's length. */
   reshape<const S extends readonly number[]>(shape: S): TypedView<D, S["length"]>;
+  /** {@link BufferView.reshape} with the extents as arguments, typed. */
+  reshape<const S extends number[]>(...shape: S): TypedView<D, S["length"]>;
+  /** {@link BufferView.flip}, typed. */
+  flip(axis?: number | readonly number[]): TypedView<D, N>;
+  /** {@link BufferView.ravel}, typed. */
+  ravel(): TypedView<D, 1>;
+  /** {@link BufferView.flatten}, typed. */
+  flatten(): TypedView<D, 1>;
+  /** {@link BufferView.item}, typed. */
+  item(): ScalarOf<D>;
+  /** {@link BufferView.astype}, typed: the rank is kept. */
+  astype<E extends DType>(dtype: E, opts?: AstypeOptions): TypedView<E, N>;
   /** {@link BufferView.broadcastTo}, typed. */
   broadcastTo<const S extends readonly number[]>(shape: S): TypedView<D, S["length"]>;
   /** {@link BufferView.squeeze}, typed. */

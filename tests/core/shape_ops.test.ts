@@ -313,7 +313,9 @@ test("hostile arguments: Proxies, getters, non-integers, huge values, too many a
   refused(() => v.slice("...", "..."), "argument");
   refused(() => v.slice(0, 0, 0), "shape", /3 items/);
   refused(() => v.reshape(Array(MAX_RANK + 1).fill(1)), "rank");
-  refused(() => v.reshape(7 as never), "argument");
+  // A number is the varargs form (reshape(7) is reshape([7])), checked as a shape.
+  refused(() => v.reshape(7), "shape", /holds 7 elements/);
+  refused(() => v.reshape({} as never), "argument");
   refused(() => v.broadcastTo(Array(MAX_RANK + 1).fill(1)), "rank");
   using deep = v.reshape([...Array(MAX_RANK - 2).fill(1), 2, 3]);
   refused(() => deep.expandDims(0), "rank");

@@ -109,7 +109,10 @@ test("indices: count, integer, range", () => {
   refused(() => v.get(0), /needs 2 indices/);
   refused(() => v.get(0, 0, 0), /needs 2 indices/);
   refused(() => v.get(2, 0), /index 2 is out of range for dimension 0 of extent 2/);
-  refused(() => v.get(0, -1), /index -1/);
+  // Negative indices count from the end, as numpy's: -extent..-1.
+  assert.equal(v.get(0, -1), v.get(0, 2));
+  assert.equal(v.get(-2, -3), v.get(0, 0));
+  refused(() => v.get(0, -4), /index -4 is out of range for dimension 1 of extent 3/);
   refused(() => v.get(0, 1.5), /index 1.5/);
   refused(() => v.get(0, NaN), /index NaN/);
   refused(() => v.set(1, 0, 3), /index 3/);

@@ -53,6 +53,7 @@ const examples = [
 test("the examples: every entry's module doc and README.md have runnable ones", () => {
   for (const file of ENTRIES) assert.ok(blocks(moduleDoc(file)).length > 0, `${file} shows no example`);
   assert.ok(examples.filter((e) => e.where.startsWith("README")).length >= 3);
+  for (const file of GUIDES) assert.ok(examples.some((e) => e.where.startsWith(file)), `${file} shows no example`);
 });
 
 for (const example of examples) {
