@@ -14,9 +14,12 @@
 //!
 //! What the cache cannot know: memory unmapped or made inaccessible after it was remembered still
 //! counts as it was, until the range leaves the cache (each kind keeps only its last three) or a
-//! later answer about any address of it shows less access (such entries are dropped at once, for
-//! every thread). Where the kernel cannot be asked at all (no /proc, another OS), every lookup
-//! answers yes and the checks are off (`available`).
+//! later answer about any address of it shows other access (such entries are dropped at once, for
+//! every thread). Memory that gained access since (made code in place, or mapped again where other
+//! memory was: a library loaded again) is never refused on the cache's word: a lookup a remembered
+//! range would refuse asks the kernel. (A data range remembered read-only that became writable
+//! still reads as read-only, on a hit, until an answer drops it.) Where the kernel cannot be asked
+//! at all (no /proc, another OS), every lookup answers yes and the checks are off (`available`).
 
 const std = @import("std");
 const builtin = @import("builtin");
@@ -227,7 +230,7 @@ noinline fn resolve(kind: Kind, address: u64, end: u64, need: u64, span: ?*Span)
     var at = address;
     var steps: u32 = 0;
     while (steps < steps_max) : (steps += 1) {
-        const region = rememberedAt(at) orelse ask(at) catch |err| return switch (err) {
+        const region = regionAt(at, need) catch |err| return switch (err) {
             error.Unavailable => perms_all,
             error.Inconsistent => 0,
         };
@@ -243,6 +246,17 @@ noinline fn resolve(kind: Kind, address: u64, end: u64, need: u64, span: ?*Span)
         at = region.end;
     }
     return 0;
+}
+
+/// The region holding `at`: what any kind remembers, unless it lacks a permission `need`s (the
+/// memory may have gained it since: made code in place, or unmapped and mapped again, as a library
+/// loaded again lands where other memory was), else the kernel's answer. A remembered range never
+/// refuses by itself; only refusals and misses ask.
+fn regionAt(at: u64, need: u64) Error!Region {
+    if (rememberedAt(at)) |region| {
+        if (region.perms & need == need) return region;
+    }
+    return ask(at);
 }
 
 /// The range any kind remembers holding `at`, as a region.
@@ -321,8 +335,10 @@ fn remember(kind: Kind, run: Region) void {
     unlockSet(set, guard);
 }
 
-/// Drops every remembered range that claims more access to a byte of `region` than it has: the
-/// memory was unmapped, remapped or protected since it was remembered.
+/// Drops every remembered range that claims other access to a byte of `region` than it has: the
+/// memory was unmapped, remapped or protected since it was remembered. (Every byte of a
+/// remembered range had exactly its permissions, so any difference is a change, more access as
+/// much as less: a range left claiming less would make `regionAt` ask every time.)
 fn forgetContradicted(region: Region) void {
     for (&sets) |*set| {
         for (0..ways) |i| {
@@ -339,7 +355,7 @@ fn contradicts(set: *const Set, slot: usize, region: Region) bool {
     const hi = @atomicLoad(u64, &set.hi[slot], .monotonic);
     if (hi == 0) return false;
     const overlaps = lo & ~perms_all < region.end and region.start < hi;
-    return overlaps and lo & perms_all & ~region.perms != 0;
+    return overlaps and lo & perms_all != region.perms;
 }
 
 /// In the child of a fork only the forking thread lives on: a writer another thread was in the
@@ -950,6 +966,44 @@ test "a remembered range an answer contradicts is dropped for every kind" {
     try testing.expectEqual(Span{}, span);
     try testing.expectEqual(@as(u64, 0), dataAccess(base + page, 8));
     try testing.expect(readable(base, 8));
+}
+
+test "memory that gained access since it was remembered is asked about again, not refused" {
+    if (builtin.os.tag != .linux) return error.SkipZigTest;
+    const page = std.heap.page_size_min;
+    const prot = std.posix.PROT;
+    const region = try freshPages(&.{ prot.READ | prot.WRITE, prot.READ, prot.READ });
+    defer std.posix.munmap(region);
+    const base = @intFromPtr(region.ptr);
+    // Remembered as data: read-write, then read-only.
+    try testing.expect(readable(base, 8));
+    try testing.expectEqual(perm_read, dataAccess(base + page, 8));
+    try testing.expectEqual(perm_read, dataAccess(base + 2 * page, 8));
+    // Made code in place (what a JIT does)...
+    try std.posix.mprotect(@alignCast(region[0..page]), prot.READ | prot.EXEC);
+    // ...and unmapped, then mapped again as code (a library loaded again, at another address,
+    // where other memory was): what the remembered ranges say of it is less than it has now.
+    std.posix.munmap(@alignCast(region[page .. 2 * page]));
+    const again = try std.posix.mmap(
+        @ptrFromInt(base + page),
+        page,
+        prot.READ | prot.EXEC,
+        .{ .TYPE = .PRIVATE, .ANONYMOUS = true, .FIXED = true },
+        -1,
+        0,
+    );
+    try testing.expectEqual(base + page, @intFromPtr(again.ptr));
+    try testing.expect(executable(base));
+    try testing.expect(executable(base + page + 8));
+    // Each answer dropped the range it contradicts: the next lookups hit.
+    const before = queries();
+    try testing.expect(executable(base + 16));
+    try testing.expect(executable(base + page));
+    try testing.expect(readable(base + page, 8));
+    try testing.expectEqual(before, queries());
+    // What still lacks access is still refused.
+    try testing.expect(!executable(base + 2 * page));
+    try testing.expectEqual(perm_read, dataAccess(base + 2 * page, 8));
 }
 
 test "the listing and the ioctl agree" {
