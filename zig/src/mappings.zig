@@ -25,23 +25,19 @@ const std = @import("std");
 const builtin = @import("builtin");
 const assert = std.debug.assert;
 
-pub const perm_read: u64 = 1;
-pub const perm_exec: u64 = 2;
-pub const perm_write: u64 = 4;
-pub const perms_all: u64 = perm_read | perm_exec | perm_write;
+const regions = @import("regions.zig");
+const ports = @import("mappings_ports.zig");
+
+pub const perm_read = regions.perm_read;
+pub const perm_exec = regions.perm_exec;
+pub const perm_write = regions.perm_write;
+pub const perms_all = regions.perms_all;
+pub const Error = regions.Error;
+pub const Region = regions.Region;
 
 /// Regions one lookup walks at most: a range across more mappings than Linux allows a process by
 /// default (65530) is refused.
 const steps_max: u32 = 1 << 17;
-
-pub const Error = error{
-    /// The platform offers no way to ask (no /proc, an unknown OS, a format this parser does not
-    /// know): the checks are off from now on.
-    Unavailable,
-    /// The answer could not be had this time (a listing that changed while it was read, no file
-    /// descriptor left): the lookup is refused.
-    Inconsistent,
-};
 
 /// What a lookup is for. Each kind remembers its own ranges, so that the data of large tensors
 /// (fresh mappings, one after another) never displaces the heap their structs lie in.
@@ -50,14 +46,6 @@ pub const Kind = enum(u8) { header, data, code };
 const kind_count = @typeInfo(Kind).@"enum".fields.len;
 /// Ranges remembered per kind.
 const ways = 3;
-
-/// A region of memory whose every byte has `perms` (0: not mapped, or no access at all). A query
-/// returns the one holding the address asked about: `start <= address < end`.
-pub const Region = struct {
-    start: u64,
-    end: u64,
-    perms: u64,
-};
 
 /// The remembered ranges of one kind, in one cache line: `lo` holds a range's first byte (page
 /// aligned) with its permission bits in the low bits, `hi` one past its last byte; an empty slot
@@ -408,8 +396,8 @@ fn registerForkHandler() bool {
 fn query(at: u64) Error!Region {
     return switch (builtin.os.tag) {
         .linux => queryLinux(at),
-        .macos => queryDarwin(at),
-        .windows => queryWindows(at),
+        .macos => ports.queryDarwin(at),
+        .windows => ports.queryWindows(at),
         else => error.Unavailable,
     };
 }
@@ -694,94 +682,6 @@ fn hexDigit(byte: u8) ?u64 {
         'A'...'F' => byte - 'A' + 10,
         else => null,
     };
-}
-
-// ---------------------------------------------------------------------------------------------
-// macOS: mach_vm_region_recurse, descending into submaps (the shared cache).
-
-/// `vm_region_submap_short_info_data_64_t`: declared under #pragma pack(4), so `offset` is at 12.
-const SubmapShortInfo64 = extern struct {
-    protection: i32,
-    max_protection: i32,
-    inheritance: u32,
-    offset: u64 align(4),
-    user_tag: u32,
-    ref_count: u32,
-    shadow_depth: u16,
-    external_pager: u8,
-    share_mode: u8,
-    is_submap: i32,
-    behavior: i32,
-    object_id: u32,
-    user_wired_count: u16,
-    padding: u16,
-};
-
-comptime {
-    assert(@offsetOf(SubmapShortInfo64, "offset") == 12);
-    assert(@offsetOf(SubmapShortInfo64, "is_submap") == 32);
-    assert(@sizeOf(SubmapShortInfo64) == 48);
-}
-
-const VM_PROT_READ: i32 = 1;
-const VM_PROT_WRITE: i32 = 2;
-const VM_PROT_EXECUTE: i32 = 4;
-
-/// The region holding `at`: the map entry at or after it (one level deeper for each submap).
-fn queryDarwin(at: u64) Error!Region {
-    if (builtin.os.tag != .macos) return error.Unavailable;
-    const task = std.c.mach_task_self();
-    var depth: u32 = 0;
-    while (depth < 16) {
-        var address: usize = @intCast(at);
-        var size: u64 = 0;
-        var info: SubmapShortInfo64 = undefined;
-        var count: u32 = @sizeOf(SubmapShortInfo64) / @sizeOf(i32);
-        const info_out: std.c.vm_region_recurse_info_t = @ptrCast(&info);
-        const kern = std.c.mach_vm_region_recurse(task, &address, &size, &depth, info_out, &count);
-        // KERN_INVALID_ADDRESS: nothing at or after the address.
-        if (kern != 0) return .{ .start = at, .end = std.math.maxInt(u64), .perms = 0 };
-        if (address > at) return .{ .start = at, .end = address, .perms = 0 };
-        const end = std.math.add(u64, address, size) catch std.math.maxInt(u64);
-        if (end <= at) return error.Inconsistent;
-        if (info.is_submap != 0) {
-            depth += 1;
-            continue;
-        }
-        var perms: u64 = 0;
-        if (info.protection & VM_PROT_READ != 0) perms |= perm_read;
-        if (info.protection & VM_PROT_WRITE != 0) perms |= perm_write;
-        if (info.protection & VM_PROT_EXECUTE != 0) perms |= perm_exec;
-        return .{ .start = address, .end = end, .perms = perms };
-    }
-    return error.Inconsistent;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Windows: VirtualQuery.
-
-fn queryWindows(at: u64) Error!Region {
-    if (builtin.os.tag != .windows) return error.Unavailable;
-    const w = std.os.windows;
-    const readable_protections: u32 = 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
-    const writable_protections: u32 = 0x04 | 0x08 | 0x40 | 0x80;
-    const executable_protections: u32 = 0x10 | 0x20 | 0x40 | 0x80;
-    var info: w.MEMORY_BASIC_INFORMATION = undefined;
-    const info_bytes = @sizeOf(w.MEMORY_BASIC_INFORMATION);
-    if (w.kernel32.VirtualQuery(@ptrFromInt(@as(usize, @intCast(at))), &info, info_bytes) == 0) {
-        return .{ .start = at, .end = std.math.maxInt(u64), .perms = 0 };
-    }
-    const base: u64 = @intFromPtr(info.BaseAddress);
-    const end = std.math.add(u64, base, info.RegionSize) catch std.math.maxInt(u64);
-    if (base > at or end <= at) return error.Inconsistent;
-    const protect: u32 = info.Protect;
-    var perms: u64 = 0;
-    if (info.State == w.MEM_COMMIT and protect & (w.PAGE_NOACCESS | w.PAGE_GUARD) == 0) {
-        if (protect & readable_protections != 0) perms |= perm_read;
-        if (protect & writable_protections != 0) perms |= perm_write;
-        if (protect & executable_protections != 0) perms |= perm_exec;
-    }
-    return .{ .start = base, .end = end, .perms = perms };
 }
 
 // ---------------------------------------------------------------------------------------------
