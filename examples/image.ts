@@ -1,8 +1,8 @@
 // A numpy user's first program: an image-like uint8 H x W x 3 array from numpy, cropped, one
 // channel taken, the axes permuted to channels-first, per-channel means, normalised to float32,
 // and back to numpy, which checks the result against its own arithmetic. Every step but the
-// arithmetic is zero-copy or one of the library's constructors.
-import { asarray, stack, zerosLike } from "../mod.ts";
+// arithmetic is zero-copy, a cast (astype) or one of the library's constructors.
+import { asarray, stack } from "../mod.ts";
 import { fromPython, openPython, toPython } from "../python.ts";
 
 const py = openPython();
@@ -16,24 +16,21 @@ console.log(`${image}`); // the header console.log prints: dtype, shape, strides
 
 using crop = image.slice("8:40", "16:48"); // 32 x 32 x 3, a view
 using red = crop.slice(null, null, 0); // 32 x 32, one channel
-using chw = crop.permute([2, 0, 1]); // 3 x 32 x 32, channels first, still the same memory
+using chw = crop.permute(2, 0, 1); // 3 x 32 x 32, channels first, still the same memory (numpy: transpose(2, 0, 1))
 
-// Per-channel means and standard deviations, computed in JS over each channel's contiguous copy.
+// Per-channel means and standard deviations, then each channel normalised in a float32 copy.
 const channels = [];
 for (let c = 0; c < 3; c++) {
   using plane = chw.at(c);
-  const values = plane.toArray() as Uint8Array;
+  const out = plane.astype("float32"); // numpy: plane.astype(np.float32), a new allocation
+  const values = out.array(); // a Float32Array over it: the literal dtype typed it
   let sum = 0;
   for (const v of values) sum += v;
   const mean = sum / values.length;
   let squares = 0;
   for (const v of values) squares += (v - mean) ** 2;
   const std = Math.sqrt(squares / values.length);
-  // Normalised into a float32 plane of the same shape.
-  const out = zerosLike(plane, "float32");
-  const normalised = new Float32Array(values.length);
-  for (let k = 0; k < values.length; k++) normalised[k] = (values[k]! - mean) / std;
-  out.copyFrom(normalised);
+  for (let k = 0; k < values.length; k++) values[k] = (values[k]! - mean) / std;
   channels.push(out);
   console.log(`channel ${c}: mean ${mean.toFixed(3)}, std ${std.toFixed(3)}`);
 }

@@ -143,8 +143,10 @@ function codecOf(dtype: MiniFloatDType): Codec {
 
 /** A small float's bits -> number. */
 export function decodeMiniFloat(dtype: MiniFloatDType, code: number): number {
-  // The table covers every code of the format's width.
-  return codecOf(dtype).decode[code]!;
+  // The table covers every code of the format's width (a power of two long); bits above it are a
+  // padded element's padding, which holds no part of the value.
+  const decode = codecOf(dtype).decode;
+  return decode[code & (decode.length - 1)]!;
 }
 
 /** number -> a small float's bits, as ml_dtypes rounds: nearest value, ties to the even code (up

@@ -95,7 +95,8 @@ test("get() in place keeps its checks: indices, disposed, device memory", () => 
   const v = importDLPack(made.source);
   const code = (c: string) => (e: unknown) => e instanceof DLPackError && e.code === c;
   assert.throws(() => v.get(3, 0), code("shape"));
-  assert.throws(() => v.get(0, -1), code("shape"));
+  assert.equal(v.get(0, -1), v.get(0, 4), "a negative index counts from the end, as numpy's");
+  assert.throws(() => v.get(0, -6), code("shape"));
   assert.throws(() => v.get(0, 1.5), code("shape"));
   assert.throws(() => v.get(0), code("shape"));
   assert.throws(() => v.get(0, "1" as unknown as number), code("argument"));
@@ -199,4 +200,24 @@ test("set() in place is seen through an array() handed out, and refused once tha
   assert.equal(v.get(0, 3), 77);
   structuredClone(a.buffer, { transfer: [a.buffer as ArrayBuffer] });
   assert.throws(() => v.set(1, 0, 0), (e: unknown) => e instanceof DLPackError && e.code === "disposed");
+});
+
+test("a padded sub-byte element reads as its low bits: the padding above them holds no part of the value", () => {
+  for (const dtype of DTYPES) {
+    const bits = dtypeInfo(dtype).bits;
+    if (bits >= 8) continue;
+    const clean = make({ dtype, shape: [4], flags: 4 });
+    const dirty = make({ dtype, shape: [4], flags: 4 });
+    const codes = [1, 2, (1 << bits) - 1, 3];
+    clean.bytes(4).set(codes);
+    dirty.bytes(4).set(codes.map((c) => c | (0xff << bits & 0xff)));
+    using a = importDLPack(clean.source);
+    using b = importDLPack(dirty.source);
+    for (let i = 0; i < 4; i++) {
+      const want = a.get(i);
+      assert.ok(typeof want === "number", `${dtype}[${i}] decodes`);
+      assert.ok(Object.is(b.get(i), want), `${dtype}[${i}]: padding bits set read as ${String(b.get(i))}`);
+    }
+    assert.deepEqual(b.toNested(), a.toNested(), `${dtype}: toNested ignores the padding too`);
+  }
 });
