@@ -2,13 +2,13 @@
 // tools/test.sh rebuilds them (the builds are byte-reproducible) and fails when this table is stale.
 
 /** The version the release artifacts are named after (deno.json "version"). */
-export const RELEASE_VERSION = "0.1.0";
+export const RELEASE_VERSION = "0.2.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.1.0-darwin-aarch64.dylib": "b3e68cb83c331ce8cbc2b8086bc8d31dec3b84e4d4b38edb668ad52bbe2dbb18",
-  "libdlpack-0.1.0-darwin-x86_64.dylib": "3df19dbdf79d079813132445ee07f575ce67dcf1ee6fc470361683a902ec27b4",
-  "libdlpack-0.1.0-linux-aarch64.so": "e3086775b3d843b682608cbb6236c470eeb0420591c4990d57e9e29e8c557c4e",
-  "libdlpack-0.1.0-linux-x86_64.so": "38dedb2487f4e55a72d8c471072db2f2b52b01ded08f74e207a01471de6349d5",
-  "libdlpack-0.1.0-windows-x86_64.dll": "65fb39dce3ddd290f30e46977f635783de09f27a541cf5c2e4b3acda40ae3537",
+  "libdlpack-0.2.0-darwin-aarch64.dylib": "c832e6573f15768665c78eb51c1519ac8231f5f40c419531496d92061bb71d93",
+  "libdlpack-0.2.0-darwin-x86_64.dylib": "aebbc87458596a478cfc975370f436969db3ddf72bd64b4479e90aa3dd923cea",
+  "libdlpack-0.2.0-linux-aarch64.so": "52ba44aa74f252240146205cb37fb43057afeea4d70111057d7d9e898868d637",
+  "libdlpack-0.2.0-linux-x86_64.so": "31056b8678bae0ebfe5621662d360f4754c4c6d17e700195a8c7d307909c646c",
+  "libdlpack-0.2.0-windows-x86_64.dll": "8dc8ceb3bba60f4550f4ecdbad604b31660332645ec18454f38a5a1de25703b9",
 });
