@@ -49,17 +49,21 @@ export function live(): { imports: number; exports: number; allocations: number;
 /**
  * {@link live} once the counters have stopped moving: bun test runs every file in one process and
  * deno test every file in one process too, so releases left over from an earlier file (a
- * finalizer, a terminated realm's pins) can land while a later test runs. Collects garbage and
- * polls until two readings 25 ms apart agree (at most two seconds).
+ * finalizer, a terminated realm's pins, queued pin releases the 250 ms sweep drains) can land
+ * while a later test runs. Collects garbage and polls every 25 ms until the readings have agreed
+ * for 300 ms, longer than a sweep period (at most three seconds).
  */
 export async function settledLive(): Promise<ReturnType<typeof live>> {
   let previous = live();
-  for (const end = Date.now() + 2_000; Date.now() < end;) {
+  let since = Date.now();
+  for (const end = Date.now() + 3_000; Date.now() < end;) {
     await collectGarbage(2);
     await new Promise((resolve) => setTimeout(resolve, 25));
     const now = live();
-    if (JSON.stringify(now) === JSON.stringify(previous)) return now;
-    previous = now;
+    if (JSON.stringify(now) !== JSON.stringify(previous)) {
+      previous = now;
+      since = Date.now();
+    } else if (Date.now() - since >= 300) return now;
   }
   return previous;
 }
