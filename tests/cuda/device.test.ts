@@ -10,7 +10,6 @@ import { empty, exportDLPack, exportDLPackLegacy, fromArrayInterface, importDLPa
 import { core, runtime } from "../../ffi/mod.ts";
 import { deleted, make, tp } from "../support/producer.ts";
 import { refused } from "../support/assertions.ts";
-import { fakeDriverPath } from "../support/fakecuda.ts";
 import {
   claim,
   CUDA0,
@@ -20,7 +19,7 @@ import {
   hostView,
   noLeaks,
   range,
-  registerGroup,
+  registerDeviceGroups,
   valuesOf,
 } from "../support/cuda_groups.ts";
 
@@ -699,14 +698,4 @@ const CASES: readonly CudaCase[] = [
   },
 ];
 
-registerGroup(
-  import.meta.url,
-  "fake driver",
-  "fake",
-  CASES,
-  () => ({ DLPACK_CUDA_LIB: fakeDriverPath(), FAKECUDA_DEVICES: "2" }),
-);
-registerGroup(import.meta.url, "real GPU", "real", CASES, () => ({}), () => {
-  const status = cuda.available();
-  return status.available ? false : `needs a CUDA driver and GPU; here: ${status.reason}`;
-});
+registerDeviceGroups(import.meta.url, CASES);

@@ -5,8 +5,7 @@
 import assert from "node:assert/strict";
 import { arange, concat, full, ones, stack, zeros, zerosLike } from "../../mod.ts";
 import { refused } from "../support/assertions.ts";
-import { fakeDriverPath } from "../support/fakecuda.ts";
-import { CUDA0, type CudaCase, fill, noLeaks, range, registerGroup, valuesOf } from "../support/cuda_groups.ts";
+import { CUDA0, type CudaCase, fill, noLeaks, range, registerDeviceGroups, valuesOf } from "../support/cuda_groups.ts";
 import * as cuda from "../../cuda.ts";
 
 /** The C-order values of concatenating host matrices `a` and `b` (rows x cols each) along `axis`. */
@@ -66,14 +65,4 @@ const CASES: readonly CudaCase[] = [
   },
 ];
 
-registerGroup(
-  import.meta.url,
-  "fake driver",
-  "fake",
-  CASES,
-  () => ({ DLPACK_CUDA_LIB: fakeDriverPath(), FAKECUDA_DEVICES: "2" }),
-);
-registerGroup(import.meta.url, "real GPU", "real", CASES, () => ({}), () => {
-  const status = cuda.available();
-  return status.available ? false : `needs a CUDA driver and GPU; here: ${status.reason}`;
-});
+registerDeviceGroups(import.meta.url, CASES);

@@ -17,7 +17,7 @@ import * as cuda from "../../cuda.ts";
 import { type BufferView, type DType, empty, stats } from "../../mod.ts";
 import { runtime } from "../../ffi/mod.ts";
 import { make } from "./producer.ts";
-import { bindFakeDriver, type FakeDriver } from "./fakecuda.ts";
+import { bindFakeDriver, type FakeDriver, fakeDriverPath } from "./fakecuda.ts";
 import { CASE_GROUP_ENV, runScript, test } from "./harness.ts";
 
 /** The child process groups (see the module doc). */
@@ -183,4 +183,20 @@ export function noLeaks(ctx: CaseContext, f: () => void): void {
 /** Imports a producer tensor that claims `device` over `data` (an address) or its own host memory. */
 export function claim(device: [number, number], shape: number[], data?: number): ReturnType<typeof make> {
   return make({ device, shape, dtype: "float32", ...(data === undefined ? {} : { data }) });
+}
+
+/** Registers `cases` in the two groups most files run: the fake driver with two devices, and the
+ * machine's own driver (skipped, with the driver's reason, where there is no GPU). */
+export function registerDeviceGroups(file: string, cases: readonly CudaCase[]): void {
+  registerGroup(
+    file,
+    "fake driver",
+    "fake",
+    cases,
+    () => ({ DLPACK_CUDA_LIB: fakeDriverPath(), FAKECUDA_DEVICES: "2" }),
+  );
+  registerGroup(file, "real GPU", "real", cases, () => ({}), () => {
+    const status = cuda.available();
+    return status.available ? false : `needs a CUDA driver and GPU; here: ${status.reason}`;
+  });
 }

@@ -3,10 +3,8 @@
 // astype lands on the view's device, copyFrom with cast converts host to device and device to
 // device, item, flatten and ravel read and copy through the copy engine, flip is zero-copy there.
 import assert from "node:assert/strict";
-import * as cuda from "../../cuda.ts";
 import { empty } from "../../mod.ts";
-import { fakeDriverPath } from "../support/fakecuda.ts";
-import { CUDA0, type CudaCase, fill, hostView, noLeaks, range, registerGroup } from "../support/cuda_groups.ts";
+import { CUDA0, type CudaCase, fill, hostView, noLeaks, range, registerDeviceGroups } from "../support/cuda_groups.ts";
 
 const CASES: readonly CudaCase[] = [
   {
@@ -79,14 +77,4 @@ const CASES: readonly CudaCase[] = [
   },
 ];
 
-registerGroup(
-  import.meta.url,
-  "fake driver",
-  "fake",
-  CASES,
-  () => ({ DLPACK_CUDA_LIB: fakeDriverPath(), FAKECUDA_DEVICES: "2" }),
-);
-registerGroup(import.meta.url, "real GPU", "real", CASES, () => ({}), () => {
-  const status = cuda.available();
-  return status.available ? false : `needs a CUDA driver and GPU; here: ${status.reason}`;
-});
+registerDeviceGroups(import.meta.url, CASES);
