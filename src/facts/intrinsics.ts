@@ -197,6 +197,14 @@ export function typedArrayTag(value: unknown): string | undefined {
   return taTag(value);
 }
 
+const taSet = (TypedArrayPrototype as { set(source: ArrayLike<number>, offset?: number): void }).set;
+
+/** Copies `source` into `target` from element `offset` (`TypedArray.prototype.set` as it was at
+ * load: a caller who replaces it later changes nothing here). */
+export function setElements(target: Uint8Array, source: Uint8Array, offset = 0): void {
+  ReflectApply(taSet, target, [source, offset]);
+}
+
 /** The true element count (only after {@link typedArrayTag} said it is a TypedArray). */
 export function typedArrayLength(array: ArrayBufferView): number {
   return taLength(array);

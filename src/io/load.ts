@@ -8,7 +8,7 @@
 import { runtime } from "../../ffi/mod.ts";
 import { DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
 import { type DType, dtypeInfo } from "../facts/dtypes.ts";
-import { detach, freeze, objectSlots, slots, typedArrayLength } from "../facts/intrinsics.ts";
+import { detach, freeze, objectSlots, setElements, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { cStrides } from "../facts/layout.ts";
 import type { Owner } from "../native/shares.ts";
 import type { BufferView } from "../view/view.ts";
@@ -37,7 +37,6 @@ export interface LoadOptions {
 
 // Captured at load: a caller who replaces them later changes nothing here.
 const ReflectApply = Reflect.apply;
-const typedArraySet = (Object.getPrototypeOf(Uint8Array.prototype) as { set: (a: ArrayLike<number>) => void }).set;
 const stringSlice = String.prototype.slice;
 const charCodeAt = String.prototype.charCodeAt;
 const inflate = (bytes: Uint8Array, size: number): Uint8Array => inflateRawSync(bytes, { maxOutputLength: size });
@@ -469,7 +468,7 @@ function copiedBytes(file: FileMemory, offset: number, length: number): Uint8Arr
   if (length === 0) return window;
   try {
     const out = new Uint8Array(length);
-    ReflectApply(typedArraySet, out, [window]);
+    setElements(out, window);
     return out;
   } finally {
     detach(window.buffer);

@@ -11,6 +11,7 @@ import {
   detach,
   isArray,
   objectSlots,
+  setElements,
   typedArrayBuffer,
   typedArrayLength,
   typedArrayTag,
@@ -34,11 +35,6 @@ import {
 } from "./views.ts";
 
 const ObjectKeys = Object.keys;
-// Captured at load: a caller who replaces them later changes nothing here.
-const ReflectApply = Reflect.apply;
-const typedArraySet = (Object.getPrototypeOf(Uint8Array.prototype) as {
-  set: (a: ArrayLike<number>, offset?: number) => void;
-}).set;
 
 /** `parts` concatenated into one fresh array. */
 function joined(...parts: Uint8Array[]): Uint8Array<ArrayBuffer> {
@@ -47,7 +43,7 @@ function joined(...parts: Uint8Array[]): Uint8Array<ArrayBuffer> {
   const out = new Uint8Array(new ArrayBuffer(n));
   let at = 0;
   for (let i = 0; i < parts.length; i++) {
-    ReflectApply(typedArraySet, out, [parts[i]!, at]);
+    setElements(out, parts[i]!, at);
     at += typedArrayLength(parts[i]!);
   }
   return out;

@@ -9,7 +9,14 @@ import { DLPackError, shown } from "../facts/errors.ts";
 import { type DType, dtypeInfo, dtypeOfArray } from "../facts/dtypes.ts";
 import { deviceOf, formatDevice, isHostAccessible } from "../facts/devices.ts";
 import { Flag } from "../facts/abi.ts";
-import { ceil, detach, typedArrayBuffer, typedArrayByteOffset, typedArrayTag } from "../facts/intrinsics.ts";
+import {
+  ceil,
+  detach,
+  setElements,
+  typedArrayBuffer,
+  typedArrayByteOffset,
+  typedArrayTag,
+} from "../facts/intrinsics.ts";
 import { layoutOf, reach } from "../facts/layout.ts";
 import { LIBRARY_NAME, viewFacts, viewOrigin, type ViewState } from "../engines/state.ts";
 import { copyOf } from "../engines/copy.ts";
@@ -58,10 +65,6 @@ export function viewOverMapping(
   return newView({ owner, address, facts, access: readonly ? "readonly" : "readwrite" });
 }
 
-// Captured at load: a caller who replaces them later changes nothing here.
-const ReflectApply = Reflect.apply;
-const typedArraySet = (Object.getPrototypeOf(Uint8Array.prototype) as { set: (a: ArrayLike<number>) => void }).set;
-
 /**
  * A view over library memory holding a copy of `bytes` (`count` of them from `at`): the array of
  * `dtype`, `shape` and `strides` whose bytes they are, for a file's array that cannot be a view
@@ -84,9 +87,7 @@ export function viewOverBytes(
   if (count > 0) {
     const target = new Uint8Array(runtime().arrayBuffer(memory.address, count));
     try {
-      ReflectApply(typedArraySet, target, [
-        new Uint8Array(typedArrayBuffer(bytes), typedArrayByteOffset(bytes) + at, count),
-      ]);
+      setElements(target, new Uint8Array(typedArrayBuffer(bytes), typedArrayByteOffset(bytes) + at, count));
     } finally {
       detach(target.buffer);
     }

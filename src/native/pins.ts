@@ -147,15 +147,8 @@ export function sweepPins(): number {
       const id = drained[i]!;
       // Only ids this realm handed out come back; anything else is ignored.
       if (!(id > 0 && id < nextPinId)) continue;
-      const entry = pinned[id];
-      pinned[id] = undefined;
-      // A pin whose recording failed (the export then deleted its struct) was never counted.
-      if (entry !== undefined) pinCount--;
-      freeIds[freeCount++] = id;
-      if (withRelease[id] !== 0) {
-        withRelease[id] = 0;
-        (callbacks ??= objectSlots<() => void>(n))[count++] = (entry as PinnedWithRelease).onRelease;
-      }
+      const released = forgetPin(id);
+      if (released !== undefined) (callbacks ??= objectSlots<() => void>(n))[count++] = released.onRelease;
     }
     for (let i = 0; i < count; i++) {
       try {
@@ -204,12 +197,19 @@ function scheduleSweep(): void {
  * returned, never queued): with no further call, so an exhausted stack cannot leave its slot. */
 export function dropFreedPin(id: number): void {
   if (!(id > 0 && id < nextPinId)) return;
+  const released = forgetPin(id);
+  if (released !== undefined) notifyReleased(released);
+}
+
+/** Frees the slot of the pin `id` (one this realm handed out); returns its entry when it has a
+ * release callback, which the caller runs. */
+function forgetPin(id: number): PinnedWithRelease | undefined {
   const entry = pinned[id];
   pinned[id] = undefined;
+  // A pin whose recording failed (the export then deleted its struct) was never counted.
   if (entry !== undefined) pinCount--;
   freeIds[freeCount++] = id;
-  if (withRelease[id] !== 0) {
-    withRelease[id] = 0;
-    notifyReleased(entry as PinnedWithRelease);
-  }
+  if (withRelease[id] === 0) return undefined;
+  withRelease[id] = 0;
+  return entry as PinnedWithRelease;
 }
