@@ -110,5 +110,9 @@ echo
 echo "== summary =="
 echo "zig: $(n "$zig_passed")/$(n "$zig_total") passed, $(n "$zig_skipped") skipped; native reliability checks: $passed_checks passed, $skipped_checks skipped; deno: $(n "$deno_passed") passed, $(n "$deno_failed") failed, $(n "$deno_skipped") skipped; bun: $(n "$bun_passed") passed, $(n "$bun_failed") failed, $(n "$bun_skipped") skipped"
 [ -z "$failed_suites" ] || echo "failed steps:$failed_suites"
+for runner in deno bun; do
+  failures=$(deno run --allow-read tools/junit.ts --failures "$LOG/$runner-test.xml")
+  [ -z "$failures" ] || printf 'failed %s tests:\n%s\n' "$runner" "$failures"
+done
 echo "$passed passed, $failed failed, $skipped skipped"
 [ -z "$failed_suites" ]
