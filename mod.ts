@@ -44,6 +44,7 @@ export {
 export { type AddressLike, type PointerObject } from "./src/native/address.ts";
 export {
   type Access,
+  type ArrayFor,
   type AstypeOptions,
   BufferView,
   type CopyFromOptions,

@@ -20,8 +20,8 @@ import {
   stateOf,
 } from "../view/view.ts";
 import type { Owner } from "../native/shares.ts";
-import { deferredObjectCount, deferredObjects, releaseDeferred, retryQuietly } from "../native/journal.ts";
-import { Capsule, capsuleVersioned, isCapsule, takeForImport } from "../native/capsule.ts";
+import { deferredDisposalCount, deferredDisposals, releaseDeferred, retryQuietly } from "../native/journal.ts";
+import { Capsule, capsuleVersioned, disposeCapsule, isCapsule, takeForImport } from "../native/capsule.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import { callWith } from "../facts/intrinsics.ts";
 import { ImportOption } from "../facts/abi.ts";
@@ -322,7 +322,7 @@ function importProvided(
     // may be exhausted here; and what is thrown is a DLPackError, as for any import that took
     // what it was given.
     if (!ours) throw error;
-    deferredObjects[deferredObjectCount[0]++] = capsule as Capsule;
+    deferredDisposals[deferredDisposalCount[0]++] = () => disposeCapsule(capsule as Capsule);
     let thrown: unknown = EXHAUSTED;
     try {
       thrown = afterTaking(error);
@@ -417,7 +417,7 @@ function importChecked(src: DLPackSource, strict: boolean, opts: ImportOptions |
     return checkImported(view, required, "the imported tensor");
   } catch (error) {
     // Parked before any call (disposal is idempotent: a failed requirement disposed it already).
-    deferredObjects[deferredObjectCount[0]++] = view;
+    deferredDisposals[deferredDisposalCount[0]++] = () => disposeView(view);
     let thrown: unknown = EXHAUSTED;
     try {
       thrown = afterTaking(error);
@@ -461,7 +461,7 @@ export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: Buf
   try {
     return { view, owner: shareOf(view) };
   } catch (error) {
-    deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
+    deferredDisposals[deferredDisposalCount[0]++] = () => disposeView(view); // parked before any call: no stack needed
     let thrown: unknown = EXHAUSTED;
     try {
       thrown = afterTaking(error);
@@ -479,7 +479,7 @@ export function checkImported(view: BufferView, r: Checked, what: string): Buffe
   try {
     refusals = refusalsOf(stateOf(view), r);
   } catch (error) {
-    deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
+    deferredDisposals[deferredDisposalCount[0]++] = () => disposeView(view); // parked before any call: no stack needed
     retryQuietly();
     throw error;
   }

@@ -34,7 +34,7 @@ import {
   typedArrayTag,
 } from "../facts/intrinsics.ts";
 import { LazyBackstop } from "../native/backstop.ts";
-import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
+import { journalCount, releaseOwner, releaseTop } from "../native/journal.ts";
 import { Owner } from "../native/shares.ts";
 import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
@@ -194,18 +194,28 @@ export function isBufferView(x: unknown): x is BufferView {
   return typeof x === "object" && x !== null && branded(x);
 }
 
+/** What the library passes its own constructor calls; nothing outside this module holds it. */
+const MAKER: object = freeze({});
+const NO_NEW_TEXT = "BufferView has no public constructor: views come from the library's functions " +
+  "(importDLPack, fromArray, zeros, empty, ...), never from new BufferView()";
+
 /** {@link ObjectCtor} in a constant of this module, which the JIT folds (an imported binding it
  * reads anew each time). */
 const asObject: ObjectConstructor = ObjectCtor;
 
-/** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
-export class BufferView {
+/**
+ * A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. `D`
+ * and `N`, the dtype and the rank where TypeScript knows them (from a literal dtype, `as()`, an
+ * import's `require`), type the TypedArray of `array()`, the element type of `get`/`set` and the
+ * number of indices; a plain `BufferView` is any dtype and rank.
+ */
+export class BufferView<D extends DType = DType, N extends number = number> {
   static {
     // The backstop entry is made here, after the constructor, not inside it: JavaScriptCore inlines
     // only 5 calls deep, and the import's chain down to the entry fits that only this way. Last:
     // once the backstop holds the view, nothing here throws.
     construct = (owner, address, facts, access, keepAlive) => {
-      const view = new BufferView(owner, address, facts, access);
+      const view = new BufferView(owner, address, facts, access, MAKER);
       if (keepAlive !== undefined) view.#extras = new Extras(keepAlive);
       view.#epoch = views.add(view, owner);
       return view;
@@ -217,7 +227,7 @@ export class BufferView {
       if (address < 0) throw beyondExact(s, owner);
       const cache = keyed;
       if (f64[KEY_GENERATION] !== cache.generation || producer !== cache.producer) cache.refresh(s, producer, options);
-      const view = new BufferView(owner, address, cache.facts, cache.access);
+      const view = new BufferView(owner, address, cache.facts, cache.access, MAKER);
       view.#epoch = views.add(view, owner);
       // The view holds the owner record the import journaled: one store ends its entry.
       journalCount[0]--;
@@ -232,11 +242,6 @@ export class BufferView {
       share: (v) => v.#keepAlive(),
       derive: (v, d) => v.#derive(d),
     };
-    registerDisposer((x) => {
-      if (!(#owner in x)) return false;
-      (x as BufferView).#dispose();
-      return true;
-    });
   }
 
   /** The native owner record this view holds one share of; 0 once disposed. */
@@ -253,7 +258,10 @@ export class BufferView {
   declare readonly notCloneable: object;
 
   /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
-  private constructor(owner: number, address: number, facts: ViewFacts, access: Access) {
+  private constructor(owner: number, address: number, facts: ViewFacts, access: Access, maker: object) {
+    // TypeScript's `private` is gone at run time: without this, `new BufferView(...)` with any
+    // address and facts would read and write wherever a caller pointed it.
+    if (maker !== MAKER) throw new DLPackError("argument", NO_NEW_TEXT);
     this.#owner = owner;
     this.#address = address;
     this.#facts = facts;
@@ -271,7 +279,7 @@ export class BufferView {
 
   /** {@link derive}: the new view holds its own reference on the same owner record (journaled by
    * the retain until the view holds it: if building the view fails, it is released). */
-  #derive(d: DerivedLayout): BufferView {
+  #derive<V>(d: DerivedLayout): V {
     this.#live();
     const owner = this.#owner;
     // A broadcast repeats elements, so it is never writable, whatever the base's access.
@@ -282,7 +290,7 @@ export class BufferView {
     journalCount[0]--;
     // CUDA data: later fences and copies of the derived view wait for the same producer work.
     inheritStream(this, derived);
-    return derived;
+    return derived as V;
   }
 
   /** Address of element 0 (the producer's `byte_offset` already folded in). */
@@ -292,9 +300,9 @@ export class BufferView {
   }
 
   /** The dtype name ("float32", "bfloat16", "float8_e4m3fn", "complex64", "bool", ...). */
-  get dtype(): DType {
+  get dtype(): D {
     if (!(#owner in asObject(this))) throw notAView(this, "dtype");
-    return this.#facts.info.name;
+    return this.#facts.info.name as D;
   }
 
   /** The DLPack triple of the dtype. */
@@ -304,22 +312,22 @@ export class BufferView {
   }
 
   /** Extents per dimension. */
-  get shape(): readonly number[] {
+  get shape(): Readonly<Tuple<number, N>> & readonly number[] {
     if (!(#owner in asObject(this))) throw notAView(this, "shape");
     // The view's own array, frozen once: nothing can change it, so nothing needs a copy.
-    return freeze(this.#facts.shape);
+    return freeze(this.#facts.shape) as Tuple<number, N> & number[];
   }
 
   /** Strides in elements (computed in C order when the producer sent NULL). */
-  get strides(): readonly number[] {
+  get strides(): Readonly<Tuple<number, N>> & readonly number[] {
     if (!(#owner in asObject(this))) throw notAView(this, "strides");
-    return freeze(this.#facts.strides);
+    return freeze(this.#facts.strides) as Tuple<number, N> & number[];
   }
 
   /** Number of dimensions. */
-  get ndim(): number {
+  get ndim(): N {
     if (!(#owner in asObject(this))) throw notAView(this, "ndim");
-    return this.#facts.shape.length;
+    return this.#facts.shape.length as N;
   }
 
   /** Bytes per element (numpy's `itemsize`): `dl.bits / 8`, a fraction for the packed sub-byte
@@ -453,9 +461,9 @@ export class BufferView {
    * array is still writable, and a write lands in the producer's memory. Use `toArray()` for a
    * copy of your own.
    */
-  array(): AnyTypedArray {
+  array(): ArrayFor<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "array()");
-    return this.#makeArray();
+    return this.#makeArray() as ArrayFor<D>;
   }
 
   #makeArray(): AnyTypedArray {
@@ -480,7 +488,7 @@ export class BufferView {
   }
 
   /** Reads one element. Indices must be integers within the shape. */
-  get(...index: number[]): Scalar {
+  get(...index: Tuple<number, N>): ScalarOf<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "get()");
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "get");
@@ -488,12 +496,12 @@ export class BufferView {
     // (its buffer transferred by other code: it reads undefined without touching memory).
     const a = this.#extras?.array;
     if (a !== undefined && a[at] === undefined) this.#live();
-    return readAt(this.#facts, this.#address, at);
+    return readAt(this.#facts, this.#address, at) as ScalarOf<D>;
   }
 
   /** Writes one element; refused for read-only views and for "unknown" access until
    * `assumeWritable()`. */
-  set(value: Scalar, ...index: number[]): void {
+  set(value: ScalarOf<D>, ...index: Tuple<number, N>): void {
     if (!(#owner in asObject(this))) throw notAView(this, "set()");
     if (this.#access !== "readwrite") throw readonlyError(this.#access, this.#facts);
     if (this.#owner === 0) throw disposedError();
@@ -510,16 +518,16 @@ export class BufferView {
    * one code per byte): the way to get values you may write without touching the view's memory
    * (a read-only view's `array()` is writable; see {@link BufferView.array}).
    */
-  toArray(): AnyTypedArray {
+  toArray(): ArrayFor<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "toArray()");
-    return gather(this.#facts, this.#makeArray());
+    return gather(this.#facts, this.#makeArray()) as ArrayFor<D>;
   }
 
   /** A C-contiguous copy in library-owned native memory: host views through the native strided
    * copy, CUDA device views on the same device through the driver. */
-  copy(): BufferView {
+  copy(): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "copy()");
-    return newView(copyOf(this.#state()));
+    return newView(copyOf(this.#state())) as BufferView<D, N>;
   }
 
   /**
@@ -528,11 +536,11 @@ export class BufferView {
    * `opts.stream`, and complete on return); host-accessible memory is copied directly. Throws
    * `DLPackError` ("cuda") when device memory needs a driver that is missing.
    */
-  toHost(opts?: CopyOptions): BufferView {
+  toHost(opts?: CopyOptions): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "toHost()");
     this.#live();
     const stream = copyStreamOption(opts) as StreamHandle | undefined;
-    return newView(toHost(this.#state(), stream));
+    return newView(toHost(this.#state(), stream)) as BufferView<D, N>;
   }
 
   /**
@@ -601,7 +609,7 @@ export class BufferView {
    * `array()`, the element type of `get`/`set` and the number of indices. Throws `DLPackError`
    * ("requirements") when the dtype or rank differ.
    */
-  as<D extends DType, N extends number>(dtype: D, ndim: N): TypedView<D, N> {
+  as<E extends DType, M extends number>(dtype: E, ndim: M): BufferView<E, M> {
     if (!(#owner in asObject(this))) throw notAView(this, "as()");
     if (dtype === undefined || ndim === undefined) {
       throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
@@ -610,7 +618,7 @@ export class BufferView {
     if (refusals.length > 0) {
       throw refusedError(`as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused`, refusals);
     }
-    return this as unknown as TypedView<D, N>;
+    return this as unknown as BufferView<E, M>;
   }
 
   /**
@@ -653,43 +661,43 @@ export class BufferView {
    * backwards; bounds are clamped like Python's), or `"..."` for as many whole axes as needed.
    * Axes without an item are kept whole. The result shares this view's memory and owner.
    */
-  slice(...items: SliceItem[]): BufferView {
+  slice<const I extends SliceItem[]>(...items: I): BufferView<D, SliceRank<N, I>> {
     if (!(#owner in asObject(this))) throw notAView(this, "slice()");
     return this.#derive(sliced(this.#state(), items));
   }
 
   /** The sub-view at integer indices on the leading axes (negative from the end, like
    * `Array.prototype.at`); with `ndim` indices a 0-d view of one element. Zero-copy. */
-  at(...indices: number[]): BufferView {
+  at<const I extends number[]>(...indices: I): BufferView<D, Minus<N, I["length"]>> {
     if (!(#owner in asObject(this))) throw notAView(this, "at()");
     return this.#derive(atIndices(this.#state(), indices));
   }
 
   /** The axes reversed (numpy's `.T`), zero-copy; with axes (`transpose(2, 0, 1)` or
    * `transpose([2, 0, 1])`), the axes in that order, as {@link BufferView.permute}. */
-  transpose(): BufferView;
+  transpose(): BufferView<D, N>;
   /** The axes in the order `axes` lists them (`transpose([2, 0, 1])`), zero-copy. */
-  transpose(axes: readonly number[]): BufferView;
+  transpose(axes: readonly number[]): BufferView<D, N>;
   /** The axes in the order the arguments list them (`transpose(2, 0, 1)`), zero-copy. */
-  transpose(...axes: number[]): BufferView;
-  transpose(...axes: unknown[]): BufferView {
+  transpose(...axes: number[]): BufferView<D, N>;
+  transpose(...axes: unknown[]): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "transpose()");
     if (axes.length === 0) return this.#derive(transposed(this.#state()));
     return this.#derive(permuted(this.#state(), listArgument(axes)));
   }
 
   /** The axes reversed (numpy's `.T`, `transpose()`), zero-copy. */
-  get T(): BufferView {
+  get T(): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "T");
     return this.#derive(transposed(this.#state()));
   }
 
   /** The axes in the order `axes` lists them (the array API's `permute_dims`), zero-copy:
    * `permute([2, 0, 1])` or `permute(2, 0, 1)`. */
-  permute(axes: readonly number[]): BufferView;
+  permute(axes: readonly number[]): BufferView<D, N>;
   /** The axes in the order the arguments list them (`permute(2, 0, 1)`), zero-copy. */
-  permute(...axes: number[]): BufferView;
-  permute(...axes: unknown[]): BufferView {
+  permute(...axes: number[]): BufferView<D, N>;
+  permute(...axes: unknown[]): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "permute()");
     return this.#derive(permuted(this.#state(), listArgument(axes)));
   }
@@ -697,42 +705,42 @@ export class BufferView {
   /** The same elements in C order under a new shape (one extent may be -1): `reshape([2, 36])` or
    * `reshape(2, 36)`. Zero-copy; throws `DLPackError` ("strides") when the strides do not allow
    * it: reshape `copy()` then. */
-  reshape(shape: readonly number[]): BufferView;
+  reshape<const S extends readonly number[]>(shape: S): BufferView<D, S["length"]>;
   /** {@link BufferView.reshape} with the extents as arguments (`reshape(2, 36)`). */
-  reshape(...shape: number[]): BufferView;
-  reshape(...shape: unknown[]): BufferView {
+  reshape<const S extends number[]>(...shape: S): BufferView<D, S["length"]>;
+  reshape(...shape: unknown[]): BufferView<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "reshape()");
     return this.#derive(reshaped(this.#state(), listArgument(shape)));
   }
 
   /** The elements in reverse order along `axis` (an integer or a list, negative from the end), or
    * along every axis when it is omitted (numpy's `flip`); zero-copy, with negative strides. */
-  flip(axis?: number | readonly number[]): BufferView {
+  flip(axis?: number | readonly number[]): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "flip()");
     return this.#derive(flipped(this.#state(), axis));
   }
 
   /** The elements in C order as one axis: a zero-copy view when the strides allow it (as
    * `reshape(-1)`), else a copy in library memory (numpy's `ravel`). */
-  ravel(): BufferView {
+  ravel(): BufferView<D, 1> {
     if (!(#owner in asObject(this))) throw notAView(this, "ravel()");
     const state = this.#state();
     const layout = raveled(state);
-    return layout === undefined ? newView(flatCopy(state)) : this.#derive(layout);
+    return (layout === undefined ? newView(flatCopy(state)) : this.#derive(layout)) as BufferView<D, 1>;
   }
 
   /** A copy of the elements in C order as one axis, in library memory (numpy's `flatten`): always a
    * copy, never sharing this view's memory. */
-  flatten(): BufferView {
+  flatten(): BufferView<D, 1> {
     if (!(#owner in asObject(this))) throw notAView(this, "flatten()");
-    return newView(flatCopy(this.#state()));
+    return newView(flatCopy(this.#state())) as BufferView<D, 1>;
   }
 
   /** The value of a view of exactly one element, whatever its rank (numpy's and PyTorch's
    * `item()`); refused ("shape") for any other size. */
-  item(): Scalar {
+  item(): ScalarOf<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "item()");
-    return itemOf(this.#state());
+    return itemOf(this.#state()) as ScalarOf<D>;
   }
 
   /**
@@ -744,7 +752,7 @@ export class BufferView {
    * view of the same memory instead; `copy: false` with another dtype is refused. A literal dtype
    * types the result: `view.astype("float32").array()` is a `Float32Array`.
    */
-  astype<D extends DType>(dtype: D, opts?: AstypeOptions): TypedView<D, number> {
+  astype<E extends DType>(dtype: E, opts?: AstypeOptions): BufferView<E, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "astype()");
     const info = dtypeInfo(dtype);
     const o = optionsObject(opts, "astype() options");
@@ -753,7 +761,7 @@ export class BufferView {
     const state = this.#state();
     if (info === state.facts.info) {
       const same = copy === false ? this.#derive(identity(state)) : newView(copyOf(state));
-      return same as TypedView<D, number>;
+      return same as BufferView<E, N>;
     }
     if (copy === false) {
       throw new DLPackError(
@@ -761,37 +769,41 @@ export class BufferView {
         `astype(${info.name}, { copy: false }): this view is ${state.facts.info.name}, and converting needs a copy`,
       );
     }
-    return newView(castCopy(state, info)) as TypedView<D, number>;
+    return newView(castCopy(state, info)) as BufferView<E, N>;
   }
 
   /** numpy's broadcasting to `shape`: repeated axes get stride 0. Zero-copy and read-only. */
-  broadcastTo(shape: readonly number[]): BufferView {
+  broadcastTo<const S extends readonly number[]>(shape: S): BufferView<D, S["length"]> {
     if (!(#owner in asObject(this))) throw notAView(this, "broadcastTo()");
     return this.#derive(broadcast(this.#state(), shape));
   }
 
   /** Without extent-1 axes: all of them, or the axis (or axes) given, which must have extent 1. */
-  squeeze(axis?: number | readonly number[]): BufferView {
+  squeeze(axis?: number | readonly number[]): BufferView<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "squeeze()");
     return this.#derive(squeezed(this.#state(), axis));
   }
 
   /** With a new extent-1 axis at `axis` of the result (default 0; negative from the end). */
-  expandDims(axis?: number): BufferView {
+  expandDims(axis?: number): BufferView<D, Plus1<N>> {
     if (!(#owner in asObject(this))) throw notAView(this, "expandDims()");
     return this.#derive(expanded(this.#state(), axis));
   }
 
   /** Iterates the first axis: element values for a 1-d view, sub-views (`at(i)`) otherwise. */
-  [Symbol.iterator](): IterableIterator<Scalar | BufferView> {
+  [Symbol.iterator](): IterableIterator<ItemOf<D, N>> {
     if (!(#owner in asObject(this))) throw notAView(this, "[Symbol.iterator]()");
-    return items(this, this.#firstAxis(), this.#facts.shape.length === 1);
+    return items(this as BufferView, this.#firstAxis(), this.#facts.shape.length === 1) as IterableIterator<
+      ItemOf<D, N>
+    >;
   }
 
   /** `[index, item]` pairs over the first axis, as `Array.prototype.entries`. */
-  entries(): IterableIterator<[number, Scalar | BufferView]> {
+  entries(): IterableIterator<[number, ItemOf<D, N>]> {
     if (!(#owner in asObject(this))) throw notAView(this, "entries()");
-    return pairs(this, this.#firstAxis(), this.#facts.shape.length === 1);
+    return pairs(this as BufferView, this.#firstAxis(), this.#facts.shape.length === 1) as IterableIterator<
+      [number, ItemOf<D, N>]
+    >;
   }
 
   /** The extent of the first axis (refused for a disposed or 0-d view). */
@@ -803,13 +815,13 @@ export class BufferView {
   }
 
   /** The values as nested JS arrays (numpy's `tolist()`); a 0-d view gives its one value. */
-  toNested(): unknown {
+  toNested(): Nested<ScalarOf<D>, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "toNested()");
-    return toNested(this.#state());
+    return toNested(this.#state()) as Nested<ScalarOf<D>, N>;
   }
 
   /** Writes `value` into every element (checked once, as `set` checks it). */
-  fill(value: Scalar): this {
+  fill(value: ScalarOf<D>): this {
     if (!(#owner in asObject(this))) throw notAView(this, "fill()");
     this.#live();
     refuseWrite(this.#access, "fill()", this.#facts);
@@ -975,75 +987,16 @@ function* pairs(view: BufferView, n: number, one: boolean): Generator<[number, S
   }
 }
 
-/** A view whose dtype and rank TypeScript knows (from `BufferView.as`). */
-export interface TypedView<D extends DType, N extends number> extends BufferView {
-  /** The dtype, known statically. */
-  readonly dtype: D;
-  /** The rank, known statically. */
-  readonly ndim: N;
-  /** One extent per dimension. */
-  readonly shape: Readonly<Tuple<number, N>> & readonly number[];
-  /** One stride (in elements) per dimension. */
-  readonly strides: Readonly<Tuple<number, N>> & readonly number[];
-  /** The zero-copy TypedArray of this dtype. */
-  array(): ArrayOf<D>;
-  /** A contiguous C-order copy. */
-  toArray(): ArrayOf<D>;
-  /** Reads the element at exactly `ndim` indices. */
-  get(...index: Tuple<number, N>): ScalarOf<D>;
-  /** Writes the element at exactly `ndim` indices. */
-  set(value: ScalarOf<D>, ...index: Tuple<number, N>): void;
-  /** {@link BufferView.slice}, typed: the dtype is kept, and the rank too where the items are
-   * literals (each integer, or index string such as `"-1"`, drops an axis). */
-  slice<const I extends SliceItem[]>(...items: I): TypedView<D, SliceRank<N, I>>;
-  /** {@link BufferView.at}, typed: each index drops a leading axis. */
-  at<const I extends number[]>(...indices: I): TypedView<D, Minus<N, I["length"]>>;
-  /** {@link BufferView.transpose}, typed. */
-  transpose(): TypedView<D, N>;
-  /** {@link BufferView.transpose} with axes, typed. */
-  transpose(axes: readonly number[]): TypedView<D, N>;
-  /** {@link BufferView.transpose} with axes, typed. */
-  transpose(...axes: number[]): TypedView<D, N>;
-  /** {@link BufferView.T}, typed. */
-  readonly T: TypedView<D, N>;
-  /** {@link BufferView.permute}, typed. */
-  permute(axes: readonly number[]): TypedView<D, N>;
-  /** {@link BufferView.permute}, typed. */
-  permute(...axes: number[]): TypedView<D, N>;
-  /** {@link BufferView.reshape}, typed: the rank is the new shape's length. */
-  reshape<const S extends readonly number[]>(shape: S): TypedView<D, S["length"]>;
-  /** {@link BufferView.reshape} with the extents as arguments, typed. */
-  reshape<const S extends number[]>(...shape: S): TypedView<D, S["length"]>;
-  /** {@link BufferView.flip}, typed. */
-  flip(axis?: number | readonly number[]): TypedView<D, N>;
-  /** {@link BufferView.ravel}, typed. */
-  ravel(): TypedView<D, 1>;
-  /** {@link BufferView.flatten}, typed. */
-  flatten(): TypedView<D, 1>;
-  /** {@link BufferView.item}, typed. */
-  item(): ScalarOf<D>;
-  /** {@link BufferView.astype}, typed: the rank is kept. */
-  astype<E extends DType>(dtype: E, opts?: AstypeOptions): TypedView<E, N>;
-  /** {@link BufferView.broadcastTo}, typed. */
-  broadcastTo<const S extends readonly number[]>(shape: S): TypedView<D, S["length"]>;
-  /** {@link BufferView.squeeze}, typed. */
-  squeeze(axis?: number | readonly number[]): TypedView<D, number>;
-  /** {@link BufferView.expandDims}, typed: one axis more. */
-  expandDims(axis?: number): TypedView<D, Plus1<N>>;
-  /** Iterates the first axis: values for a 1-d view, sub-views otherwise. */
-  [Symbol.iterator](): IterableIterator<ItemOf<D, N>>;
-  /** `[index, item]` pairs over the first axis. */
-  entries(): IterableIterator<[number, ItemOf<D, N>]>;
-  /** Nested arrays of this dtype's values, `ndim` deep. */
-  toNested(): Nested<ScalarOf<D>, N>;
-  /** Writes `value` into every element. */
-  fill(value: ScalarOf<D>): this;
-}
+/** A view whose dtype and rank TypeScript knows: `BufferView<D, N>` (the name the API used first). */
+export type TypedView<D extends DType, N extends number> = BufferView<D, N>;
+
+/** The TypedArray `array()` gives for dtype `D`: any of them when `D` is not one literal dtype. */
+export type ArrayFor<D extends DType> = DType extends D ? AnyTypedArray : ArrayOf<D>;
 
 /** The view an import with `require: R` returns: typed when `R` names a literal dtype and rank. */
-export type RequiredView<R> = TypedView<RequiredDType<R>, RequiredNdim<R>>;
+export type RequiredView<R> = BufferView<RequiredDType<R>, RequiredNdim<R>>;
 
-/** What iterating a `TypedView<D, N>` yields: values for N = 1, views of rank N - 1 otherwise. */
-export type ItemOf<D extends DType, N extends number> = number extends N ? ScalarOf<D> | TypedView<D, number>
+/** What iterating a `BufferView<D, N>` yields: values for N = 1, views of rank N - 1 otherwise. */
+export type ItemOf<D extends DType, N extends number> = number extends N ? ScalarOf<D> | BufferView<D>
   : N extends 1 ? ScalarOf<D>
-  : TypedView<D, Minus<N, 1>>;
+  : BufferView<D, Minus<N, 1>>;
