@@ -18,6 +18,7 @@ export { DLPackError, type ErrorCode } from "./src/facts/errors.ts";
 export {
   type AnyTypedArray,
   arrayConstructorOf,
+  type ArrayFor,
   type ArrayOf,
   type Complex,
   type DLDataType,
@@ -44,7 +45,6 @@ export {
 export { type AddressLike, type PointerObject } from "./src/native/address.ts";
 export {
   type Access,
-  type ArrayFor,
   type AstypeOptions,
   BufferView,
   type CopyFromOptions,

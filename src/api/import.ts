@@ -5,16 +5,16 @@
  */
 import { isPythonObject } from "../facts/brands.ts";
 import { core, runtime } from "../../ffi/mod.ts";
-import { KEY_OWNER, scratch, Status } from "../native/scratch.ts";
+import { KEY_ADDRESS, KEY_GENERATION, KEY_OWNER, scratch, Status } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
 import { DLPackError, isDLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import {
   BufferView,
   buildKeyed,
-  buildKeyedKeeping,
   disposeView,
   isBufferView,
+  newView,
   type RequiredView,
   shareOf,
   stateOf,
@@ -25,7 +25,14 @@ import { Capsule, capsuleVersioned, disposeCapsule, isCapsule, takeForImport } f
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import { callWith } from "../facts/intrinsics.ts";
 import { ImportOption } from "../facts/abi.ts";
-import { type Checked, readRequirements, refusalsOf, type Requirements } from "../engines/requirements.ts";
+import {
+  type Checked,
+  joinedRefusals,
+  readRequirements,
+  refusalsOf,
+  type Requirements,
+} from "../engines/requirements.ts";
+import { beyondExact, keyed } from "../engines/facts.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
@@ -139,7 +146,14 @@ function importTensor(capsule: Capsule, strict: boolean, producer: string | null
 export function importJournaled(address: number, producer: string | null, keepAlive: unknown): BufferView {
   const status = core().dlpk_import_number(address, IMPORT_VERSIONED);
   if (status !== 0) throw refusalError(status, scratch, true);
-  return buildKeyedKeeping(scratch, scratch.f64[KEY_OWNER], IMPORT_VERSIONED, producer, keepAlive);
+  // Rare (an export imported again): the facts cache and newView, not the hot path's factory.
+  const owner = scratch.f64[KEY_OWNER];
+  const at = scratch.f64[KEY_ADDRESS];
+  if (at < 0) throw beyondExact(scratch, owner);
+  if (scratch.f64[KEY_GENERATION] !== keyed.generation || producer !== keyed.producer) {
+    keyed.refresh(scratch, producer, IMPORT_VERSIONED);
+  }
+  return newView({ owner, address: at, facts: keyed.facts, access: keyed.access }, keepAlive);
 }
 
 /** The native import options. */
@@ -485,7 +499,6 @@ export function checkImported(view: BufferView, r: Checked, what: string): Buffe
   }
   if (refusals.length === 0) return view;
   disposeView(view);
-  let text = "";
-  for (let i = 0; i < refusals.length; i++) text += (i === 0 ? "" : "; ") + refusals[i];
+  const text = joinedRefusals(refusals);
   throw new DLPackError("requirements", `${what} does not meet the requirements: ${text}`, refusals);
 }

@@ -8,33 +8,23 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { copyStreamOption, DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
-import {
-  type AnyTypedArray,
-  type ArrayOf,
-  type DLDataType,
-  type DType,
-  dtypeInfo,
-  type Scalar,
-  type ScalarOf,
-} from "../facts/dtypes.ts";
+import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
+import type { AnyTypedArray, ArrayFor, DLDataType, DType, Scalar, ScalarOf } from "../facts/dtypes.ts";
 import { type Device, deviceCode } from "../facts/devices.ts";
-import type { SliceItem } from "../facts/shape.ts";
+import { listArgument, type SliceItem } from "../facts/shape.ts";
 import {
   ArrayBufferCtor,
   callWith,
   detach,
   floor,
   freeze,
-  isArray,
   isDetached,
   ObjectCtor,
   pinInstanceof,
   toBigInt,
-  typedArrayTag,
 } from "../facts/intrinsics.ts";
 import { LazyBackstop } from "../native/backstop.ts";
-import { journalCount, releaseOwner, releaseTop } from "../native/journal.ts";
+import { journalCount, releaseOwner } from "../native/journal.ts";
 import { Owner } from "../native/shares.ts";
 import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
@@ -49,21 +39,33 @@ import {
   type ViewFacts,
   type ViewState,
 } from "../engines/state.ts";
-import { keyed } from "../engines/facts.ts";
+import { beyondExact, keyed } from "../engines/facts.ts";
 import { elementAt, gather, readAt, requireHost, spanBytes, spanStart, stageValue, storeAt } from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
-import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
-import { type AstypeOptions, castArrayInto, castCopy, castInto, type CopyFromOptions } from "../engines/cast.ts";
+import { copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
+import {
+  arraySource,
+  astypeArguments,
+  astyped,
+  type AstypeOptions,
+  copyArrayInto,
+  type CopyFromOptions,
+  copyFromOptions,
+  copyViewInto,
+} from "../engines/cast.ts";
 import { flatCopy, flipped, identity, itemOf, raveled } from "../engines/layouts.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import {
+  asRequirements,
   readRequirements,
   refusalsOf,
+  refuseAs,
+  refusedError,
   type RequiredDType,
   type RequiredNdim,
   type Requirements,
 } from "../engines/requirements.ts";
-import { encodeOne, fill, flatten, toNested } from "../engines/values.ts";
+import { encodeOne, fill, toNested } from "../engines/values.ts";
 import { inheritStream, type StreamHandle } from "../engines/streams.ts";
 import { applyTo, DENO_INSPECT, displayed, headerOf, jsonOf, JUPYTER_DISPLAY } from "../engines/inspect.ts";
 import { NODE_INSPECT, type Printable, printed, type ViewJSON } from "../engines/inspect.ts";
@@ -77,7 +79,6 @@ import {
   notAView,
   readonlyError,
   readonlyForever,
-  refusedError,
   releasable,
   transferredShares,
 } from "./parts.ts";
@@ -94,17 +95,24 @@ const views = new LazyBackstop<number>(
 let construct: (owner: number, address: number, facts: ViewFacts, access: Access, keepAlive: unknown) => BufferView;
 let branded: (x: object) => boolean;
 let liveView: (x: object) => boolean;
-let friend: Friend;
+/** A view's facts for a getter, after the receiver's brand check (`what` names the getter). */
+let factsOf: (x: unknown, what: string) => ViewFacts;
 
-/** What the layers above read of a view and do with it: its own fields and private methods,
- * through nothing a caller can replace (the public getters live on a prototype anyone can
- * redefine). */
-interface Friend {
-  state(view: BufferView): ViewState;
-  dispose(view: BufferView): void;
-  share(view: BufferView): Owner;
-  derive(view: BufferView, layout: DerivedLayout): BufferView;
-}
+// What the layers above read of a view and do with it (its own fields and private methods) goes
+// through these functions, never through the public getters, which live on a prototype anyone can
+// redefine.
+
+/** A view's state for one engine call (throws "disposed" for a disposed view, and for one whose
+ * `array()` buffer was transferred away). */
+export let stateOf: (view: BufferView) => ViewState;
+/** Disposes a view (idempotent). */
+export let disposeView: (view: BufferView) => void;
+/** The view's own share (`view.keepAlive`). */
+export let shareOf: (view: BufferView) => Owner;
+/** A new view over part of `base`'s memory (`layout` from src/engines/derive.ts), holding its own
+ * share of the same owner record: disposing either leaves the other intact. Refused ("disposed")
+ * for a disposed base. */
+export let derive: (base: BufferView, layout: DerivedLayout) => BufferView;
 
 /**
  * The view of memory an engine made (an allocation, a copy): it takes over the one share of the
@@ -116,29 +124,6 @@ export function newView(owned: Owned, keepAlive?: unknown): BufferView {
   const view = construct(owned.owner, owned.address, owned.facts, owned.access, keepAlive);
   journalCount[0]--;
   return view;
-}
-
-/** A view's state for one engine call (throws "disposed" for a disposed view, and for one whose
- * `array()` buffer was transferred away). */
-export function stateOf(view: BufferView): ViewState {
-  return friend.state(view);
-}
-
-/** Disposes a view (idempotent), through nothing a caller can replace. */
-export function disposeView(view: BufferView): void {
-  friend.dispose(view);
-}
-
-/** The view's own share (`view.keepAlive`), through nothing a caller can replace. */
-export function shareOf(view: BufferView): Owner {
-  return friend.share(view);
-}
-
-/** A new view over part of `base`'s memory (`layout` from src/engines/derive.ts), holding its own
- * share of the same owner record: disposing either leaves the other intact. Refused ("disposed")
- * for a disposed base. */
-export function derive(base: BufferView, layout: DerivedLayout): BufferView {
-  return friend.derive(base, layout);
 }
 
 /** The view argument of a public function: a real view of this library. */
@@ -162,31 +147,6 @@ export let buildKeyed: (
   options: number,
   producer: string | null,
 ) => BufferView;
-
-/** {@link buildKeyed} for a view that keeps `keepAlive` reachable (rare: out of line, so that the
- * common one stays within the JIT's inlining budget). */
-export function buildKeyedKeeping(
-  s: Scratch,
-  owner: number,
-  options: number,
-  producer: string | null,
-  keepAlive: unknown,
-): BufferView {
-  const address = s.f64[KEY_ADDRESS];
-  if (address < 0) throw beyondExact(s, owner);
-  if (s.f64[KEY_GENERATION] !== keyed.generation || producer !== keyed.producer) keyed.refresh(s, producer, options);
-  const view = construct(owner, address, keyed.facts, keyed.access, keepAlive);
-  journalCount[0]--;
-  return view;
-}
-
-/** The refusal of an empty tensor whose element 0 lies at or beyond 2^53 (no JS number holds it
- * exactly), which an import took: its owner, the top entry, is released first. */
-function beyondExact(s: Scratch, owner: number): DLPackError {
-  const error = s.beyondExact();
-  releaseTop(owner);
-  return error;
-}
 
 /** Whether `x` really is a view this library made. `instanceof` is not enough: an object made with
  * `Object.create(BufferView.prototype)` passes it and then fails on the first private field. */
@@ -236,12 +196,14 @@ export class BufferView<D extends DType = DType, N extends number = number> {
     pinInstanceof(this);
     branded = (x) => #owner in x;
     liveView = (x) => #owner in x && (x as BufferView).#owner !== 0;
-    friend = {
-      state: (v) => v.#state(),
-      dispose: (v) => v.#dispose(),
-      share: (v) => v.#keepAlive(),
-      derive: (v, d) => v.#derive(d),
+    factsOf = (x, what) => {
+      if (!(#owner in asObject(x))) throw notAView(x, what);
+      return (x as BufferView).#facts;
     };
+    stateOf = (v) => v.#state();
+    disposeView = (v) => v.#dispose();
+    shareOf = (v) => v.#keepAlive();
+    derive = (v, d) => v.#derive(d);
   }
 
   /** The native owner record this view holds one share of; 0 once disposed. */
@@ -301,73 +263,62 @@ export class BufferView<D extends DType = DType, N extends number = number> {
 
   /** The dtype name ("float32", "bfloat16", "float8_e4m3fn", "complex64", "bool", ...). */
   get dtype(): D {
-    if (!(#owner in asObject(this))) throw notAView(this, "dtype");
-    return this.#facts.info.name as D;
+    return factsOf(this, "dtype").info.name as D;
   }
 
   /** The DLPack triple of the dtype. */
   get dl(): DLDataType {
-    if (!(#owner in asObject(this))) throw notAView(this, "dl");
-    return this.#facts.info.dl;
+    return factsOf(this, "dl").info.dl;
   }
 
   /** Extents per dimension. */
   get shape(): Readonly<Tuple<number, N>> & readonly number[] {
-    if (!(#owner in asObject(this))) throw notAView(this, "shape");
     // The view's own array, frozen once: nothing can change it, so nothing needs a copy.
-    return freeze(this.#facts.shape) as Tuple<number, N> & number[];
+    return freeze(factsOf(this, "shape").shape) as Tuple<number, N> & number[];
   }
 
   /** Strides in elements (computed in C order when the producer sent NULL). */
   get strides(): Readonly<Tuple<number, N>> & readonly number[] {
-    if (!(#owner in asObject(this))) throw notAView(this, "strides");
-    return freeze(this.#facts.strides) as Tuple<number, N> & number[];
+    return freeze(factsOf(this, "strides").strides) as Tuple<number, N> & number[];
   }
 
   /** Number of dimensions. */
   get ndim(): N {
-    if (!(#owner in asObject(this))) throw notAView(this, "ndim");
-    return this.#facts.shape.length as N;
+    return factsOf(this, "ndim").shape.length as N;
   }
 
   /** Bytes per element (numpy's `itemsize`): `dl.bits / 8`, a fraction for the packed sub-byte
    * dtypes (0.5 for `float4_e2m1fn`). */
   get itemsize(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "itemsize");
-    return this.#facts.info.bits / 8;
+    return factsOf(this, "itemsize").info.bits / 8;
   }
 
   /** The extent of the first axis (`shape[0]`, numpy's `len()`); refused ("shape") for a 0-d view,
    * which has none. */
   get length(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "length");
-    const n = this.#facts.shape[0];
+    const n = factsOf(this, "length").shape[0];
     if (n === undefined) throw new DLPackError("shape", "a 0-d view has no length (numpy's len() refuses it too)");
     return n;
   }
 
   /** Number of elements. */
   get size(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "size");
-    return this.#facts.size;
+    return factsOf(this, "size").size;
   }
 
   /** Bytes of the elements themselves (`size` x item size; packed sub-byte types round up). */
   get nbytes(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "nbytes");
-    return this.#facts.nbytes;
+    return factsOf(this, "nbytes").nbytes;
   }
 
   /** Where the memory lives. */
   get device(): Device {
-    if (!(#owner in asObject(this))) throw notAView(this, "device");
-    return this.#facts.device;
+    return factsOf(this, "device").device;
   }
 
   /** Whether the CUDA driver confirmed the device claim (always true for host memory). */
   get verified(): boolean {
-    if (!(#owner in asObject(this))) throw notAView(this, "verified");
-    return this.#facts.origin.verified;
+    return factsOf(this, "verified").origin.verified;
   }
 
   /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct; "readonly"
@@ -379,46 +330,40 @@ export class BufferView<D extends DType = DType, N extends number = number> {
 
   /** "external" for imports, the library's name for memory it allocated. */
   get owner(): string {
-    if (!(#owner in asObject(this))) throw notAView(this, "owner");
-    return this.#facts.origin.ownerName;
+    return factsOf(this, "owner").origin.ownerName;
   }
 
   /** The producer's name when known (e.g. "numpy.ndarray"), else null. */
   get producer(): string | null {
-    if (!(#owner in asObject(this))) throw notAView(this, "producer");
-    return this.#facts.origin.producer;
+    return factsOf(this, "producer").origin.producer;
   }
 
   /** The producer's DLPack version, or null for the legacy struct. */
   get version(): DLPackVersion | null {
-    if (!(#owner in asObject(this))) throw notAView(this, "version");
-    const version = this.#facts.origin.version;
+    const version = factsOf(this, "version").origin.version;
     return version === null ? null : { major: version.major, minor: version.minor };
   }
 
   /** The versioned struct's flags (all false for legacy imports); `readOnly` is also set when the data
    * lies in memory this process cannot write. */
   get flags(): Flags {
-    if (!(#owner in asObject(this))) throw notAView(this, "flags");
-    return flagsOf(this.#facts.origin.flags);
+    return flagsOf(factsOf(this, "flags").origin.flags);
   }
 
   /** Whether the elements are laid out in C (row-major) order with no gaps. */
   get cContiguous(): boolean {
-    if (!(#owner in asObject(this))) throw notAView(this, "cContiguous");
-    return (this.#facts.layout & LAYOUT_C) !== 0;
+    return (factsOf(this, "cContiguous").layout & LAYOUT_C) !== 0;
   }
 
   /** Whether the elements are laid out in Fortran (column-major) order with no gaps. */
   get fContiguous(): boolean {
-    if (!(#owner in asObject(this))) throw notAView(this, "fContiguous");
-    return (this.#facts.layout & LAYOUT_F) !== 0;
+    return (factsOf(this, "fContiguous").layout & LAYOUT_F) !== 0;
   }
 
   /** Elements from the start of `array()` to element 0 (non-zero only with negative strides). */
   get spanOffset(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "spanOffset");
-    return -this.#facts.minOffset * this.#facts.info.slots;
+    const facts = factsOf(this, "spanOffset");
+    return -facts.minOffset * facts.info.slots;
   }
 
   /** This view's own share of the memory. `keepAlive.retain()` gives an independent share that
@@ -436,8 +381,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
   get keepAliveValue(): unknown {
     if (!(#owner in asObject(this))) throw notAView(this, "keepAliveValue");
-    const extras = this.#extras;
-    return extras === undefined ? undefined : extras.keepAlive;
+    return this.#extras?.keepAlive;
   }
 
   /** Whether `dispose()` ran. */
@@ -561,26 +505,12 @@ export class BufferView<D extends DType = DType, N extends number = number> {
     if (!(#owner in asObject(this))) throw notAView(this, "copyFrom()");
     this.#live();
     // Every caller value is read before the states are taken: a getter could dispose either view.
-    const stream = copyStreamOption(opts) as StreamHandle | undefined;
-    const cast = opts === undefined || opts === null
-      ? undefined
-      : optionalBoolean((opts as { cast?: unknown }).cast, "copyFrom()'s cast option");
+    const o = copyFromOptions(opts);
     if (isBufferView(src)) {
-      const from = stateOf(src);
-      if (cast === true && from.facts.info !== this.#facts.info) castInto(this.#state(), from, stream);
-      else copyInto(this.#state(), from, stream);
-    } else if (cast === true && !isArray(src) && typedArrayTag(src) !== this.#facts.info.tag) {
-      castArrayInto(this.#state(), src, stream);
+      copyViewInto(this.#state(), stateOf(src), o);
     } else {
-      const values = isArray(src) ? flatten(this.#facts, src) : src;
-      const tag = isArray(src) ? this.#facts.info.tag : typedArrayTag(src);
-      if (tag === undefined) {
-        throw new DLPackError(
-          "argument",
-          `copyFrom takes a BufferView, a TypedArray or nested arrays of values, got ${shown(src)}`,
-        );
-      }
-      copyFromArray(this.#state(), values as AnyTypedArray, tag, stream);
+      const values = arraySource(this.#facts, src, o.cast);
+      copyArrayInto(this.#state(), values, o.stream);
     }
     return this;
   }
@@ -611,13 +541,9 @@ export class BufferView<D extends DType = DType, N extends number = number> {
    */
   as<E extends DType, M extends number>(dtype: E, ndim: M): BufferView<E, M> {
     if (!(#owner in asObject(this))) throw notAView(this, "as()");
-    if (dtype === undefined || ndim === undefined) {
-      throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
-    }
-    const refusals = this.#refusals({ dtype, ndim });
-    if (refusals.length > 0) {
-      throw refusedError(`as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused`, refusals);
-    }
+    this.#live();
+    const checked = asRequirements(dtype, ndim);
+    refuseAs(this.#state(), checked, dtype, ndim);
     return this as unknown as BufferView<E, M>;
   }
 
@@ -754,22 +680,10 @@ export class BufferView<D extends DType = DType, N extends number = number> {
    */
   astype<E extends DType>(dtype: E, opts?: AstypeOptions): BufferView<E, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "astype()");
-    const info = dtypeInfo(dtype);
-    const o = optionsObject(opts, "astype() options");
-    const copyOption: unknown = o.copy;
-    const copy = optionalBoolean(copyOption, "astype()'s copy option");
+    const { info, copy } = astypeArguments(dtype, opts);
     const state = this.#state();
-    if (info === state.facts.info) {
-      const same = copy === false ? this.#derive(identity(state)) : newView(copyOf(state));
-      return same as BufferView<E, N>;
-    }
-    if (copy === false) {
-      throw new DLPackError(
-        "dtype",
-        `astype(${info.name}, { copy: false }): this view is ${state.facts.info.name}, and converting needs a copy`,
-      );
-    }
-    return newView(castCopy(state, info)) as BufferView<E, N>;
+    const owned = astyped(state, info, copy);
+    return owned === undefined ? this.#derive(identity(state)) : newView(owned) as BufferView<E, N>;
   }
 
   /** numpy's broadcasting to `shape`: repeated axes get stride 0. Zero-copy and read-only. */
@@ -793,25 +707,21 @@ export class BufferView<D extends DType = DType, N extends number = number> {
   /** Iterates the first axis: element values for a 1-d view, sub-views (`at(i)`) otherwise. */
   [Symbol.iterator](): IterableIterator<ItemOf<D, N>> {
     if (!(#owner in asObject(this))) throw notAView(this, "[Symbol.iterator]()");
-    return items(this as BufferView, this.#firstAxis(), this.#facts.shape.length === 1) as IterableIterator<
-      ItemOf<D, N>
-    >;
+    return this.#items(false) as IterableIterator<ItemOf<D, N>>;
   }
 
   /** `[index, item]` pairs over the first axis, as `Array.prototype.entries`. */
   entries(): IterableIterator<[number, ItemOf<D, N>]> {
     if (!(#owner in asObject(this))) throw notAView(this, "entries()");
-    return pairs(this as BufferView, this.#firstAxis(), this.#facts.shape.length === 1) as IterableIterator<
-      [number, ItemOf<D, N>]
-    >;
+    return this.#items(true) as IterableIterator<[number, ItemOf<D, N>]>;
   }
 
-  /** The extent of the first axis (refused for a disposed or 0-d view). */
-  #firstAxis(): number {
+  /** The first axis's items, or `[index, item]` pairs (refused now for a disposed or 0-d view). */
+  #items(pairs: boolean): Generator<unknown> {
     this.#live();
     const n = this.#facts.shape[0];
     if (n === undefined) throw new DLPackError("shape", "a 0-d view has no axis to iterate over");
-    return n;
+    return axisItems(this as BufferView, n, this.#facts.shape.length === 1, pairs);
   }
 
   /** The values as nested JS arrays (numpy's `tolist()`); a 0-d view gives its one value. */
@@ -965,33 +875,19 @@ export class BufferView<D extends DType = DType, N extends number = number> {
   }
 }
 
-/** The list a varargs method got: the one array argument (`reshape([2, 3])`), or the arguments
- * themselves (`reshape(2, 3)`), a fresh array the engine reads once. */
-function listArgument(args: readonly unknown[]): unknown {
-  return args.length === 1 && isArray(args[0]) ? args[0] : args;
-}
-
 // `get` as the class defined it, captured at load: a caller who later replaces the prototype's
 // changes nothing here.
 const getElement = BufferView.prototype.get;
 
-function* items(view: BufferView, n: number, one: boolean): Generator<Scalar | BufferView> {
+function* axisItems(view: BufferView, n: number, values: boolean, pairs: boolean): Generator<unknown> {
   for (let i = 0; i < n; i++) {
-    yield one ? callWith(getElement, view, i) as Scalar : derive(view, atIndices(stateOf(view), [i]));
-  }
-}
-
-function* pairs(view: BufferView, n: number, one: boolean): Generator<[number, Scalar | BufferView]> {
-  for (let i = 0; i < n; i++) {
-    yield [i, one ? callWith(getElement, view, i) as Scalar : derive(view, atIndices(stateOf(view), [i]))];
+    const item = values ? callWith(getElement, view, i) : derive(view, atIndices(stateOf(view), [i]));
+    yield pairs ? [i, item] : item;
   }
 }
 
 /** A view whose dtype and rank TypeScript knows: `BufferView<D, N>` (the name the API used first). */
 export type TypedView<D extends DType, N extends number> = BufferView<D, N>;
-
-/** The TypedArray `array()` gives for dtype `D`: any of them when `D` is not one literal dtype. */
-export type ArrayFor<D extends DType> = DType extends D ? AnyTypedArray : ArrayOf<D>;
 
 /** The view an import with `require: R` returns: typed when `R` names a literal dtype and rank. */
 export type RequiredView<R> = BufferView<RequiredDType<R>, RequiredNdim<R>>;
