@@ -136,6 +136,7 @@ pub const Api = struct {
     PyExc_MemoryError: **PyObject,
     PyType_Type: *PyObject,
     PyCapsule_Type: *PyObject,
+    PyTuple_Type: *PyObject,
     PyLong_Type: *PyObject,
     PyGILState_GetThisThreadState: *const fn () callconv(.c) ?*anyopaque,
     PyEval_ReleaseThread: *const fn (*anyopaque) callconv(.c) void,
