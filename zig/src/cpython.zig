@@ -96,6 +96,7 @@ pub const Api = struct {
     PyCapsule_IsValid: *const fn (*PyObject, [*:0]const u8) callconv(.c) c_int,
     PyCapsule_GetPointer: *const fn (*PyObject, [*:0]const u8) callconv(.c) ?*anyopaque,
     PyCapsule_SetName: *const fn (*PyObject, [*:0]const u8) callconv(.c) c_int,
+    PyCapsule_GetName: *const fn (*PyObject) callconv(.c) ?[*:0]const u8,
     PyCapsule_GetContext: *const fn (*PyObject) callconv(.c) ?*anyopaque,
     PyCapsule_SetContext: *const fn (*PyObject, ?*anyopaque) callconv(.c) c_int,
     PyErr_Fetch: *const fn (*?*PyObject, *?*PyObject, *?*PyObject) callconv(.c) void,
