@@ -30,14 +30,7 @@ import { newPinId, pinsRecorded, realmAddress, recordPin } from "../native/pins.
 import { knownWholeArray } from "../engines/arrays.ts";
 import { arrayRefusal, wholeArrayWord } from "../engines/exports.ts";
 import type { AnyTypedArray } from "../facts/dtypes.ts";
-import {
-  callWith,
-  isArray,
-  isInteger,
-  isSafeInt,
-  typedArrayByteLength,
-  Uint8ArrayCtor,
-} from "../facts/intrinsics.ts";
+import { callWith, isArray, isInteger, isSafeInt, typedArrayByteLength, Uint8ArrayCtor } from "../facts/intrinsics.ts";
 import {
   bridge,
   type BridgeState,
