@@ -207,7 +207,7 @@ export class BufferView {
     construct = (owner, address, facts, access, keepAlive) => {
       const view = new BufferView(owner, address, facts, access);
       if (keepAlive !== undefined) view.#extras = new Extras(keepAlive);
-      view.#epoch = views.add(view, owner);
+      view.#slot = views.add(view, owner);
       return view;
     };
     // `construct` inlined by hand, for the same depth.
@@ -218,7 +218,7 @@ export class BufferView {
       const cache = keyed;
       if (f64[KEY_GENERATION] !== cache.generation || producer !== cache.producer) cache.refresh(s, producer, options);
       const view = new BufferView(owner, address, cache.facts, cache.access);
-      view.#epoch = views.add(view, owner);
+      view.#slot = views.add(view, owner);
       // The view holds the owner record the import journaled: one store ends its entry.
       journalCount[0]--;
       return view;
@@ -248,7 +248,7 @@ export class BufferView {
    * field more is measurably slower to make and dispose in both runtimes. */
   #extras: Extras | undefined;
   /** Set by the maker, which enters the view into the backstop once it is built. */
-  #epoch = 0;
+  #slot = 0;
   /** @ignore (library-internal) Makes `structuredClone(view)`, `postMessage(view)` throw (`CLONE_GUARD`). */
   declare readonly notCloneable: object;
 
@@ -838,7 +838,7 @@ export class BufferView {
       this.#disposeWithExtras(owner);
       return;
     }
-    views.remove(this, this.#epoch);
+    views.remove(this, this.#slot);
     this.#owner = 0;
     releaseOwner(owner);
   }
@@ -851,7 +851,7 @@ export class BufferView {
       this.#disposeWithBuffer(owner, buffer);
       return;
     }
-    views.remove(this, this.#epoch);
+    views.remove(this, this.#slot);
     this.#forget();
     releaseOwner(owner);
   }
@@ -864,7 +864,7 @@ export class BufferView {
       // Keeping this share for the rest of the process is the only way it never reads freed
       // memory; stats() shows it.
       transferredShares.add(owner);
-      views.remove(this, this.#epoch);
+      views.remove(this, this.#slot);
       this.#forget();
       return;
     }
@@ -872,7 +872,7 @@ export class BufferView {
     detach(buffer);
     this.#extras!.buffer = undefined;
     this.#extras!.array = undefined;
-    views.remove(this, this.#epoch);
+    views.remove(this, this.#slot);
     this.#forget();
     releaseOwner(owner);
   }
