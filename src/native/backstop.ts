@@ -5,7 +5,14 @@
  */
 import { runtime } from "../../ffi/mod.ts";
 import { releaseDeferred } from "./journal.ts";
-import { enqueueMicrotask, Float64ArrayCtor, Int32ArrayCtor, newRegistry, objectSlots } from "../facts/intrinsics.ts";
+import {
+  enqueueMicrotask,
+  Float64ArrayCtor,
+  hintExternalMemory,
+  Int32ArrayCtor,
+  newRegistry,
+  objectSlots,
+} from "../facts/intrinsics.ts";
 
 /** Waiting handles a backstop holds before it flushes them all at once. */
 const BACKSTOP_BATCH = 1024;
@@ -29,6 +36,15 @@ function youngSlots(): (object | undefined)[] {
   ];
 }
 
+/** About the native memory an owner record takes (its allocation included): what a view or an
+ * owner share left to the collector keeps, beside the producer's own memory. */
+export const OWNER_RECORD_BYTES = 88;
+/** About the native memory an export's records take (the managed struct with its shape and
+ * strides, and the owner of its pin): what a capsule left to the collector keeps. */
+export const EXPORT_RECORD_BYTES = 272;
+/** Native bytes of registered handles a backstop tells the collector about at once (one allocation
+ * per hint: a small share of what the registrations themselves cost). */
+const HINT_BYTES = 64 * 1024;
 /** Slots in a backstop's first table of held values (it doubles when full). */
 const FIRST_SLOTS = 4096;
 /** A held value whose holder released it itself: the slot only waits for the collector (or the
@@ -79,9 +95,15 @@ export class LazyBackstop<T extends number> {
   #freeCount = FIRST_SLOTS;
   #scheduled = false;
   #flushLater: () => void;
+  /** Native bytes each handle keeps (what its `cleanup` frees), for {@link hintExternalMemory}. */
+  #nativeBytes: number;
+  /** Native bytes of handles registered since the last hint. */
+  #unhinted = 0;
 
-  /** `cleanup` runs for a collected live handle; `isLive` says whether a handle still needs it. */
-  constructor(cleanup: (held: T) => void, isLive: (holder: object) => boolean) {
+  /** `cleanup` runs for a collected live handle; `isLive` says whether a handle still needs it;
+   * `nativeBytes`: about how much native memory a handle keeps until then. */
+  constructor(cleanup: (held: T) => void, isLive: (holder: object) => boolean, nativeBytes: number) {
+    this.#nativeBytes = nativeBytes;
     this.#registry = newRegistry((slot: number) => {
       const held = this.#held[slot]!;
       this.#free[this.#freeCount++] = slot;
@@ -213,6 +235,13 @@ export class LazyBackstop<T extends number> {
     this.#reserve(this.#recentCount);
     while (this.#recentCount > 0) this.#recentCount = this.#registerRecent(this.#recentCount);
     while (this.#count > 0) this.#count = this.#registerLast(this.#count);
+    if (this.#unhinted >= HINT_BYTES) {
+      // The collector counts only its own heap: it would let registered handles (and the native
+      // memory they keep) pile up between collections. Told, it collects them about as soon as if
+      // that memory were its own.
+      hintExternalMemory(this.#unhinted);
+      this.#unhinted = 0;
+    }
   }
 
   /** Registers the last of `n` handles of the young list if it is still live (its place then gets
@@ -224,6 +253,7 @@ export class LazyBackstop<T extends number> {
     if (this.#isLive(holder)) {
       this.#registry.register(holder, this.#recentSlots[n - 1]!);
       this.#recentSlots[n - 1] = this.#free[--this.#freeCount]!;
+      this.#unhinted += this.#nativeBytes;
     }
     this.#recent[n - 1] = undefined;
     return n - 1;
@@ -234,8 +264,10 @@ export class LazyBackstop<T extends number> {
   #registerLast(n: number): number {
     const holder = this.#holders[n - 1]!;
     const slot = this.#slots[n - 1]!;
-    if (this.#isLive(holder)) this.#registry.register(holder, slot);
-    else this.#free[this.#freeCount++] = slot;
+    if (this.#isLive(holder)) {
+      this.#registry.register(holder, slot);
+      this.#unhinted += this.#nativeBytes;
+    } else this.#free[this.#freeCount++] = slot;
     this.#holders[n - 1] = undefined;
     return n - 1;
   }

@@ -6,7 +6,7 @@
  */
 import { DLPackError } from "../facts/errors.ts";
 import { core } from "../../ffi/mod.ts";
-import { LazyBackstop } from "./backstop.ts";
+import { EXPORT_RECORD_BYTES, LazyBackstop } from "./backstop.ts";
 import { journalCount, journalEntries, registerDisposer, releaseStruct } from "./journal.ts";
 import { structEntry } from "../facts/abi.ts";
 import { dropFreedPin } from "./pins.ts";
@@ -16,6 +16,7 @@ import { Float64ArrayCtor, objectSlots, pinInstanceof, toBigInt } from "../facts
 const backstop = new LazyBackstop<number>(
   (entry) => dropFreedPin(releaseStruct(entry)),
   (holder) => owned(holder),
+  EXPORT_RECORD_BYTES,
 );
 
 // The bigint of a struct address, remembered by address: export records are reused (a thread's

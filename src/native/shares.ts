@@ -4,13 +4,14 @@
  */
 import { core } from "../../ffi/mod.ts";
 import { DLPackError } from "../facts/errors.ts";
-import { LazyBackstop } from "./backstop.ts";
+import { LazyBackstop, OWNER_RECORD_BYTES } from "./backstop.ts";
 import { held, releaseOwner } from "./journal.ts";
 
 /** Releases native owner shares whose holders were collected without `dispose()`. */
 const shares = new LazyBackstop<number>(
   (owner) => core().dlpk_owner_release(owner),
   (holder) => ownerLive(holder),
+  OWNER_RECORD_BYTES,
 );
 
 /** Something that releases one share when asked (a view, or an extra share): the library's own

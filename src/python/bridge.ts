@@ -329,6 +329,8 @@ export const INTERNAL: unique symbol = Symbol("dlpack-ts internal");
 const registry = new LazyBackstop<number>(
   (handle) => core().dlpk_py_decref(handle),
   (holder) => !disposedOf(holder as PyObject),
+  // What a reference keeps alive is Python's to count.
+  0,
 );
 
 /** A Python object: one reference, released by `dispose()` (or, as a backstop, by GC). */

@@ -33,7 +33,7 @@ import {
   toBigInt,
   typedArrayTag,
 } from "../facts/intrinsics.ts";
-import { LazyBackstop } from "../native/backstop.ts";
+import { LazyBackstop, OWNER_RECORD_BYTES } from "../native/backstop.ts";
 import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
 import { Owner } from "../native/shares.ts";
 import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
@@ -89,6 +89,7 @@ export type { AstypeOptions, CopyFromOptions } from "../engines/cast.ts";
 const views = new LazyBackstop<number>(
   (owner) => releaseOwner(owner),
   (holder) => liveView(holder),
+  OWNER_RECORD_BYTES,
 );
 
 let construct: (owner: number, address: number, facts: ViewFacts, access: Access, keepAlive: unknown) => BufferView;
