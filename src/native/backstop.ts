@@ -65,10 +65,12 @@ const RELEASED = NaN;
  * slot's index (a small integer, which neither engine allocates) and no unregister token: a token
  * made each registration cost a weakly keyed map entry (V8, JavaScriptCore) and a hash of the
  * handle, which kept about twice the memory reachable per handle left to the collector. Each place
- * of the young list owns a slot, which `add` fills: an import disposed at once touches nothing
- * else. A handle that releases its share itself marks its slot released instead of unregistering;
- * its slot is freed by whoever sees it last: the flush (a handle no longer live when it comes), or
- * the registry's callback (a registered handle, once collected), which releases nothing then.
+ * of the young list owns a slot, which its handle takes along (its held value copied in) when it
+ * leaves the place: `add`, and the `remove` of an import disposed at once, touch only the young
+ * list. A registered handle that releases its share itself marks its slot released instead of
+ * unregistering; a slot is freed by whoever sees it last: the flush (a handle no longer live when
+ * it comes), or the registry's callback (a registered handle, once collected), which releases
+ * nothing for a released slot.
  *
  * `add` never throws once it has stored a handle, and a flush interrupted by an exception (an
  * exhausted stack) resumes where it stopped: a handle is registered at most once, and its held
@@ -80,7 +82,10 @@ export class LazyBackstop<T extends number> {
   #recent: (object | undefined)[] = youngSlots();
   /** A slot reserved for each place of the young list (so that `add` and `remove` of a handle
    * disposed at once touch no free stack): a handle leaving its place takes the slot with it. */
-  #recentSlots: Int32Array;
+  #recentSlots: Int32Array = new Int32ArrayCtor(RECENT);
+  /** The young handles' held values, by place: they reach the slot table when a handle leaves
+   * its place (unboxed, so waiting handles allocate nothing). */
+  #recentHelds: Float64Array = new Float64ArrayCtor(RECENT);
   #recentCount = 0;
   #renewIn = RENEW_AFTER;
   // Own slots written by index: a setter a caller put on Array.prototype never sees them.
@@ -110,7 +115,6 @@ export class LazyBackstop<T extends number> {
       if (held === held) cleanup(held as T);
     });
     this.#isLive = isLive;
-    this.#recentSlots = new Int32ArrayCtor(RECENT);
     for (let i = 0; i < RECENT; i++) this.#recentSlots[i] = this.#free[--this.#freeCount]!;
     this.#flushLater = () => {
       this.#scheduled = false;
@@ -130,11 +134,10 @@ export class LazyBackstop<T extends number> {
     // after the store would leave the caller releasing a handle the flush then registers.
     if ((((RECENT - 1 - this.#recentCount) | --this.#renewIn) < 0) || !this.#scheduled) this.#prepare();
     const n = this.#recentCount;
-    const slot = this.#recentSlots[n]!;
-    this.#held[slot] = held;
     this.#recent[n] = holder;
+    this.#recentHelds[n] = held;
     this.#recentCount = n + 1;
-    return slot;
+    return this.#recentSlots[n]!;
   }
 
   /** The rare cases of `add`, out of line so that it stays small enough to inline. */
@@ -160,8 +163,10 @@ export class LazyBackstop<T extends number> {
     // No call from here on: the move cannot be interrupted half way.
     const recent = this.#recent;
     for (let i = 0; i < n; i++) {
+      const slot = this.#recentSlots[i]!;
+      this.#held[slot] = this.#recentHelds[i]!;
       this.#holders[count + i] = recent[i];
-      this.#slots[count + i] = this.#recentSlots[i]!;
+      this.#slots[count + i] = slot;
       this.#recentSlots[i] = this.#free[--this.#freeCount]!;
       recent[i] = undefined;
     }
@@ -223,8 +228,9 @@ export class LazyBackstop<T extends number> {
       this.#recent[n] = undefined;
       this.#recentCount = n;
     } else {
-      // Waiting deeper (the flush frees the slot of a handle no longer live) or registered (the
-      // registry's callback frees it once the handle is collected, releasing nothing).
+      // Registered (the registry's callback frees the slot once the handle is collected, releasing
+      // nothing), or waiting deeper: the flush then frees the slot of a handle no longer live
+      // (the mark may be overwritten when the handle leaves the young list; only liveness counts).
       this.#held[slot] = RELEASED;
     }
   }
@@ -251,7 +257,9 @@ export class LazyBackstop<T extends number> {
   #registerRecent(n: number): number {
     const holder = this.#recent[n - 1]!;
     if (this.#isLive(holder)) {
-      this.#registry.register(holder, this.#recentSlots[n - 1]!);
+      const slot = this.#recentSlots[n - 1]!;
+      this.#held[slot] = this.#recentHelds[n - 1]!;
+      this.#registry.register(holder, slot);
       this.#recentSlots[n - 1] = this.#free[--this.#freeCount]!;
       this.#unhinted += this.#nativeBytes;
     }
