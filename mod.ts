@@ -18,6 +18,7 @@ export { DLPackError, type ErrorCode } from "./src/facts/errors.ts";
 export {
   type AnyTypedArray,
   arrayConstructorOf,
+  type ArrayFor,
   type ArrayOf,
   type Complex,
   type DLDataType,

@@ -5,27 +5,34 @@
  */
 import { isPythonObject } from "../facts/brands.ts";
 import { core, runtime } from "../../ffi/mod.ts";
-import { KEY_OWNER, scratch, Status } from "../native/scratch.ts";
+import { KEY_ADDRESS, KEY_GENERATION, KEY_OWNER, scratch, Status } from "../native/scratch.ts";
 import { refusalError } from "../native/refusals.ts";
 import { DLPackError, isDLPackError, optionsObject, shown } from "../facts/errors.ts";
 import { type AddressLike, toAddress } from "../native/address.ts";
 import {
   BufferView,
   buildKeyed,
-  buildKeyedKeeping,
   disposeView,
   isBufferView,
+  newView,
   type RequiredView,
   shareOf,
   stateOf,
 } from "../view/view.ts";
 import type { Owner } from "../native/shares.ts";
-import { deferredObjectCount, deferredObjects, releaseDeferred, retryQuietly } from "../native/journal.ts";
-import { Capsule, capsuleVersioned, isCapsule, takeForImport } from "../native/capsule.ts";
+import { deferredDisposalCount, deferredDisposals, releaseDeferred, retryQuietly } from "../native/journal.ts";
+import { Capsule, capsuleVersioned, disposeCapsule, isCapsule, takeForImport } from "../native/capsule.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import { callWith } from "../facts/intrinsics.ts";
 import { ImportOption } from "../facts/abi.ts";
-import { type Checked, readRequirements, refusalsOf, type Requirements } from "../engines/requirements.ts";
+import {
+  type Checked,
+  joinedRefusals,
+  readRequirements,
+  refusalsOf,
+  type Requirements,
+} from "../engines/requirements.ts";
+import { beyondExact, keyed } from "../engines/facts.ts";
 
 /** Options of `importDLPack` / `fromDLPack`. */
 export interface ImportOptions {
@@ -139,7 +146,14 @@ function importTensor(capsule: Capsule, strict: boolean, producer: string | null
 export function importJournaled(address: number, producer: string | null, keepAlive: unknown): BufferView {
   const status = core().dlpk_import_number(address, IMPORT_VERSIONED);
   if (status !== 0) throw refusalError(status, scratch, true);
-  return buildKeyedKeeping(scratch, scratch.f64[KEY_OWNER], IMPORT_VERSIONED, producer, keepAlive);
+  // Rare (an export imported again): the facts cache and newView, not the hot path's factory.
+  const owner = scratch.f64[KEY_OWNER];
+  const at = scratch.f64[KEY_ADDRESS];
+  if (at < 0) throw beyondExact(scratch, owner);
+  if (scratch.f64[KEY_GENERATION] !== keyed.generation || producer !== keyed.producer) {
+    keyed.refresh(scratch, producer, IMPORT_VERSIONED);
+  }
+  return newView({ owner, address: at, facts: keyed.facts, access: keyed.access }, keepAlive);
 }
 
 /** The native import options. */
@@ -322,7 +336,7 @@ function importProvided(
     // may be exhausted here; and what is thrown is a DLPackError, as for any import that took
     // what it was given.
     if (!ours) throw error;
-    deferredObjects[deferredObjectCount[0]++] = capsule as Capsule;
+    deferredDisposals[deferredDisposalCount[0]++] = () => disposeCapsule(capsule as Capsule);
     let thrown: unknown = EXHAUSTED;
     try {
       thrown = afterTaking(error);
@@ -417,7 +431,7 @@ function importChecked(src: DLPackSource, strict: boolean, opts: ImportOptions |
     return checkImported(view, required, "the imported tensor");
   } catch (error) {
     // Parked before any call (disposal is idempotent: a failed requirement disposed it already).
-    deferredObjects[deferredObjectCount[0]++] = view;
+    deferredDisposals[deferredDisposalCount[0]++] = () => disposeView(view);
     let thrown: unknown = EXHAUSTED;
     try {
       thrown = afterTaking(error);
@@ -461,7 +475,7 @@ export function fromDLPack(src: DLPackSource, opts?: ImportOptions): { view: Buf
   try {
     return { view, owner: shareOf(view) };
   } catch (error) {
-    deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
+    deferredDisposals[deferredDisposalCount[0]++] = () => disposeView(view); // parked before any call: no stack needed
     let thrown: unknown = EXHAUSTED;
     try {
       thrown = afterTaking(error);
@@ -479,13 +493,12 @@ export function checkImported(view: BufferView, r: Checked, what: string): Buffe
   try {
     refusals = refusalsOf(stateOf(view), r);
   } catch (error) {
-    deferredObjects[deferredObjectCount[0]++] = view; // parked before any call: the stack may be exhausted
+    deferredDisposals[deferredDisposalCount[0]++] = () => disposeView(view); // parked before any call: no stack needed
     retryQuietly();
     throw error;
   }
   if (refusals.length === 0) return view;
   disposeView(view);
-  let text = "";
-  for (let i = 0; i < refusals.length; i++) text += (i === 0 ? "" : "; ") + refusals[i];
+  const text = joinedRefusals(refusals);
   throw new DLPackError("requirements", `${what} does not meet the requirements: ${text}`, refusals);
 }

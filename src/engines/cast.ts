@@ -17,17 +17,17 @@
  * float format cannot hold follow its codec: NaN where the format has no NaN is refused.
  * @module
  */
-import { DLPackError, shown } from "../facts/errors.ts";
-import { type AnyTypedArray, type DTypeInfo, infoOfTag, type MiniFloatDType } from "../facts/dtypes.ts";
+import { copyStreamOption, DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
+import { type AnyTypedArray, type DTypeInfo, dtypeInfo, infoOfTag, type MiniFloatDType } from "../facts/dtypes.ts";
 import { listText } from "../facts/layout.ts";
-import { copyNumbers, trunc, typedArrayLength, typedArrayTag } from "../facts/intrinsics.ts";
+import { copyNumbers, isArray, trunc, typedArrayLength, typedArrayTag } from "../facts/intrinsics.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 import { jsBuffer } from "./codec.ts";
-import { copyFromArray, type CopyOptions, refuseWrite } from "./copy.ts";
-import { elementsOf } from "./values.ts";
+import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite } from "./copy.ts";
+import { elementsOf, flatten } from "./values.ts";
 import type { StreamHandle } from "./streams.ts";
 import { allocate, allocateHost, DEFAULT_ALIGNMENT } from "./alloc.ts";
-import type { Owned, ViewState } from "./state.ts";
+import type { Owned, ViewFacts, ViewState } from "./state.ts";
 
 /** Options of `astype`. */
 export interface AstypeOptions {
@@ -60,7 +60,7 @@ const TWO_64 = 2 ** 64;
  * the converted values, on the view's CUDA device for device memory (converted on the host between
  * two copies), else in host memory. Refused, before anything is allocated, for a value numpy casts
  * to an undefined result. */
-export function castCopy(view: ViewState, target: DTypeInfo): Owned {
+function castCopy(view: ViewState, target: DTypeInfo): Owned {
   const f = view.facts;
   const values = convert(f.info, elementsOf(view), target, `astype(${target.name})`);
   const device = f.device;
@@ -72,7 +72,7 @@ export function castCopy(view: ViewState, target: DTypeInfo): Owned {
 }
 
 /** `dst.copyFrom(src, { cast: true })`: `src`'s values converted to `dst`'s dtype (same shape). */
-export function castInto(dst: ViewState, src: ViewState, stream: StreamHandle | undefined): void {
+function castInto(dst: ViewState, src: ViewState, stream: StreamHandle | undefined): void {
   const d = dst.facts;
   const s = src.facts;
   if (!sameShape(d.shape, s.shape)) {
@@ -88,7 +88,7 @@ export function castInto(dst: ViewState, src: ViewState, stream: StreamHandle | 
 
 /** `dst.copyFrom(array, { cast: true })`: a TypedArray of another type than `dst`'s `toArray()`
  * form, its values (of its natural dtype, C order, one per element) converted to `dst`'s dtype. */
-export function castArrayInto(dst: ViewState, array: unknown, stream: StreamHandle | undefined): void {
+function castArrayInto(dst: ViewState, array: unknown, stream: StreamHandle | undefined): void {
   const tag = typedArrayTag(array);
   const info = tag === undefined ? undefined : infoOfTag(tag);
   if (info === undefined) {
@@ -243,4 +243,80 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 /** The state of memory just made (no view holds it yet: it is its own key). */
 function stateOfOwned(owned: Owned): ViewState {
   return { owner: owned.owner, address: owned.address, facts: owned.facts, access: owned.access, key: owned };
+}
+
+/** `astype`'s arguments, read before the view's state is taken: the dtype and the `copy` option. */
+export function astypeArguments(dtype: unknown, opts: unknown): { info: DTypeInfo; copy: boolean | undefined } {
+  // dtypeInfo refuses what is no dtype name, whatever its type.
+  const info = dtypeInfo(dtype as string);
+  const copyOption: unknown = optionsObject(opts as AstypeOptions | undefined, "astype() options").copy;
+  return { info, copy: optionalBoolean(copyOption, "astype()'s copy option") };
+}
+
+/** `view.astype(info)`: a new allocation with the converted values (a plain copy for the view's own
+ * dtype), or undefined for `copy: false` and the view's own dtype, which is the view's memory
+ * itself (the caller makes a view of it); `copy: false` with another dtype is refused. */
+export function astyped(view: ViewState, info: DTypeInfo, copy: boolean | undefined): Owned | undefined {
+  const own = view.facts.info;
+  if (info === own) return copy === false ? undefined : copyOf(view);
+  if (copy === false) {
+    throw new DLPackError(
+      "dtype",
+      `astype(${info.name}, { copy: false }): this view is ${own.name}, and converting needs a copy`,
+    );
+  }
+  return castCopy(view, info);
+}
+
+/** `copyFrom`'s options, read once: the stream and whether a source of another dtype is converted. */
+interface CopyFromRead {
+  readonly stream: StreamHandle | undefined;
+  readonly cast: boolean;
+}
+
+/** Reads `copyFrom`'s options (before either view's state is taken: a getter may dispose either). */
+export function copyFromOptions(opts: unknown): CopyFromRead {
+  const stream = copyStreamOption(opts) as StreamHandle | undefined;
+  const cast = opts === undefined || opts === null
+    ? undefined
+    : optionalBoolean((opts as { cast?: unknown }).cast, "copyFrom()'s cast option");
+  return { stream, cast: cast === true };
+}
+
+/** `copyFrom` of another view: converted when `cast` is set and the dtypes differ, else copied as
+ * it is (a dtype mismatch refused there). */
+export function copyViewInto(dst: ViewState, src: ViewState, o: CopyFromRead): void {
+  if (o.cast && src.facts.info !== dst.facts.info) castInto(dst, src, o.stream);
+  else copyInto(dst, src, o.stream);
+}
+
+/** A JS source of `copyFrom`, read into values before any state is taken (the elements of nested
+ * arrays may be getters): nested arrays flattened in C order, a TypedArray as it is. */
+interface ArraySource {
+  readonly values: unknown;
+  readonly tag: string;
+  /** A TypedArray of another type than the form of `toArray()`, with `cast`: converted. */
+  readonly convert: boolean;
+}
+
+/** Reads `copyFrom`'s JS source for a destination with `facts` (refused when it is no TypedArray
+ * and no array, unless `cast` converts, whose checks then refuse it in their own words). */
+export function arraySource(facts: ViewFacts, src: unknown, cast: boolean): ArraySource {
+  const own = facts.info.tag;
+  if (isArray(src)) return { values: flatten(facts, src), tag: own, convert: false };
+  const tag = typedArrayTag(src);
+  if (cast && tag !== own) return { values: src, tag: tag ?? "", convert: true };
+  if (tag === undefined) {
+    throw new DLPackError(
+      "argument",
+      `copyFrom takes a BufferView, a TypedArray or nested arrays of values, got ${shown(src)}`,
+    );
+  }
+  return { values: src, tag, convert: false };
+}
+
+/** `copyFrom` of a JS source {@link arraySource} read. */
+export function copyArrayInto(dst: ViewState, src: ArraySource, stream: StreamHandle | undefined): void {
+  if (src.convert) castArrayInto(dst, src.values, stream);
+  else copyFromArray(dst, src.values as AnyTypedArray, src.tag, stream);
 }

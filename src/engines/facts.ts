@@ -11,6 +11,7 @@ import { type Device, deviceOf } from "../facts/devices.ts";
 import { numbersFrom } from "../facts/intrinsics.ts";
 import { Flag, ImportOption } from "../facts/abi.ts";
 import { DEVICE_VERIFIED, F64, I32, KEY_GENERATION, type Scratch, type ScratchF64, U32 } from "../native/scratch.ts";
+import { releaseTop } from "../native/journal.ts";
 import { type Access, type ViewFacts, type ViewOrigin, viewOrigin } from "./state.ts";
 
 const READ_ONLY = Flag.readOnly;
@@ -43,6 +44,14 @@ class KeyedFacts {
 
 /** The keyed imports' facts (read by the import factory of src/view/view.ts). */
 export const keyed: KeyedFacts = new KeyedFacts();
+
+/** The refusal of an empty tensor whose element 0 lies at or beyond 2^53 (no JS number holds it
+ * exactly), which an import took: its owner, the top entry, is released first. */
+export function beyondExact(s: Scratch, owner: number): DLPackError {
+  const error = s.beyondExact();
+  releaseTop(owner);
+  return error;
+}
 
 /** The facts of the description a keyed import wrote into `s`. */
 function factsOfScratch(s: Scratch, producer: string | null, ownerName: string): ViewFacts {

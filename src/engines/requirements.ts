@@ -201,3 +201,31 @@ export function refusalsOf(view: ViewState, r: Checked): string[] {
   for (let i = 0; i < count; i++) out[i] = found[i];
   return out as string[];
 }
+
+/** The "requirements" error listing every requirement a view failed. */
+export function refusedError(what: string, refusals: string[]): DLPackError {
+  return new DLPackError("requirements", `${what}: ${joinedRefusals(refusals)}`, refusals);
+}
+
+/** `view.as(dtype, ndim)`'s requirements: both must be given. */
+export function asRequirements(dtype: unknown, ndim: unknown): Checked {
+  if (dtype === undefined || ndim === undefined) {
+    throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
+  }
+  return readRequirements({ dtype, ndim } as Requirements);
+}
+
+/** Refuses `view.as(dtype, ndim)` for a view of another dtype or rank, listing both mismatches. */
+export function refuseAs(view: ViewState, checked: Checked, dtype: unknown, ndim: unknown): void {
+  const refusals = refusalsOf(view, checked);
+  if (refusals.length > 0) {
+    throw refusedError(`as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused`, refusals);
+  }
+}
+
+/** Refusals as `a; b; c` (no `join`: it is replaceable). */
+export function joinedRefusals(parts: readonly string[]): string {
+  let text = "";
+  for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
+  return text;
+}

@@ -91,6 +91,9 @@ export type ScalarOf<D extends DType> = D extends "bool" ? boolean
   : D extends "complex32" | "complex64" | "complex128" ? Complex
   : number;
 
+/** The TypedArray `array()` gives for dtype `D`: any of them when `D` is not one literal dtype. */
+export type ArrayFor<D extends DType> = DType extends D ? AnyTypedArray : ArrayOf<D>;
+
 /** Any element value. */
 export type Scalar = number | bigint | boolean | Complex;
 

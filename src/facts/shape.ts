@@ -80,6 +80,12 @@ export function axisOf(value: unknown, ndim: number, what = "axis"): number {
   return at;
 }
 
+/** The list a varargs method got: the one array argument (`reshape([2, 3])`), or the arguments
+ * themselves (`reshape(2, 3)`), a fresh array the engine reads once. */
+export function listArgument(args: readonly unknown[]): unknown {
+  return args.length === 1 && isArray(args[0]) ? args[0] : args;
+}
+
 /** Reads a caller's array of integers once (length first, at most `MAX_RANK`), into a fresh array. */
 export function integerList(value: unknown, what: string): number[] {
   if (!isArray(value)) throw argument(`${what} must be an array of integers, got ${shown(value)}`);

@@ -107,7 +107,7 @@ export class LazyBackstop<T extends number> {
 
   /** `cleanup` runs for a collected live handle; `isLive` says whether a handle still needs it;
    * `nativeBytes`: about how much native memory a handle keeps until then. */
-  constructor(cleanup: (held: T) => void, isLive: (holder: object) => boolean, nativeBytes: number) {
+  constructor(cleanup: (held: T) => void, isLive: (holder: object) => boolean, nativeBytes = 0) {
     this.#nativeBytes = nativeBytes;
     this.#registry = newRegistry((slot: number) => {
       const held = this.#held[slot]!;

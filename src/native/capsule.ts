@@ -7,7 +7,7 @@
 import { DLPackError } from "../facts/errors.ts";
 import { core } from "../../ffi/mod.ts";
 import { EXPORT_RECORD_BYTES, LazyBackstop } from "./backstop.ts";
-import { journalCount, journalEntries, registerDisposer, releaseStruct } from "./journal.ts";
+import { journalCount, journalEntries, releaseStruct } from "./journal.ts";
 import { structEntry } from "../facts/abi.ts";
 import { dropFreedPin } from "./pins.ts";
 import { Float64ArrayCtor, objectSlots, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
@@ -51,6 +51,8 @@ let take: (capsule: Capsule) => number;
 let takeJournaled: (capsule: Capsule) => number;
 let addressOf: (capsule: Capsule) => number;
 let versionedOf: (capsule: Capsule) => boolean;
+/** Disposes a capsule (idempotent; a taken one is left alone), through nothing a caller can replace. */
+export let disposeCapsule: (capsule: Capsule) => void;
 
 /** Whether `x` really is a capsule this library made (not merely `instanceof`: a prototype
  * impostor would pass that and then fail on the first private field). */
@@ -113,11 +115,7 @@ export class Capsule {
     takeJournaled = (c) => c.#takeJournaled();
     addressOf = (c) => c.#address;
     versionedOf = (c) => c.#versioned;
-    registerDisposer((x) => {
-      if (!(#state in x)) return false;
-      (x as Capsule).#dispose();
-      return true;
-    });
+    disposeCapsule = (c) => c.#dispose();
   }
 
   /** @ignore (library-internal) Made by the export functions. The backstop is the last step: once it holds the

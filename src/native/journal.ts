@@ -58,29 +58,18 @@ export function releaseTop(entry: number): void {
   core().dlpk_journal_release(entry);
 }
 
-/** [0]: entries in {@link deferredObjects}. */
-export const deferredObjectCount: Count = new Int32Array(1) as Count;
-/** Views and capsules still to dispose (own slots: index writes reach no setter). */
-export const deferredObjects: (object | undefined)[] = objectSlots(DEFERRED_CAPACITY);
-
-/** How the library disposes its own objects (views, capsules), registered by their modules. */
-const disposers: ((x: object) => boolean)[] = objectSlots(4) as ((x: object) => boolean)[];
-let disposerCount = 0;
-
-/** Registers the disposer of one kind of library object (returns false for other objects). */
-export function registerDisposer(dispose: (x: object) => boolean): void {
-  disposers[disposerCount++] = dispose;
-}
-
-function disposeObject(x: object): void {
-  for (let i = 0; i < disposerCount; i++) if (disposers[i]!(x)) return;
-}
+/** [0]: entries in {@link deferredDisposals}. */
+export const deferredDisposalCount: Count = new Int32Array(1) as Count;
+/** Disposals of views and capsules still to run: `() => disposeView(view)`, made where the object
+ * is parked (a closure is made without a call, so parking needs no stack), each naming its own
+ * disposer; own slots: index writes reach no setter. */
+export const deferredDisposals: ((() => void) | undefined)[] = objectSlots(DEFERRED_CAPACITY);
 
 let releaseScheduled = false;
 
 /** Releases everything deferred (small enough to inline where nothing is). */
 export function releaseDeferred(): void {
-  if ((journalCount[0] | deferredObjectCount[0]) !== 0) releaseAllDeferred();
+  if ((journalCount[0] | deferredDisposalCount[0]) !== 0) releaseAllDeferred();
 }
 
 /** Each entry ends as its release starts (natively, for the journal of numbers). Nothing is
@@ -103,17 +92,17 @@ function releaseAllDeferred(): void {
     // The native side ends the top entry as it starts; a deleter it calls may journal more.
     lib.dlpk_journal_replay();
   }
-  for (let n = deferredObjectCount[0]; n > 0; n = deferredObjectCount[0]) {
+  for (let n = deferredDisposalCount[0]; n > 0; n = deferredDisposalCount[0]) {
     if (n > DEFERRED_CAPACITY) {
-      deferredObjectCount[0] = DEFERRED_CAPACITY;
+      deferredDisposalCount[0] = DEFERRED_CAPACITY;
       continue;
     }
     // Disposal is idempotent: disposing again after an interruption is harmless. A disposal may
     // park more above this entry (a deleter calling back): the entry then becomes a hole.
-    const x = deferredObjects[n - 1];
-    if (x !== undefined) disposeObject(x);
-    deferredObjects[n - 1] = undefined;
-    if (deferredObjectCount[0] === n) deferredObjectCount[0] = n - 1;
+    const dispose = deferredDisposals[n - 1];
+    if (dispose !== undefined) dispose();
+    deferredDisposals[n - 1] = undefined;
+    if (deferredDisposalCount[0] === n) deferredDisposalCount[0] = n - 1;
   }
 }
 

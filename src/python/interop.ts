@@ -16,8 +16,15 @@ import { checkImported, requirementsOf } from "../api/import.ts";
 import type { Requirements } from "../engines/requirements.ts";
 import { deviceCode, type DeviceType } from "../facts/devices.ts";
 import { isCudaFamily, setProducerStream } from "../cuda/cuda.ts";
-import { type BufferView, buildKeyed, isBufferView, type RequiredView, stateOf as viewState } from "../view/view.ts";
-import { deferredObjectCount, deferredObjects, retryQuietly } from "../native/journal.ts";
+import {
+  type BufferView,
+  buildKeyed,
+  disposeView,
+  isBufferView,
+  type RequiredView,
+  stateOf as viewState,
+} from "../view/view.ts";
+import { deferredDisposalCount, deferredDisposals, retryQuietly } from "../native/journal.ts";
 import { takeCapsule } from "../native/capsule.ts";
 import { callWith, isArray, isInteger, isSafeInt, Uint8ArrayCtor } from "../facts/intrinsics.ts";
 import {
@@ -275,7 +282,8 @@ function importPython(
     if (owner !== 0) {
       // A view made already is parked before any call (the stack may be exhausted here): its own
       // dispose, or the journal's replay, gives the tensor back exactly once.
-      if (view !== undefined) deferredObjects[deferredObjectCount[0]++] = view;
+      const made = view;
+      if (made !== undefined) deferredDisposals[deferredDisposalCount[0]++] = () => disposeView(made);
       retryQuietly();
     }
     throw error;

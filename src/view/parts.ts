@@ -68,11 +68,6 @@ export function readonlyError(access: Access, facts: ViewFacts): DLPackError {
   );
 }
 
-/** The "requirements" error listing every requirement a view failed. */
-export function refusedError(what: string, refusals: string[]): DLPackError {
-  return new DLPackError("requirements", `${what}: ${joined(refusals)}`, refusals);
-}
-
 /** The refusal of `assumeWritable()` for a view that is read-only. */
 export function readonlyForever(facts: ViewFacts): DLPackError {
   return new DLPackError("readonly", `this view is ${readonlyReason(facts)}; assumeWritable() cannot override that`);
@@ -104,11 +99,4 @@ export function releasable(dispose: () => void, isDisposed: () => boolean): Rele
       return isDisposed();
     },
   }) as unknown as Releasable;
-}
-
-/** `a; b; c` (no `join`: it is replaceable). */
-function joined(parts: readonly string[]): string {
-  let text = "";
-  for (let i = 0; i < parts.length; i++) text += (i === 0 ? "" : "; ") + parts[i];
-  return text;
 }

@@ -8,33 +8,23 @@
  * @module
  */
 import { core, runtime } from "../../ffi/mod.ts";
-import { copyStreamOption, DLPackError, optionalBoolean, optionsObject, shown } from "../facts/errors.ts";
-import {
-  type AnyTypedArray,
-  type ArrayOf,
-  type DLDataType,
-  type DType,
-  dtypeInfo,
-  type Scalar,
-  type ScalarOf,
-} from "../facts/dtypes.ts";
+import { copyStreamOption, DLPackError, shown } from "../facts/errors.ts";
+import type { AnyTypedArray, ArrayFor, DLDataType, DType, Scalar, ScalarOf } from "../facts/dtypes.ts";
 import { type Device, deviceCode } from "../facts/devices.ts";
-import type { SliceItem } from "../facts/shape.ts";
+import { listArgument, type SliceItem } from "../facts/shape.ts";
 import {
   ArrayBufferCtor,
   callWith,
   detach,
   floor,
   freeze,
-  isArray,
   isDetached,
   ObjectCtor,
   pinInstanceof,
   toBigInt,
-  typedArrayTag,
 } from "../facts/intrinsics.ts";
 import { LazyBackstop, OWNER_RECORD_BYTES } from "../native/backstop.ts";
-import { journalCount, registerDisposer, releaseOwner, releaseTop } from "../native/journal.ts";
+import { journalCount, releaseOwner } from "../native/journal.ts";
 import { Owner } from "../native/shares.ts";
 import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
@@ -49,21 +39,33 @@ import {
   type ViewFacts,
   type ViewState,
 } from "../engines/state.ts";
-import { keyed } from "../engines/facts.ts";
+import { beyondExact, keyed } from "../engines/facts.ts";
 import { elementAt, gather, readAt, requireHost, spanBytes, spanStart, stageValue, storeAt } from "../engines/codec.ts";
 import { atIndices, broadcast, expanded, permuted, reshaped, sliced, squeezed, transposed } from "../engines/derive.ts";
-import { copyFromArray, copyInto, copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
-import { type AstypeOptions, castArrayInto, castCopy, castInto, type CopyFromOptions } from "../engines/cast.ts";
+import { copyOf, type CopyOptions, refuseWrite, toHost } from "../engines/copy.ts";
+import {
+  arraySource,
+  astypeArguments,
+  astyped,
+  type AstypeOptions,
+  copyArrayInto,
+  type CopyFromOptions,
+  copyFromOptions,
+  copyViewInto,
+} from "../engines/cast.ts";
 import { flatCopy, flipped, identity, itemOf, raveled } from "../engines/layouts.ts";
 import { type DLPackProtocolOptions, protocolExport, readProtocolOptions } from "../engines/exports.ts";
 import {
+  asRequirements,
   readRequirements,
   refusalsOf,
+  refuseAs,
+  refusedError,
   type RequiredDType,
   type RequiredNdim,
   type Requirements,
 } from "../engines/requirements.ts";
-import { encodeOne, fill, flatten, toNested } from "../engines/values.ts";
+import { encodeOne, fill, toNested } from "../engines/values.ts";
 import { inheritStream, type StreamHandle } from "../engines/streams.ts";
 import { applyTo, DENO_INSPECT, displayed, headerOf, jsonOf, JUPYTER_DISPLAY } from "../engines/inspect.ts";
 import { NODE_INSPECT, type Printable, printed, type ViewJSON } from "../engines/inspect.ts";
@@ -77,7 +79,6 @@ import {
   notAView,
   readonlyError,
   readonlyForever,
-  refusedError,
   releasable,
   transferredShares,
 } from "./parts.ts";
@@ -95,17 +96,24 @@ const views = new LazyBackstop<number>(
 let construct: (owner: number, address: number, facts: ViewFacts, access: Access, keepAlive: unknown) => BufferView;
 let branded: (x: object) => boolean;
 let liveView: (x: object) => boolean;
-let friend: Friend;
+/** A view's facts for a getter, after the receiver's brand check (`what` names the getter). */
+let factsOf: (x: unknown, what: string) => ViewFacts;
 
-/** What the layers above read of a view and do with it: its own fields and private methods,
- * through nothing a caller can replace (the public getters live on a prototype anyone can
- * redefine). */
-interface Friend {
-  state(view: BufferView): ViewState;
-  dispose(view: BufferView): void;
-  share(view: BufferView): Owner;
-  derive(view: BufferView, layout: DerivedLayout): BufferView;
-}
+// What the layers above read of a view and do with it (its own fields and private methods) goes
+// through these functions, never through the public getters, which live on a prototype anyone can
+// redefine.
+
+/** A view's state for one engine call (throws "disposed" for a disposed view, and for one whose
+ * `array()` buffer was transferred away). */
+export let stateOf: (view: BufferView) => ViewState;
+/** Disposes a view (idempotent). */
+export let disposeView: (view: BufferView) => void;
+/** The view's own share (`view.keepAlive`). */
+export let shareOf: (view: BufferView) => Owner;
+/** A new view over part of `base`'s memory (`layout` from src/engines/derive.ts), holding its own
+ * share of the same owner record: disposing either leaves the other intact. Refused ("disposed")
+ * for a disposed base. */
+export let derive: (base: BufferView, layout: DerivedLayout) => BufferView;
 
 /**
  * The view of memory an engine made (an allocation, a copy): it takes over the one share of the
@@ -117,29 +125,6 @@ export function newView(owned: Owned, keepAlive?: unknown): BufferView {
   const view = construct(owned.owner, owned.address, owned.facts, owned.access, keepAlive);
   journalCount[0]--;
   return view;
-}
-
-/** A view's state for one engine call (throws "disposed" for a disposed view, and for one whose
- * `array()` buffer was transferred away). */
-export function stateOf(view: BufferView): ViewState {
-  return friend.state(view);
-}
-
-/** Disposes a view (idempotent), through nothing a caller can replace. */
-export function disposeView(view: BufferView): void {
-  friend.dispose(view);
-}
-
-/** The view's own share (`view.keepAlive`), through nothing a caller can replace. */
-export function shareOf(view: BufferView): Owner {
-  return friend.share(view);
-}
-
-/** A new view over part of `base`'s memory (`layout` from src/engines/derive.ts), holding its own
- * share of the same owner record: disposing either leaves the other intact. Refused ("disposed")
- * for a disposed base. */
-export function derive(base: BufferView, layout: DerivedLayout): BufferView {
-  return friend.derive(base, layout);
 }
 
 /** The view argument of a public function: a real view of this library. */
@@ -164,49 +149,34 @@ export let buildKeyed: (
   producer: string | null,
 ) => BufferView;
 
-/** {@link buildKeyed} for a view that keeps `keepAlive` reachable (rare: out of line, so that the
- * common one stays within the JIT's inlining budget). */
-export function buildKeyedKeeping(
-  s: Scratch,
-  owner: number,
-  options: number,
-  producer: string | null,
-  keepAlive: unknown,
-): BufferView {
-  const address = s.f64[KEY_ADDRESS];
-  if (address < 0) throw beyondExact(s, owner);
-  if (s.f64[KEY_GENERATION] !== keyed.generation || producer !== keyed.producer) keyed.refresh(s, producer, options);
-  const view = construct(owner, address, keyed.facts, keyed.access, keepAlive);
-  journalCount[0]--;
-  return view;
-}
-
-/** The refusal of an empty tensor whose element 0 lies at or beyond 2^53 (no JS number holds it
- * exactly), which an import took: its owner, the top entry, is released first. */
-function beyondExact(s: Scratch, owner: number): DLPackError {
-  const error = s.beyondExact();
-  releaseTop(owner);
-  return error;
-}
-
 /** Whether `x` really is a view this library made. `instanceof` is not enough: an object made with
  * `Object.create(BufferView.prototype)` passes it and then fails on the first private field. */
 export function isBufferView(x: unknown): x is BufferView {
   return typeof x === "object" && x !== null && branded(x);
 }
 
+/** What the library passes its own constructor calls; nothing outside this module holds it. */
+const MAKER: object = freeze({});
+const NO_NEW_TEXT = "BufferView has no public constructor: views come from the library's functions " +
+  "(importDLPack, fromArray, zeros, empty, ...), never from new BufferView()";
+
 /** {@link ObjectCtor} in a constant of this module, which the JIT folds (an imported binding it
  * reads anew each time). */
 const asObject: ObjectConstructor = ObjectCtor;
 
-/** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. */
-export class BufferView {
+/**
+ * A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. `D`
+ * and `N`, the dtype and the rank where TypeScript knows them (from a literal dtype, `as()`, an
+ * import's `require`), type the TypedArray of `array()`, the element type of `get`/`set` and the
+ * number of indices; a plain `BufferView` is any dtype and rank.
+ */
+export class BufferView<D extends DType = DType, N extends number = number> {
   static {
     // The backstop entry is made here, after the constructor, not inside it: JavaScriptCore inlines
     // only 5 calls deep, and the import's chain down to the entry fits that only this way. Last:
     // once the backstop holds the view, nothing here throws.
     construct = (owner, address, facts, access, keepAlive) => {
-      const view = new BufferView(owner, address, facts, access);
+      const view = new BufferView(owner, address, facts, access, MAKER);
       if (keepAlive !== undefined) view.#extras = new Extras(keepAlive);
       view.#slot = views.add(view, owner);
       return view;
@@ -218,7 +188,7 @@ export class BufferView {
       if (address < 0) throw beyondExact(s, owner);
       const cache = keyed;
       if (f64[KEY_GENERATION] !== cache.generation || producer !== cache.producer) cache.refresh(s, producer, options);
-      const view = new BufferView(owner, address, cache.facts, cache.access);
+      const view = new BufferView(owner, address, cache.facts, cache.access, MAKER);
       view.#slot = views.add(view, owner);
       // The view holds the owner record the import journaled: one store ends its entry.
       journalCount[0]--;
@@ -227,17 +197,14 @@ export class BufferView {
     pinInstanceof(this);
     branded = (x) => #owner in x;
     liveView = (x) => #owner in x && (x as BufferView).#owner !== 0;
-    friend = {
-      state: (v) => v.#state(),
-      dispose: (v) => v.#dispose(),
-      share: (v) => v.#keepAlive(),
-      derive: (v, d) => v.#derive(d),
+    factsOf = (x, what) => {
+      if (!(#owner in asObject(x))) throw notAView(x, what);
+      return (x as BufferView).#facts;
     };
-    registerDisposer((x) => {
-      if (!(#owner in x)) return false;
-      (x as BufferView).#dispose();
-      return true;
-    });
+    stateOf = (v) => v.#state();
+    disposeView = (v) => v.#dispose();
+    shareOf = (v) => v.#keepAlive();
+    derive = (v, d) => v.#derive(d);
   }
 
   /** The native owner record this view holds one share of; 0 once disposed. */
@@ -254,7 +221,10 @@ export class BufferView {
   declare readonly notCloneable: object;
 
   /** @ignore (library-internal) Views are made by the library's functions, never with `new`. */
-  private constructor(owner: number, address: number, facts: ViewFacts, access: Access) {
+  private constructor(owner: number, address: number, facts: ViewFacts, access: Access, maker: object) {
+    // TypeScript's `private` is gone at run time: without this, `new BufferView(...)` with any
+    // address and facts would read and write wherever a caller pointed it.
+    if (maker !== MAKER) throw new DLPackError("argument", NO_NEW_TEXT);
     this.#owner = owner;
     this.#address = address;
     this.#facts = facts;
@@ -272,7 +242,7 @@ export class BufferView {
 
   /** {@link derive}: the new view holds its own reference on the same owner record (journaled by
    * the retain until the view holds it: if building the view fails, it is released). */
-  #derive(d: DerivedLayout): BufferView {
+  #derive<V>(d: DerivedLayout): V {
     this.#live();
     const owner = this.#owner;
     // A broadcast repeats elements, so it is never writable, whatever the base's access.
@@ -283,7 +253,7 @@ export class BufferView {
     journalCount[0]--;
     // CUDA data: later fences and copies of the derived view wait for the same producer work.
     inheritStream(this, derived);
-    return derived;
+    return derived as V;
   }
 
   /** Address of element 0 (the producer's `byte_offset` already folded in). */
@@ -293,74 +263,63 @@ export class BufferView {
   }
 
   /** The dtype name ("float32", "bfloat16", "float8_e4m3fn", "complex64", "bool", ...). */
-  get dtype(): DType {
-    if (!(#owner in asObject(this))) throw notAView(this, "dtype");
-    return this.#facts.info.name;
+  get dtype(): D {
+    return factsOf(this, "dtype").info.name as D;
   }
 
   /** The DLPack triple of the dtype. */
   get dl(): DLDataType {
-    if (!(#owner in asObject(this))) throw notAView(this, "dl");
-    return this.#facts.info.dl;
+    return factsOf(this, "dl").info.dl;
   }
 
   /** Extents per dimension. */
-  get shape(): readonly number[] {
-    if (!(#owner in asObject(this))) throw notAView(this, "shape");
+  get shape(): Readonly<Tuple<number, N>> & readonly number[] {
     // The view's own array, frozen once: nothing can change it, so nothing needs a copy.
-    return freeze(this.#facts.shape);
+    return freeze(factsOf(this, "shape").shape) as Tuple<number, N> & number[];
   }
 
   /** Strides in elements (computed in C order when the producer sent NULL). */
-  get strides(): readonly number[] {
-    if (!(#owner in asObject(this))) throw notAView(this, "strides");
-    return freeze(this.#facts.strides);
+  get strides(): Readonly<Tuple<number, N>> & readonly number[] {
+    return freeze(factsOf(this, "strides").strides) as Tuple<number, N> & number[];
   }
 
   /** Number of dimensions. */
-  get ndim(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "ndim");
-    return this.#facts.shape.length;
+  get ndim(): N {
+    return factsOf(this, "ndim").shape.length as N;
   }
 
   /** Bytes per element (numpy's `itemsize`): `dl.bits / 8`, a fraction for the packed sub-byte
    * dtypes (0.5 for `float4_e2m1fn`). */
   get itemsize(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "itemsize");
-    return this.#facts.info.bits / 8;
+    return factsOf(this, "itemsize").info.bits / 8;
   }
 
   /** The extent of the first axis (`shape[0]`, numpy's `len()`); refused ("shape") for a 0-d view,
    * which has none. */
   get length(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "length");
-    const n = this.#facts.shape[0];
+    const n = factsOf(this, "length").shape[0];
     if (n === undefined) throw new DLPackError("shape", "a 0-d view has no length (numpy's len() refuses it too)");
     return n;
   }
 
   /** Number of elements. */
   get size(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "size");
-    return this.#facts.size;
+    return factsOf(this, "size").size;
   }
 
   /** Bytes of the elements themselves (`size` x item size; packed sub-byte types round up). */
   get nbytes(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "nbytes");
-    return this.#facts.nbytes;
+    return factsOf(this, "nbytes").nbytes;
   }
 
   /** Where the memory lives. */
   get device(): Device {
-    if (!(#owner in asObject(this))) throw notAView(this, "device");
-    return this.#facts.device;
+    return factsOf(this, "device").device;
   }
 
   /** Whether the CUDA driver confirmed the device claim (always true for host memory). */
   get verified(): boolean {
-    if (!(#owner in asObject(this))) throw notAView(this, "verified");
-    return this.#facts.origin.verified;
+    return factsOf(this, "verified").origin.verified;
   }
 
   /** "readwrite" or "readonly" as the producer declared; "unknown" for the legacy struct; "readonly"
@@ -372,46 +331,40 @@ export class BufferView {
 
   /** "external" for imports, the library's name for memory it allocated. */
   get owner(): string {
-    if (!(#owner in asObject(this))) throw notAView(this, "owner");
-    return this.#facts.origin.ownerName;
+    return factsOf(this, "owner").origin.ownerName;
   }
 
   /** The producer's name when known (e.g. "numpy.ndarray"), else null. */
   get producer(): string | null {
-    if (!(#owner in asObject(this))) throw notAView(this, "producer");
-    return this.#facts.origin.producer;
+    return factsOf(this, "producer").origin.producer;
   }
 
   /** The producer's DLPack version, or null for the legacy struct. */
   get version(): DLPackVersion | null {
-    if (!(#owner in asObject(this))) throw notAView(this, "version");
-    const version = this.#facts.origin.version;
+    const version = factsOf(this, "version").origin.version;
     return version === null ? null : { major: version.major, minor: version.minor };
   }
 
   /** The versioned struct's flags (all false for legacy imports); `readOnly` is also set when the data
    * lies in memory this process cannot write. */
   get flags(): Flags {
-    if (!(#owner in asObject(this))) throw notAView(this, "flags");
-    return flagsOf(this.#facts.origin.flags);
+    return flagsOf(factsOf(this, "flags").origin.flags);
   }
 
   /** Whether the elements are laid out in C (row-major) order with no gaps. */
   get cContiguous(): boolean {
-    if (!(#owner in asObject(this))) throw notAView(this, "cContiguous");
-    return (this.#facts.layout & LAYOUT_C) !== 0;
+    return (factsOf(this, "cContiguous").layout & LAYOUT_C) !== 0;
   }
 
   /** Whether the elements are laid out in Fortran (column-major) order with no gaps. */
   get fContiguous(): boolean {
-    if (!(#owner in asObject(this))) throw notAView(this, "fContiguous");
-    return (this.#facts.layout & LAYOUT_F) !== 0;
+    return (factsOf(this, "fContiguous").layout & LAYOUT_F) !== 0;
   }
 
   /** Elements from the start of `array()` to element 0 (non-zero only with negative strides). */
   get spanOffset(): number {
-    if (!(#owner in asObject(this))) throw notAView(this, "spanOffset");
-    return -this.#facts.minOffset * this.#facts.info.slots;
+    const facts = factsOf(this, "spanOffset");
+    return -facts.minOffset * facts.info.slots;
   }
 
   /** This view's own share of the memory. `keepAlive.retain()` gives an independent share that
@@ -429,8 +382,7 @@ export class BufferView {
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
   get keepAliveValue(): unknown {
     if (!(#owner in asObject(this))) throw notAView(this, "keepAliveValue");
-    const extras = this.#extras;
-    return extras === undefined ? undefined : extras.keepAlive;
+    return this.#extras?.keepAlive;
   }
 
   /** Whether `dispose()` ran. */
@@ -454,9 +406,9 @@ export class BufferView {
    * array is still writable, and a write lands in the producer's memory. Use `toArray()` for a
    * copy of your own.
    */
-  array(): AnyTypedArray {
+  array(): ArrayFor<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "array()");
-    return this.#makeArray();
+    return this.#makeArray() as ArrayFor<D>;
   }
 
   #makeArray(): AnyTypedArray {
@@ -481,7 +433,7 @@ export class BufferView {
   }
 
   /** Reads one element. Indices must be integers within the shape. */
-  get(...index: number[]): Scalar {
+  get(...index: Tuple<number, N>): ScalarOf<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "get()");
     if (this.#owner === 0) throw disposedError();
     const at = elementAt(this.#facts, index, "get");
@@ -489,12 +441,12 @@ export class BufferView {
     // (its buffer transferred by other code: it reads undefined without touching memory).
     const a = this.#extras?.array;
     if (a !== undefined && a[at] === undefined) this.#live();
-    return readAt(this.#facts, this.#address, at);
+    return readAt(this.#facts, this.#address, at) as ScalarOf<D>;
   }
 
   /** Writes one element; refused for read-only views and for "unknown" access until
    * `assumeWritable()`. */
-  set(value: Scalar, ...index: number[]): void {
+  set(value: ScalarOf<D>, ...index: Tuple<number, N>): void {
     if (!(#owner in asObject(this))) throw notAView(this, "set()");
     if (this.#access !== "readwrite") throw readonlyError(this.#access, this.#facts);
     if (this.#owner === 0) throw disposedError();
@@ -511,16 +463,16 @@ export class BufferView {
    * one code per byte): the way to get values you may write without touching the view's memory
    * (a read-only view's `array()` is writable; see {@link BufferView.array}).
    */
-  toArray(): AnyTypedArray {
+  toArray(): ArrayFor<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "toArray()");
-    return gather(this.#facts, this.#makeArray());
+    return gather(this.#facts, this.#makeArray()) as ArrayFor<D>;
   }
 
   /** A C-contiguous copy in library-owned native memory: host views through the native strided
    * copy, CUDA device views on the same device through the driver. */
-  copy(): BufferView {
+  copy(): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "copy()");
-    return newView(copyOf(this.#state()));
+    return newView(copyOf(this.#state())) as BufferView<D, N>;
   }
 
   /**
@@ -529,11 +481,11 @@ export class BufferView {
    * `opts.stream`, and complete on return); host-accessible memory is copied directly. Throws
    * `DLPackError` ("cuda") when device memory needs a driver that is missing.
    */
-  toHost(opts?: CopyOptions): BufferView {
+  toHost(opts?: CopyOptions): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "toHost()");
     this.#live();
     const stream = copyStreamOption(opts) as StreamHandle | undefined;
-    return newView(toHost(this.#state(), stream));
+    return newView(toHost(this.#state(), stream)) as BufferView<D, N>;
   }
 
   /**
@@ -554,26 +506,12 @@ export class BufferView {
     if (!(#owner in asObject(this))) throw notAView(this, "copyFrom()");
     this.#live();
     // Every caller value is read before the states are taken: a getter could dispose either view.
-    const stream = copyStreamOption(opts) as StreamHandle | undefined;
-    const cast = opts === undefined || opts === null
-      ? undefined
-      : optionalBoolean((opts as { cast?: unknown }).cast, "copyFrom()'s cast option");
+    const o = copyFromOptions(opts);
     if (isBufferView(src)) {
-      const from = stateOf(src);
-      if (cast === true && from.facts.info !== this.#facts.info) castInto(this.#state(), from, stream);
-      else copyInto(this.#state(), from, stream);
-    } else if (cast === true && !isArray(src) && typedArrayTag(src) !== this.#facts.info.tag) {
-      castArrayInto(this.#state(), src, stream);
+      copyViewInto(this.#state(), stateOf(src), o);
     } else {
-      const values = isArray(src) ? flatten(this.#facts, src) : src;
-      const tag = isArray(src) ? this.#facts.info.tag : typedArrayTag(src);
-      if (tag === undefined) {
-        throw new DLPackError(
-          "argument",
-          `copyFrom takes a BufferView, a TypedArray or nested arrays of values, got ${shown(src)}`,
-        );
-      }
-      copyFromArray(this.#state(), values as AnyTypedArray, tag, stream);
+      const values = arraySource(this.#facts, src, o.cast);
+      copyArrayInto(this.#state(), values, o.stream);
     }
     return this;
   }
@@ -602,16 +540,12 @@ export class BufferView {
    * `array()`, the element type of `get`/`set` and the number of indices. Throws `DLPackError`
    * ("requirements") when the dtype or rank differ.
    */
-  as<D extends DType, N extends number>(dtype: D, ndim: N): TypedView<D, N> {
+  as<E extends DType, M extends number>(dtype: E, ndim: M): BufferView<E, M> {
     if (!(#owner in asObject(this))) throw notAView(this, "as()");
-    if (dtype === undefined || ndim === undefined) {
-      throw new DLPackError("argument", `as() needs a dtype and a rank, got ${shown(dtype)} and ${shown(ndim)}`);
-    }
-    const refusals = this.#refusals({ dtype, ndim });
-    if (refusals.length > 0) {
-      throw refusedError(`as(${typeof dtype === "string" ? dtype : shown(dtype)}, ${shown(ndim)}) refused`, refusals);
-    }
-    return this as unknown as TypedView<D, N>;
+    this.#live();
+    const checked = asRequirements(dtype, ndim);
+    refuseAs(this.#state(), checked, dtype, ndim);
+    return this as unknown as BufferView<E, M>;
   }
 
   /**
@@ -654,43 +588,43 @@ export class BufferView {
    * backwards; bounds are clamped like Python's), or `"..."` for as many whole axes as needed.
    * Axes without an item are kept whole. The result shares this view's memory and owner.
    */
-  slice(...items: SliceItem[]): BufferView {
+  slice<const I extends SliceItem[]>(...items: I): BufferView<D, SliceRank<N, I>> {
     if (!(#owner in asObject(this))) throw notAView(this, "slice()");
     return this.#derive(sliced(this.#state(), items));
   }
 
   /** The sub-view at integer indices on the leading axes (negative from the end, like
    * `Array.prototype.at`); with `ndim` indices a 0-d view of one element. Zero-copy. */
-  at(...indices: number[]): BufferView {
+  at<const I extends number[]>(...indices: I): BufferView<D, Minus<N, I["length"]>> {
     if (!(#owner in asObject(this))) throw notAView(this, "at()");
     return this.#derive(atIndices(this.#state(), indices));
   }
 
   /** The axes reversed (numpy's `.T`), zero-copy; with axes (`transpose(2, 0, 1)` or
    * `transpose([2, 0, 1])`), the axes in that order, as {@link BufferView.permute}. */
-  transpose(): BufferView;
+  transpose(): BufferView<D, N>;
   /** The axes in the order `axes` lists them (`transpose([2, 0, 1])`), zero-copy. */
-  transpose(axes: readonly number[]): BufferView;
+  transpose(axes: readonly number[]): BufferView<D, N>;
   /** The axes in the order the arguments list them (`transpose(2, 0, 1)`), zero-copy. */
-  transpose(...axes: number[]): BufferView;
-  transpose(...axes: unknown[]): BufferView {
+  transpose(...axes: number[]): BufferView<D, N>;
+  transpose(...axes: unknown[]): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "transpose()");
     if (axes.length === 0) return this.#derive(transposed(this.#state()));
     return this.#derive(permuted(this.#state(), listArgument(axes)));
   }
 
   /** The axes reversed (numpy's `.T`, `transpose()`), zero-copy. */
-  get T(): BufferView {
+  get T(): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "T");
     return this.#derive(transposed(this.#state()));
   }
 
   /** The axes in the order `axes` lists them (the array API's `permute_dims`), zero-copy:
    * `permute([2, 0, 1])` or `permute(2, 0, 1)`. */
-  permute(axes: readonly number[]): BufferView;
+  permute(axes: readonly number[]): BufferView<D, N>;
   /** The axes in the order the arguments list them (`permute(2, 0, 1)`), zero-copy. */
-  permute(...axes: number[]): BufferView;
-  permute(...axes: unknown[]): BufferView {
+  permute(...axes: number[]): BufferView<D, N>;
+  permute(...axes: unknown[]): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "permute()");
     return this.#derive(permuted(this.#state(), listArgument(axes)));
   }
@@ -698,42 +632,42 @@ export class BufferView {
   /** The same elements in C order under a new shape (one extent may be -1): `reshape([2, 36])` or
    * `reshape(2, 36)`. Zero-copy; throws `DLPackError` ("strides") when the strides do not allow
    * it: reshape `copy()` then. */
-  reshape(shape: readonly number[]): BufferView;
+  reshape<const S extends readonly number[]>(shape: S): BufferView<D, S["length"]>;
   /** {@link BufferView.reshape} with the extents as arguments (`reshape(2, 36)`). */
-  reshape(...shape: number[]): BufferView;
-  reshape(...shape: unknown[]): BufferView {
+  reshape<const S extends number[]>(...shape: S): BufferView<D, S["length"]>;
+  reshape(...shape: unknown[]): BufferView<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "reshape()");
     return this.#derive(reshaped(this.#state(), listArgument(shape)));
   }
 
   /** The elements in reverse order along `axis` (an integer or a list, negative from the end), or
    * along every axis when it is omitted (numpy's `flip`); zero-copy, with negative strides. */
-  flip(axis?: number | readonly number[]): BufferView {
+  flip(axis?: number | readonly number[]): BufferView<D, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "flip()");
     return this.#derive(flipped(this.#state(), axis));
   }
 
   /** The elements in C order as one axis: a zero-copy view when the strides allow it (as
    * `reshape(-1)`), else a copy in library memory (numpy's `ravel`). */
-  ravel(): BufferView {
+  ravel(): BufferView<D, 1> {
     if (!(#owner in asObject(this))) throw notAView(this, "ravel()");
     const state = this.#state();
     const layout = raveled(state);
-    return layout === undefined ? newView(flatCopy(state)) : this.#derive(layout);
+    return (layout === undefined ? newView(flatCopy(state)) : this.#derive(layout)) as BufferView<D, 1>;
   }
 
   /** A copy of the elements in C order as one axis, in library memory (numpy's `flatten`): always a
    * copy, never sharing this view's memory. */
-  flatten(): BufferView {
+  flatten(): BufferView<D, 1> {
     if (!(#owner in asObject(this))) throw notAView(this, "flatten()");
-    return newView(flatCopy(this.#state()));
+    return newView(flatCopy(this.#state())) as BufferView<D, 1>;
   }
 
   /** The value of a view of exactly one element, whatever its rank (numpy's and PyTorch's
    * `item()`); refused ("shape") for any other size. */
-  item(): Scalar {
+  item(): ScalarOf<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "item()");
-    return itemOf(this.#state());
+    return itemOf(this.#state()) as ScalarOf<D>;
   }
 
   /**
@@ -745,72 +679,60 @@ export class BufferView {
    * view of the same memory instead; `copy: false` with another dtype is refused. A literal dtype
    * types the result: `view.astype("float32").array()` is a `Float32Array`.
    */
-  astype<D extends DType>(dtype: D, opts?: AstypeOptions): TypedView<D, number> {
+  astype<E extends DType>(dtype: E, opts?: AstypeOptions): BufferView<E, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "astype()");
-    const info = dtypeInfo(dtype);
-    const o = optionsObject(opts, "astype() options");
-    const copyOption: unknown = o.copy;
-    const copy = optionalBoolean(copyOption, "astype()'s copy option");
+    const { info, copy } = astypeArguments(dtype, opts);
     const state = this.#state();
-    if (info === state.facts.info) {
-      const same = copy === false ? this.#derive(identity(state)) : newView(copyOf(state));
-      return same as TypedView<D, number>;
-    }
-    if (copy === false) {
-      throw new DLPackError(
-        "dtype",
-        `astype(${info.name}, { copy: false }): this view is ${state.facts.info.name}, and converting needs a copy`,
-      );
-    }
-    return newView(castCopy(state, info)) as TypedView<D, number>;
+    const owned = astyped(state, info, copy);
+    return owned === undefined ? this.#derive(identity(state)) : newView(owned) as BufferView<E, N>;
   }
 
   /** numpy's broadcasting to `shape`: repeated axes get stride 0. Zero-copy and read-only. */
-  broadcastTo(shape: readonly number[]): BufferView {
+  broadcastTo<const S extends readonly number[]>(shape: S): BufferView<D, S["length"]> {
     if (!(#owner in asObject(this))) throw notAView(this, "broadcastTo()");
     return this.#derive(broadcast(this.#state(), shape));
   }
 
   /** Without extent-1 axes: all of them, or the axis (or axes) given, which must have extent 1. */
-  squeeze(axis?: number | readonly number[]): BufferView {
+  squeeze(axis?: number | readonly number[]): BufferView<D> {
     if (!(#owner in asObject(this))) throw notAView(this, "squeeze()");
     return this.#derive(squeezed(this.#state(), axis));
   }
 
   /** With a new extent-1 axis at `axis` of the result (default 0; negative from the end). */
-  expandDims(axis?: number): BufferView {
+  expandDims(axis?: number): BufferView<D, Plus1<N>> {
     if (!(#owner in asObject(this))) throw notAView(this, "expandDims()");
     return this.#derive(expanded(this.#state(), axis));
   }
 
   /** Iterates the first axis: element values for a 1-d view, sub-views (`at(i)`) otherwise. */
-  [Symbol.iterator](): IterableIterator<Scalar | BufferView> {
+  [Symbol.iterator](): IterableIterator<ItemOf<D, N>> {
     if (!(#owner in asObject(this))) throw notAView(this, "[Symbol.iterator]()");
-    return items(this, this.#firstAxis(), this.#facts.shape.length === 1);
+    return this.#items(false) as IterableIterator<ItemOf<D, N>>;
   }
 
   /** `[index, item]` pairs over the first axis, as `Array.prototype.entries`. */
-  entries(): IterableIterator<[number, Scalar | BufferView]> {
+  entries(): IterableIterator<[number, ItemOf<D, N>]> {
     if (!(#owner in asObject(this))) throw notAView(this, "entries()");
-    return pairs(this, this.#firstAxis(), this.#facts.shape.length === 1);
+    return this.#items(true) as IterableIterator<[number, ItemOf<D, N>]>;
   }
 
-  /** The extent of the first axis (refused for a disposed or 0-d view). */
-  #firstAxis(): number {
+  /** The first axis's items, or `[index, item]` pairs (refused now for a disposed or 0-d view). */
+  #items(pairs: boolean): Generator<unknown> {
     this.#live();
     const n = this.#facts.shape[0];
     if (n === undefined) throw new DLPackError("shape", "a 0-d view has no axis to iterate over");
-    return n;
+    return axisItems(this as BufferView, n, this.#facts.shape.length === 1, pairs);
   }
 
   /** The values as nested JS arrays (numpy's `tolist()`); a 0-d view gives its one value. */
-  toNested(): unknown {
+  toNested(): Nested<ScalarOf<D>, N> {
     if (!(#owner in asObject(this))) throw notAView(this, "toNested()");
-    return toNested(this.#state());
+    return toNested(this.#state()) as Nested<ScalarOf<D>, N>;
   }
 
   /** Writes `value` into every element (checked once, as `set` checks it). */
-  fill(value: Scalar): this {
+  fill(value: ScalarOf<D>): this {
     if (!(#owner in asObject(this))) throw notAView(this, "fill()");
     this.#live();
     refuseWrite(this.#access, "fill()", this.#facts);
@@ -954,97 +876,24 @@ export class BufferView {
   }
 }
 
-/** The list a varargs method got: the one array argument (`reshape([2, 3])`), or the arguments
- * themselves (`reshape(2, 3)`), a fresh array the engine reads once. */
-function listArgument(args: readonly unknown[]): unknown {
-  return args.length === 1 && isArray(args[0]) ? args[0] : args;
-}
-
 // `get` as the class defined it, captured at load: a caller who later replaces the prototype's
 // changes nothing here.
 const getElement = BufferView.prototype.get;
 
-function* items(view: BufferView, n: number, one: boolean): Generator<Scalar | BufferView> {
+function* axisItems(view: BufferView, n: number, values: boolean, pairs: boolean): Generator<unknown> {
   for (let i = 0; i < n; i++) {
-    yield one ? callWith(getElement, view, i) as Scalar : derive(view, atIndices(stateOf(view), [i]));
+    const item = values ? callWith(getElement, view, i) : derive(view, atIndices(stateOf(view), [i]));
+    yield pairs ? [i, item] : item;
   }
 }
 
-function* pairs(view: BufferView, n: number, one: boolean): Generator<[number, Scalar | BufferView]> {
-  for (let i = 0; i < n; i++) {
-    yield [i, one ? callWith(getElement, view, i) as Scalar : derive(view, atIndices(stateOf(view), [i]))];
-  }
-}
-
-/** A view whose dtype and rank TypeScript knows (from `BufferView.as`). */
-export interface TypedView<D extends DType, N extends number> extends BufferView {
-  /** The dtype, known statically. */
-  readonly dtype: D;
-  /** The rank, known statically. */
-  readonly ndim: N;
-  /** One extent per dimension. */
-  readonly shape: Readonly<Tuple<number, N>> & readonly number[];
-  /** One stride (in elements) per dimension. */
-  readonly strides: Readonly<Tuple<number, N>> & readonly number[];
-  /** The zero-copy TypedArray of this dtype. */
-  array(): ArrayOf<D>;
-  /** A contiguous C-order copy. */
-  toArray(): ArrayOf<D>;
-  /** Reads the element at exactly `ndim` indices. */
-  get(...index: Tuple<number, N>): ScalarOf<D>;
-  /** Writes the element at exactly `ndim` indices. */
-  set(value: ScalarOf<D>, ...index: Tuple<number, N>): void;
-  /** {@link BufferView.slice}, typed: the dtype is kept, and the rank too where the items are
-   * literals (each integer, or index string such as `"-1"`, drops an axis). */
-  slice<const I extends SliceItem[]>(...items: I): TypedView<D, SliceRank<N, I>>;
-  /** {@link BufferView.at}, typed: each index drops a leading axis. */
-  at<const I extends number[]>(...indices: I): TypedView<D, Minus<N, I["length"]>>;
-  /** {@link BufferView.transpose}, typed. */
-  transpose(): TypedView<D, N>;
-  /** {@link BufferView.transpose} with axes, typed. */
-  transpose(axes: readonly number[]): TypedView<D, N>;
-  /** {@link BufferView.transpose} with axes, typed. */
-  transpose(...axes: number[]): TypedView<D, N>;
-  /** {@link BufferView.T}, typed. */
-  readonly T: TypedView<D, N>;
-  /** {@link BufferView.permute}, typed. */
-  permute(axes: readonly number[]): TypedView<D, N>;
-  /** {@link BufferView.permute}, typed. */
-  permute(...axes: number[]): TypedView<D, N>;
-  /** {@link BufferView.reshape}, typed: the rank is the new shape's length. */
-  reshape<const S extends readonly number[]>(shape: S): TypedView<D, S["length"]>;
-  /** {@link BufferView.reshape} with the extents as arguments, typed. */
-  reshape<const S extends number[]>(...shape: S): TypedView<D, S["length"]>;
-  /** {@link BufferView.flip}, typed. */
-  flip(axis?: number | readonly number[]): TypedView<D, N>;
-  /** {@link BufferView.ravel}, typed. */
-  ravel(): TypedView<D, 1>;
-  /** {@link BufferView.flatten}, typed. */
-  flatten(): TypedView<D, 1>;
-  /** {@link BufferView.item}, typed. */
-  item(): ScalarOf<D>;
-  /** {@link BufferView.astype}, typed: the rank is kept. */
-  astype<E extends DType>(dtype: E, opts?: AstypeOptions): TypedView<E, N>;
-  /** {@link BufferView.broadcastTo}, typed. */
-  broadcastTo<const S extends readonly number[]>(shape: S): TypedView<D, S["length"]>;
-  /** {@link BufferView.squeeze}, typed. */
-  squeeze(axis?: number | readonly number[]): TypedView<D, number>;
-  /** {@link BufferView.expandDims}, typed: one axis more. */
-  expandDims(axis?: number): TypedView<D, Plus1<N>>;
-  /** Iterates the first axis: values for a 1-d view, sub-views otherwise. */
-  [Symbol.iterator](): IterableIterator<ItemOf<D, N>>;
-  /** `[index, item]` pairs over the first axis. */
-  entries(): IterableIterator<[number, ItemOf<D, N>]>;
-  /** Nested arrays of this dtype's values, `ndim` deep. */
-  toNested(): Nested<ScalarOf<D>, N>;
-  /** Writes `value` into every element. */
-  fill(value: ScalarOf<D>): this;
-}
+/** A view whose dtype and rank TypeScript knows: `BufferView<D, N>` (the name the API used first). */
+export type TypedView<D extends DType, N extends number> = BufferView<D, N>;
 
 /** The view an import with `require: R` returns: typed when `R` names a literal dtype and rank. */
-export type RequiredView<R> = TypedView<RequiredDType<R>, RequiredNdim<R>>;
+export type RequiredView<R> = BufferView<RequiredDType<R>, RequiredNdim<R>>;
 
-/** What iterating a `TypedView<D, N>` yields: values for N = 1, views of rank N - 1 otherwise. */
-export type ItemOf<D extends DType, N extends number> = number extends N ? ScalarOf<D> | TypedView<D, number>
+/** What iterating a `BufferView<D, N>` yields: values for N = 1, views of rank N - 1 otherwise. */
+export type ItemOf<D extends DType, N extends number> = number extends N ? ScalarOf<D> | BufferView<D>
   : N extends 1 ? ScalarOf<D>
-  : TypedView<D, Minus<N, 1>>;
+  : BufferView<D, Minus<N, 1>>;

@@ -135,3 +135,21 @@ test("BufferView methods and getters called on something that is no view are DLP
   }
   any(receivers.at(-1)![1]).dispose();
 });
+
+test("new BufferView() is refused, whatever it is given: no view over an address a caller chose", () => {
+  using view = zeros([2], "float32");
+  const facts = { info: { name: "float32" }, shape: [1], strides: [1], size: 1 };
+  const forms: [string, () => unknown][] = [
+    [
+      "new with a forged owner, address and facts",
+      () => new (any(BufferView))(1, Number(view.address), facts, "readwrite"),
+    ],
+    ["Reflect.construct", () => Reflect.construct(any(BufferView), [1, 8, facts, "readwrite", {}])],
+    ["the constructor of a real view", () => new (any(view).constructor)(1, 8, facts, "readwrite")],
+    ["a subclass", () => new (any(class extends any(BufferView) {}))(1, 8, facts, "readwrite")],
+  ];
+  const before = live();
+  for (const [what, make] of forms) refused(make, "argument", what, /no public constructor/);
+  assert.deepEqual(live(), before, "nothing was retained or released");
+  assert.equal(view.get(0), 0, "the real view is untouched");
+});

@@ -742,25 +742,22 @@ test("a release callback that imports while the backstop flushes: that view is r
   // does any other.
   const out = child(`
 import { LazyBackstop } from "${repoRoot}/src/native/backstop.ts";
-import { deferredObjectCount, deferredObjects, registerDisposer } from "${repoRoot}/src/native/journal.ts";
+import { deferredDisposalCount, deferredDisposals } from "${repoRoot}/src/native/journal.ts";
 const cleaned = [0, 0, 0];
 class Handle {
   live = true;
   constructor(id) { this.id = id; }
 }
 const backstop = new LazyBackstop((id) => { cleaned[id]++; }, (h) => h.live);
-const marker = {};
 let inner = null;
 let innerEpoch = 0;
-registerDisposer((x) => {
-  if (x !== marker) return false;
+backstop.add(new Handle(1), 1); // dropped undisposed: the collector releases it; schedules the flush
+// A parked disposal whose release callback adds a handle.
+deferredDisposals[deferredDisposalCount[0]++] = () => {
   inner = new Handle(2);
   innerEpoch = backstop.add(inner, 2);
-  return true;
-});
-backstop.add(new Handle(1), 1); // dropped undisposed: the collector releases it; schedules the flush
-deferredObjects[deferredObjectCount[0]++] = marker;
-await Promise.resolve(); // the checkpoint: the deferred releases (the marker's adds a handle), then the flush
+};
+await Promise.resolve(); // the checkpoint: the deferred releases (the parked one adds a handle), then the flush
 backstop.remove(inner, innerEpoch); // its owner disposed it
 inner.live = false;
 inner = null;

@@ -90,7 +90,7 @@ test("three Workers and the main thread export one SharedArrayBuffer concurrentl
 }, { timeout: 120_000 });
 
 test("a struct exported on the main thread and released on a Worker unpins on the main thread", async () => {
-  const before = live();
+  const before = await settledLive();
   const realm = new Realm();
   try {
     const data = new Float32Array([1, 2, 3, 4]);
@@ -108,7 +108,7 @@ test("a struct exported on the main thread and released on a Worker unpins on th
 }, { timeout: 60_000 });
 
 test("a Worker's released pin is never drained by the main thread (ids collide across realms)", async () => {
-  const before = live();
+  const before = await settledLive();
   const realm = new Realm();
   try {
     // The main thread holds a pinned export whose memory a consumer still reads...
@@ -133,7 +133,7 @@ test("a Worker's released pin is never drained by the main thread (ids collide a
 }, { timeout: 60_000 });
 
 test("a Worker's export of its own SharedArrayBuffer stays readable after the Worker is terminated", async () => {
-  const before = live();
+  const before = await settledLive();
   const realm = new Realm();
   let address: bigint | undefined;
   try {
@@ -152,7 +152,7 @@ test("a Worker's export of its own SharedArrayBuffer stays readable after the Wo
 }, { timeout: 60_000 });
 
 test("a terminated Worker's pins stop counting once their consumers release them", async () => {
-  const before = live();
+  const before = await settledLive();
   const realm = new Realm();
   let address: bigint | undefined;
   try {
@@ -170,7 +170,7 @@ test("a terminated Worker's pins stop counting once their consumers release them
 }, { timeout: 60_000 });
 
 test("a Worker offers its exports by what their buffers are, not what their prototypes say", async () => {
-  const before = live();
+  const before = await settledLive();
   // Shared memory given ArrayBuffer's prototype is still shared: offered, so it outlives the Worker.
   const realm = new Realm();
   let shared: bigint | undefined;
