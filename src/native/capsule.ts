@@ -6,7 +6,7 @@
  */
 import { DLPackError } from "../facts/errors.ts";
 import { core } from "../../ffi/mod.ts";
-import { LazyBackstop } from "./backstop.ts";
+import { EXPORT_RECORD_BYTES, LazyBackstop } from "./backstop.ts";
 import { journalCount, journalEntries, releaseStruct } from "./journal.ts";
 import { structEntry } from "../facts/abi.ts";
 import { dropFreedPin } from "./pins.ts";
@@ -16,6 +16,7 @@ import { Float64ArrayCtor, objectSlots, pinInstanceof, toBigInt } from "../facts
 const backstop = new LazyBackstop<number>(
   (entry) => dropFreedPin(releaseStruct(entry)),
   (holder) => owned(holder),
+  EXPORT_RECORD_BYTES,
 );
 
 // The bigint of a struct address, remembered by address: export records are reused (a thread's
@@ -101,15 +102,15 @@ export class Capsule {
   #versioned: boolean;
   #state = OWNED;
   /** Set last in the constructor (undefined at run time on a capsule whose construction threw). */
-  #epoch: number;
+  #slot: number;
 
   static {
     pinInstanceof(this);
     branded = (x) => #state in x;
-    // A capsule whose construction threw has no epoch: if the backstop's add threw after storing it
+    // A capsule whose construction threw has no slot: if the backstop's add threw after storing it
     // (an exhausted stack), the exporter releases the struct itself, so the backstop must not
     // register it and release the same address again when it is collected.
-    owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#epoch !== undefined;
+    owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#slot !== undefined;
     take = (c) => c.#take();
     takeJournaled = (c) => c.#takeJournaled();
     addressOf = (c) => c.#address;
@@ -122,7 +123,7 @@ export class Capsule {
   constructor(address: number, versioned: boolean) {
     this.#address = address;
     this.#versioned = versioned;
-    this.#epoch = backstop.add(this, structEntry(address, versioned));
+    this.#slot = backstop.add(this, structEntry(address, versioned));
   }
 
   /** The managed struct's address (`DLManagedTensorVersioned*` or `DLManagedTensor*`). */
@@ -171,8 +172,7 @@ export class Capsule {
         this.#state === TAKEN ? "this capsule was already taken by a consumer" : "this capsule was disposed",
       );
     }
-    // Unregistered before the state changes: if that throws, the capsule is still whole and owned.
-    backstop.remove(this, this.#epoch);
+    backstop.remove(this, this.#slot);
     this.#state = TAKEN;
     return this.#address;
   }
@@ -182,7 +182,7 @@ export class Capsule {
   #takeJournaled(): number {
     const entry = structEntry(this.#address, this.#versioned);
     if (this.#state !== OWNED) return this.#take();
-    backstop.remove(this, this.#epoch);
+    backstop.remove(this, this.#slot);
     const n = journalCount[0];
     journalEntries[n] = entry;
     journalCount[0] = n + 1;
@@ -197,7 +197,7 @@ export class Capsule {
 
   #dispose(): void {
     if (this.#state !== OWNED) return;
-    backstop.remove(this, this.#epoch);
+    backstop.remove(this, this.#slot);
     // Journaled before the state changes, with no call in between: if the release below cannot even
     // start (an exhausted stack), the struct is released at the next call into the library.
     const entry = structEntry(this.#address, this.#versioned);

@@ -4,13 +4,14 @@
  */
 import { core } from "../../ffi/mod.ts";
 import { DLPackError } from "../facts/errors.ts";
-import { LazyBackstop } from "./backstop.ts";
+import { LazyBackstop, OWNER_RECORD_BYTES } from "./backstop.ts";
 import { held, releaseOwner } from "./journal.ts";
 
 /** Releases native owner shares whose holders were collected without `dispose()`. */
 const shares = new LazyBackstop<number>(
   (owner) => core().dlpk_owner_release(owner),
   (holder) => ownerLive(holder),
+  OWNER_RECORD_BYTES,
 );
 
 /** Something that releases one share when asked (a view, or an extra share): the library's own
@@ -29,7 +30,7 @@ let ownerLive: (x: object) => boolean;
 export class Owner {
   #address: number;
   #holder: Releasable | undefined;
-  #epoch = 0;
+  #slot = 0;
 
   static {
     ownerLive = (x) => #address in x && (x as Owner).#holder === undefined && (x as Owner).#address !== 0;
@@ -39,7 +40,7 @@ export class Owner {
   constructor(address: number, holder: Releasable | undefined) {
     this.#address = address;
     this.#holder = holder;
-    if (holder === undefined) this.#epoch = shares.add(this, address);
+    if (holder === undefined) this.#slot = shares.add(this, address);
   }
 
   /** The native owner record's address (for diagnostics; it is not a tensor address). */
@@ -73,8 +74,7 @@ export class Owner {
     }
     const address = this.#address;
     if (address === 0) return;
-    // Unregistered before anything changes: if that throws, this share is still live and whole.
-    shares.remove(this, this.#epoch);
+    shares.remove(this, this.#slot);
     this.#address = 0;
     releaseOwner(address);
   }
