@@ -10,7 +10,7 @@ import { EXPORT_RECORD_BYTES, LazyBackstop } from "./backstop.ts";
 import { journalCount, journalEntries, releaseStruct } from "./journal.ts";
 import { structEntry } from "../facts/abi.ts";
 import { dropFreedPin } from "./pins.ts";
-import { Float64ArrayCtor, objectSlots, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
+import { Float64ArrayCtor, freeze, objectSlots, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
 
 // Held value: the struct's journal entry, so nothing is allocated per capsule.
 const backstop = new LazyBackstop<number>(
@@ -73,10 +73,13 @@ export function takeCapsule(capsule: Capsule): number {
   return take(capsule);
 }
 
+/** What this module passes its own constructor calls; nothing outside it holds it. */
+const MAKER: object = freeze({});
+
 /** The capsule of the struct an export just made (`address`; the export journaled it): the capsule
  * holds it from here on. */
 export function capsuleOf(address: number, versioned: boolean): Capsule {
-  const capsule = new Capsule(address, versioned);
+  const capsule = new Capsule(address, versioned, MAKER);
   journalCount[0]--;
   return capsule;
 }
@@ -120,7 +123,11 @@ export class Capsule {
 
   /** @ignore (library-internal) Made by the export functions. The backstop is the last step: once it holds the
    * capsule nothing here throws. */
-  constructor(address: number, versioned: boolean) {
+  constructor(address: number, versioned: boolean, maker: object) {
+    // A capsule made by a caller could dispose a struct a consumer holds, unpinning its memory.
+    if (maker !== MAKER) {
+      throw new DLPackError("argument", "Capsule has no public constructor: capsules come from the export functions");
+    }
     this.#address = address;
     this.#versioned = versioned;
     this.#slot = backstop.add(this, structEntry(address, versioned));

@@ -25,7 +25,7 @@ import {
 } from "../facts/intrinsics.ts";
 import { LazyBackstop, OWNER_RECORD_BYTES } from "../native/backstop.ts";
 import { journalCount, releaseOwner } from "../native/journal.ts";
-import { Owner } from "../native/shares.ts";
+import { makeOwner, type Owner } from "../native/shares.ts";
 import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
 import {
@@ -164,13 +164,13 @@ const NO_NEW_TEXT = "BufferView has no public constructor: views come from the l
  * reads anew each time). */
 const asObject: ObjectConstructor = ObjectCtor;
 
-/**
- * A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. `D`
- * and `N`, the dtype and the rank where TypeScript knows them (from a literal dtype, `as()`, an
- * import's `require`), type the TypedArray of `array()`, the element type of `get`/`set` and the
- * number of indices; a plain `BufferView` is any dtype and rank.
- */
+/** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. `D` and
+ * `N` are its dtype and rank where TypeScript knows them (a literal dtype, `as()`, `require`): they
+ * type `array()`, `get`/`set` and the indices. A plain `BufferView` is any dtype and rank. */
 export class BufferView<D extends DType = DType, N extends number = number> {
+  /** The brand check (`x instanceof BufferView`): it narrows to a plain view, never a typed one. */
+  declare static [Symbol.hasInstance]: (x: unknown) => x is BufferView;
+
   static {
     // The backstop entry is made here, after the constructor, not inside it: JavaScriptCore inlines
     // only 5 calls deep, and the import's chain down to the entry fits that only this way. Last:
@@ -376,7 +376,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
 
   #keepAlive(): Owner {
     const extras = this.#extras ??= new Extras(undefined);
-    return extras.share ??= new Owner(this.#owner, releasable(() => this.#dispose(), () => this.#owner === 0));
+    return extras.share ??= makeOwner(this.#owner, releasable(() => this.#dispose(), () => this.#owner === 0));
   }
 
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
@@ -542,8 +542,8 @@ export class BufferView<D extends DType = DType, N extends number = number> {
    */
   as<E extends DType, M extends number>(dtype: E, ndim: M): BufferView<E, M> {
     if (!(#owner in asObject(this))) throw notAView(this, "as()");
-    this.#live();
     const checked = asRequirements(dtype, ndim);
+    this.#live();
     refuseAs(this.#state(), checked, dtype, ndim);
     return this as unknown as BufferView<E, M>;
   }
