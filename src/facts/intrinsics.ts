@@ -292,6 +292,23 @@ export const detach: (buffer: ArrayBuffer) => void = abTransfer !== undefined
     throw new Error("this runtime lacks ArrayBuffer.prototype.transfer");
   };
 
+const TO_EMPTY = [0];
+
+/**
+ * Tells the engine's collector that `bytes` more of memory outside its heap is kept by objects it
+ * may collect, by making an ArrayBuffer of that size and at once moving it into an empty one (which
+ * frees its memory): both engines count what ArrayBuffers allocate toward their next collection,
+ * and JS has no more direct way to say it without flags. Never throws.
+ */
+export function hintExternalMemory(bytes: number): void {
+  if (abTransfer === undefined) return;
+  try {
+    ReflectApply(abTransfer, new ArrayBufferCtor(bytes), TO_EMPTY);
+  } catch {
+    // Out of memory or stack: the hint is only a hint.
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The library's own collections: each instance carries the original methods as own properties,
 // so replacing Map.prototype.set (or any other) after load changes nothing here.

@@ -13,7 +13,7 @@ import { isSafeInt, typedArrayLength } from "../facts/intrinsics.ts";
 import { MAX_EXACT } from "../facts/layout.ts";
 import { F64, I32, I64, scratch } from "../native/scratch.ts";
 import { held } from "../native/journal.ts";
-import { Owner } from "../native/shares.ts";
+import { makeOwner, type Owner } from "../native/shares.ts";
 import { hasNul, utf8 } from "./utf8.ts";
 import { quoted } from "./json.ts";
 
@@ -81,7 +81,7 @@ export function mapFile(path: CheckedPath, options: MapOptions): FileMemory {
   const owner = scratch.owner();
   const file = {
     owner,
-    share: new Owner(owner, undefined),
+    share: makeOwner(owner, undefined),
     address: scratch.address(),
     bytes: scratch.f64[F64.nbytes],
   };

@@ -6,16 +6,17 @@
  */
 import { DLPackError } from "../facts/errors.ts";
 import { core } from "../../ffi/mod.ts";
-import { LazyBackstop } from "./backstop.ts";
+import { EXPORT_RECORD_BYTES, LazyBackstop } from "./backstop.ts";
 import { journalCount, journalEntries, releaseStruct } from "./journal.ts";
 import { structEntry } from "../facts/abi.ts";
 import { dropFreedPin } from "./pins.ts";
-import { Float64ArrayCtor, objectSlots, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
+import { Float64ArrayCtor, freeze, objectSlots, pinInstanceof, toBigInt } from "../facts/intrinsics.ts";
 
 // Held value: the struct's journal entry, so nothing is allocated per capsule.
 const backstop = new LazyBackstop<number>(
   (entry) => dropFreedPin(releaseStruct(entry)),
   (holder) => owned(holder),
+  EXPORT_RECORD_BYTES,
 );
 
 // The bigint of a struct address, remembered by address: export records are reused (a thread's
@@ -72,10 +73,13 @@ export function takeCapsule(capsule: Capsule): number {
   return take(capsule);
 }
 
+/** What this module passes its own constructor calls; nothing outside it holds it. */
+const MAKER: object = freeze({});
+
 /** The capsule of the struct an export just made (`address`; the export journaled it): the capsule
  * holds it from here on. */
 export function capsuleOf(address: number, versioned: boolean): Capsule {
-  const capsule = new Capsule(address, versioned);
+  const capsule = new Capsule(address, versioned, MAKER);
   journalCount[0]--;
   return capsule;
 }
@@ -101,15 +105,15 @@ export class Capsule {
   #versioned: boolean;
   #state = OWNED;
   /** Set last in the constructor (undefined at run time on a capsule whose construction threw). */
-  #epoch: number;
+  #slot: number;
 
   static {
     pinInstanceof(this);
     branded = (x) => #state in x;
-    // A capsule whose construction threw has no epoch: if the backstop's add threw after storing it
+    // A capsule whose construction threw has no slot: if the backstop's add threw after storing it
     // (an exhausted stack), the exporter releases the struct itself, so the backstop must not
     // register it and release the same address again when it is collected.
-    owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#epoch !== undefined;
+    owned = (x) => #state in x && (x as Capsule).#state === OWNED && (x as Capsule).#slot !== undefined;
     take = (c) => c.#take();
     takeJournaled = (c) => c.#takeJournaled();
     addressOf = (c) => c.#address;
@@ -119,10 +123,14 @@ export class Capsule {
 
   /** @ignore (library-internal) Made by the export functions. The backstop is the last step: once it holds the
    * capsule nothing here throws. */
-  constructor(address: number, versioned: boolean) {
+  constructor(address: number, versioned: boolean, maker: object) {
+    // A capsule made by a caller could dispose a struct a consumer holds, unpinning its memory.
+    if (maker !== MAKER) {
+      throw new DLPackError("argument", "Capsule has no public constructor: capsules come from the export functions");
+    }
     this.#address = address;
     this.#versioned = versioned;
-    this.#epoch = backstop.add(this, structEntry(address, versioned));
+    this.#slot = backstop.add(this, structEntry(address, versioned));
   }
 
   /** The managed struct's address (`DLManagedTensorVersioned*` or `DLManagedTensor*`). */
@@ -171,8 +179,7 @@ export class Capsule {
         this.#state === TAKEN ? "this capsule was already taken by a consumer" : "this capsule was disposed",
       );
     }
-    // Unregistered before the state changes: if that throws, the capsule is still whole and owned.
-    backstop.remove(this, this.#epoch);
+    backstop.remove(this, this.#slot);
     this.#state = TAKEN;
     return this.#address;
   }
@@ -182,7 +189,7 @@ export class Capsule {
   #takeJournaled(): number {
     const entry = structEntry(this.#address, this.#versioned);
     if (this.#state !== OWNED) return this.#take();
-    backstop.remove(this, this.#epoch);
+    backstop.remove(this, this.#slot);
     const n = journalCount[0];
     journalEntries[n] = entry;
     journalCount[0] = n + 1;
@@ -197,7 +204,7 @@ export class Capsule {
 
   #dispose(): void {
     if (this.#state !== OWNED) return;
-    backstop.remove(this, this.#epoch);
+    backstop.remove(this, this.#slot);
     // Journaled before the state changes, with no call in between: if the release below cannot even
     // start (an exhausted stack), the struct is released at the next call into the library.
     const entry = structEntry(this.#address, this.#versioned);

@@ -329,13 +329,15 @@ export const INTERNAL: unique symbol = Symbol("dlpack-ts internal");
 const registry = new LazyBackstop<number>(
   (handle) => core().dlpk_py_decref(handle),
   (holder) => !disposedOf(holder as PyObject),
+  // What a reference keeps alive is Python's to count.
+  0,
 );
 
 /** A Python object: one reference, released by `dispose()` (or, as a backstop, by GC). */
 export class PyObject {
   #handle: number;
   #py: Python;
-  #epoch: number;
+  #slot: number;
 
   /** @ignore (library-internal) Takes over a new reference (only the bridge makes these). */
   constructor(handle: number, py: Python, key: typeof INTERNAL) {
@@ -347,7 +349,7 @@ export class PyObject {
     brandPythonObject(this);
     // Last: once the backstop holds the object nothing here may throw, or the caller, which drops
     // the reference of an object it could not make, and the backstop would both release it.
-    this.#epoch = registry.add(this, handle);
+    this.#slot = registry.add(this, handle);
   }
 
   /** Whether `dispose()` ran. */
@@ -470,7 +472,7 @@ export class PyObject {
     const h = this.#handle;
     if (h === 0) return;
     this.#handle = 0;
-    registry.remove(this, this.#epoch);
+    registry.remove(this, this.#slot);
     // Releasing a reference stays allowed after close(): the interpreter is still running.
     holdGil();
     core().dlpk_py_decref(h);

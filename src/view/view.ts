@@ -23,9 +23,9 @@ import {
   pinInstanceof,
   toBigInt,
 } from "../facts/intrinsics.ts";
-import { LazyBackstop } from "../native/backstop.ts";
+import { LazyBackstop, OWNER_RECORD_BYTES } from "../native/backstop.ts";
 import { journalCount, releaseOwner } from "../native/journal.ts";
-import { Owner } from "../native/shares.ts";
+import { makeOwner, type Owner } from "../native/shares.ts";
 import { KEY_ADDRESS, KEY_GENERATION, LAYOUT_C, LAYOUT_F, type Scratch } from "../native/scratch.ts";
 import type { Capsule } from "../native/capsule.ts";
 import {
@@ -90,6 +90,7 @@ export type { AstypeOptions, CopyFromOptions } from "../engines/cast.ts";
 const views = new LazyBackstop<number>(
   (owner) => releaseOwner(owner),
   (holder) => liveView(holder),
+  OWNER_RECORD_BYTES,
 );
 
 let construct: (owner: number, address: number, facts: ViewFacts, access: Access, keepAlive: unknown) => BufferView;
@@ -163,13 +164,13 @@ const NO_NEW_TEXT = "BufferView has no public constructor: views come from the l
  * reads anew each time). */
 const asObject: ObjectConstructor = ObjectCtor;
 
-/**
- * A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. `D`
- * and `N`, the dtype and the rank where TypeScript knows them (from a literal dtype, `as()`, an
- * import's `require`), type the TypedArray of `array()`, the element type of `get`/`set` and the
- * number of indices; a plain `BufferView` is any dtype and rank.
- */
+/** A zero-copy view of a tensor: an import, a library allocation, or a view over JS memory. `D` and
+ * `N` are its dtype and rank where TypeScript knows them (a literal dtype, `as()`, `require`): they
+ * type `array()`, `get`/`set` and the indices. A plain `BufferView` is any dtype and rank. */
 export class BufferView<D extends DType = DType, N extends number = number> {
+  /** The brand check (`x instanceof BufferView`): it narrows to a plain view, never a typed one. */
+  declare static [Symbol.hasInstance]: (x: unknown) => x is BufferView;
+
   static {
     // The backstop entry is made here, after the constructor, not inside it: JavaScriptCore inlines
     // only 5 calls deep, and the import's chain down to the entry fits that only this way. Last:
@@ -177,7 +178,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
     construct = (owner, address, facts, access, keepAlive) => {
       const view = new BufferView(owner, address, facts, access, MAKER);
       if (keepAlive !== undefined) view.#extras = new Extras(keepAlive);
-      view.#epoch = views.add(view, owner);
+      view.#slot = views.add(view, owner);
       return view;
     };
     // `construct` inlined by hand, for the same depth.
@@ -188,7 +189,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
       const cache = keyed;
       if (f64[KEY_GENERATION] !== cache.generation || producer !== cache.producer) cache.refresh(s, producer, options);
       const view = new BufferView(owner, address, cache.facts, cache.access, MAKER);
-      view.#epoch = views.add(view, owner);
+      view.#slot = views.add(view, owner);
       // The view holds the owner record the import journaled: one store ends its entry.
       journalCount[0]--;
       return view;
@@ -215,7 +216,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
    * field more is measurably slower to make and dispose in both runtimes. */
   #extras: Extras | undefined;
   /** Set by the maker, which enters the view into the backstop once it is built. */
-  #epoch = 0;
+  #slot = 0;
   /** @ignore (library-internal) Makes `structuredClone(view)`, `postMessage(view)` throw (`CLONE_GUARD`). */
   declare readonly notCloneable: object;
 
@@ -375,7 +376,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
 
   #keepAlive(): Owner {
     const extras = this.#extras ??= new Extras(undefined);
-    return extras.share ??= new Owner(this.#owner, releasable(() => this.#dispose(), () => this.#owner === 0));
+    return extras.share ??= makeOwner(this.#owner, releasable(() => this.#dispose(), () => this.#owner === 0));
   }
 
   /** The JS value this view keeps reachable (e.g. a Python object behind an array interface). */
@@ -541,8 +542,8 @@ export class BufferView<D extends DType = DType, N extends number = number> {
    */
   as<E extends DType, M extends number>(dtype: E, ndim: M): BufferView<E, M> {
     if (!(#owner in asObject(this))) throw notAView(this, "as()");
-    this.#live();
     const checked = asRequirements(dtype, ndim);
+    this.#live();
     refuseAs(this.#state(), checked, dtype, ndim);
     return this as unknown as BufferView<E, M>;
   }
@@ -760,7 +761,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
       this.#disposeWithExtras(owner);
       return;
     }
-    views.remove(this, this.#epoch);
+    views.remove(this, this.#slot);
     this.#owner = 0;
     releaseOwner(owner);
   }
@@ -773,7 +774,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
       this.#disposeWithBuffer(owner, buffer);
       return;
     }
-    views.remove(this, this.#epoch);
+    views.remove(this, this.#slot);
     this.#forget();
     releaseOwner(owner);
   }
@@ -786,7 +787,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
       // Keeping this share for the rest of the process is the only way it never reads freed
       // memory; stats() shows it.
       transferredShares.add(owner);
-      views.remove(this, this.#epoch);
+      views.remove(this, this.#slot);
       this.#forget();
       return;
     }
@@ -794,7 +795,7 @@ export class BufferView<D extends DType = DType, N extends number = number> {
     detach(buffer);
     this.#extras!.buffer = undefined;
     this.#extras!.array = undefined;
-    views.remove(this, this.#epoch);
+    views.remove(this, this.#slot);
     this.#forget();
     releaseOwner(owner);
   }

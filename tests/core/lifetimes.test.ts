@@ -224,3 +224,33 @@ test(
   },
   { skip: gcUnavailable(), timeout: 120_000 },
 );
+
+test(
+  "the GC backstop past its first slot table, twice (the second round on slots the collector freed): each view released once",
+  async () => {
+    const before = deleted();
+    const alive = live();
+    const count = 10_000; // the backstop's first table holds 4096 waiting or registered views
+    let released = 0;
+    for (let round = 0; round < 2; round++) {
+      let keep: BufferView[] = [];
+      (() => {
+        for (let i = 0; i < count; i++) {
+          const v = importDLPack(make({ shape: [2] }).source);
+          if (i % 4 === 0) v.dispose(); // disposed at once, still the newest waiting view
+          else keep.push(v);
+        }
+        // Disposed while still waiting behind newer views (the last ones, not yet registered).
+        for (let i = keep.length - 2; i > keep.length - 60; i -= 3) keep[i]!.dispose();
+      })();
+      await Promise.resolve(); // the microtask flush registers the live ones
+      for (let i = 0; i < keep.length; i += 5) keep[i]!.dispose(); // disposed after being registered
+      keep = [];
+      released += count;
+      for (let i = 0; i < 30 && deleted() - before < released; i++) await collectGarbage();
+      assert.equal(deleted() - before, released, `round ${round}: every producer released exactly once`);
+      assert.deepEqual(live(), alive);
+    }
+  },
+  { skip: gcUnavailable(), timeout: 120_000 },
+);

@@ -5,7 +5,7 @@
 // values behind the types, in both runtimes.
 import assert from "node:assert/strict";
 import {
-  type BufferView,
+  BufferView,
   type DType,
   empty,
   exportDLPack,
@@ -132,4 +132,20 @@ test("importDLPack / fromDLPack with require: checked, typed, released when refu
   assert.equal(deleted() - before, 1);
   using taken = importDLPack(kept.source);
   assert.equal(taken.size, 1);
+});
+
+test("instanceof BufferView narrows to a plain view, never to a typed one; a typed view is a BufferView", () => {
+  using z = zeros([2, 3], "float32");
+  const x: unknown = z;
+  assert.ok(x instanceof BufferView);
+  if (x instanceof BufferView) {
+    // @ts-expect-error what instanceof proves is a view of some dtype and rank
+    const typed: TypedView<"int8", 3> = x;
+    void typed;
+    const plain: BufferView = x;
+    assert.equal(plain.ndim, 2);
+  }
+  const general: BufferView = z;
+  assert.equal(general.dtype, "float32");
+  expectType<Equal<typeof z, BufferView<"float32", 2>>>(true);
 });

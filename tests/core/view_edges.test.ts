@@ -3,7 +3,8 @@
 // is no view. Each ends in a DLPackError naming the mistake, never the engine's raw RangeError or
 // TypeError, and never a writable broadcast.
 import assert from "node:assert/strict";
-import { BufferView, empty, exportDLPack, exportDLPackLegacy, importDLPack, zeros } from "../../mod.ts";
+import { BufferView, Capsule, empty, exportDLPack, exportDLPackLegacy, importDLPack, Owner, zeros } from "../../mod.ts";
+import { consumerValues, tp } from "../support/producer.ts";
 import { test } from "../support/harness.ts";
 import { live, refused } from "../support/assertions.ts";
 import { I32, scratch, Status } from "../../src/native/scratch.ts";
@@ -152,4 +153,22 @@ test("new BufferView() is refused, whatever it is given: no view over an address
   for (const [what, make] of forms) refused(make, "argument", what, /no public constructor/);
   assert.deepEqual(live(), before, "nothing was retained or released");
   assert.equal(view.get(0), 0, "the real view is untouched");
+});
+
+test("new Owner() and new Capsule() are refused: no share or capsule of a record a caller names", () => {
+  using view = zeros([2], "float32");
+  view.set(7, 1);
+  const record = Number(view.keepAlive.address);
+  const exported = new Float32Array([1, 2]);
+  const struct = exportDLPack(exported).takeAddress();
+  const before = live();
+  // A forged share's release would free the live view's memory; a forged capsule's dispose would
+  // unpin an export its consumer still holds.
+  refused(() => new (any(Owner))(record, undefined).release(), "argument", "new Owner", /no public constructor/);
+  refused(() => Reflect.construct(any(Owner), [record, undefined, {}]), "argument", "Reflect.construct(Owner)");
+  refused(() => new (any(Capsule))(struct, true).dispose(), "argument", "new Capsule", /no public constructor/);
+  assert.deepEqual(live(), before, "nothing was released");
+  assert.equal(view.get(1), 7, "the view's memory is still its own");
+  assert.deepEqual(consumerValues(struct, true), [1, 2], "the export is still pinned");
+  tp.tp_consume(struct, 1);
 });

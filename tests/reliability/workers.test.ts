@@ -7,7 +7,7 @@ import { pinnedCount, realmAddress } from "../../src/native/pins.ts";
 import { core } from "../../ffi/mod.ts";
 import { consumerValues, tp } from "../support/producer.ts";
 import { collectGarbage, repoRoot, runIsolated, test } from "../support/harness.ts";
-import { live, settledLive } from "../support/assertions.ts";
+import { live, noneLeft, settledLive } from "../support/assertions.ts";
 
 const WORKER_URL = new URL("../support/worker.ts", import.meta.url).href;
 
@@ -82,11 +82,12 @@ test("three Workers and the main thread export one SharedArrayBuffer concurrentl
       assert.equal(answer.value, rounds / 3, `worker ${i}'s writes`);
       assert.equal(all[i], rounds / 3, `worker ${i}'s writes, seen from the main thread`);
     }
-    assert.equal(pinnedCount(), 0);
+    // Pins released on other threads are queued for this thread's sweep: they drain within its period.
+    assert.ok(await eventually(() => pinnedCount() === 0), `pins left: ${pinnedCount()}`);
   } finally {
     await Promise.all(realms.map((realm) => realm.terminate()));
   }
-  assert.deepEqual(live(), before);
+  await noneLeft(before);
 }, { timeout: 120_000 });
 
 test("a struct exported on the main thread and released on a Worker unpins on the main thread", async () => {
@@ -104,7 +105,7 @@ test("a struct exported on the main thread and released on a Worker unpins on th
   } finally {
     await realm.terminate();
   }
-  assert.deepEqual(live(), before);
+  await noneLeft(before);
 }, { timeout: 60_000 });
 
 test("a Worker's released pin is never drained by the main thread (ids collide across realms)", async () => {
@@ -129,7 +130,7 @@ test("a Worker's released pin is never drained by the main thread (ids collide a
   } finally {
     await realm.terminate();
   }
-  assert.deepEqual(live(), before);
+  await noneLeft(before);
 }, { timeout: 60_000 });
 
 test("a Worker's export of its own SharedArrayBuffer stays readable after the Worker is terminated", async () => {
@@ -147,8 +148,8 @@ test("a Worker's export of its own SharedArrayBuffer stays readable after the Wo
   await collectGarbage();
   assert.deepEqual(consumerValues(address!, true), [1, 2, 3, 4]);
   tp.tp_consume(address!, 1);
-  assert.ok(await eventually(() => live().pinned === before.pinned), "the keeper pin went with the export");
-  assert.deepEqual(live(), before);
+  assert.ok(await eventually(() => live().pinned <= before.pinned), "the keeper pin went with the export");
+  await noneLeft(before);
 }, { timeout: 60_000 });
 
 test("a terminated Worker's pins stop counting once their consumers release them", async () => {
@@ -165,8 +166,8 @@ test("a terminated Worker's pins stop counting once their consumers release them
   // non-shared exports are still in use), so the consumer only releases it, without reading.
   tp.tp_consume(address!, 1);
   // Nothing will ever drain the ended realm's queue: its thread's exit freed the record.
-  assert.ok(await eventually(() => live().pinned === before.pinned), `pins: ${live().pinned}`);
-  assert.deepEqual(live(), before);
+  assert.ok(await eventually(() => live().pinned <= before.pinned), `pins: ${live().pinned}`);
+  await noneLeft(before);
 }, { timeout: 60_000 });
 
 test("a Worker offers its exports by what their buffers are, not what their prototypes say", async () => {
@@ -185,7 +186,7 @@ test("a Worker offers its exports by what their buffers are, not what their prot
   await collectGarbage();
   assert.deepEqual(consumerValues(shared!, true), [1, 2, 3, 4]);
   tp.tp_consume(shared!, 1);
-  assert.ok(await eventually(() => live().pinned === before.pinned), "the keeper pin went with the export");
+  assert.ok(await eventually(() => live().pinned <= before.pinned), "the keeper pin went with the export");
   // Memory that is not shared is never offered, whatever it claims: one pin per export.
   for (const kind of ["plain-as-shared", "own-buffer", "plain-twice"]) {
     const other = new Realm();
@@ -206,7 +207,7 @@ test("a Worker offers its exports by what their buffers are, not what their prot
       await other.terminate();
     }
   }
-  assert.deepEqual(live(), before);
+  await noneLeft(before);
 }, { timeout: 60_000 });
 
 /** Runs, in a child process (reading freed memory may crash it), Workers that each export a

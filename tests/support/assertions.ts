@@ -67,3 +67,14 @@ export async function settledLive(): Promise<ReturnType<typeof live>> {
   }
   return previous;
 }
+
+/**
+ * Asserts that a test left nothing of its own behind: once the counters settle, none is above its
+ * reading `before` the test. Not equality: releases an earlier file still owed (a collected
+ * handle's finalizer, an ended Worker's pins) may land while the test runs and take a count below.
+ */
+export async function noneLeft(before: ReturnType<typeof live>, what = "the test"): Promise<void> {
+  const after = await settledLive();
+  const above = (Object.keys(before) as (keyof typeof before)[]).filter((k) => after[k] > before[k]);
+  assert.deepEqual(above, [], `${what} left counts above where they were: ${JSON.stringify({ before, after })}`);
+}
