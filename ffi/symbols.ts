@@ -61,6 +61,9 @@ export const symbols = {
   dlpk_py_call1: { args: ["f64", "f64"], returns: "f64" },
   dlpk_py_wrap: { args: ["f64", "u32"], returns: "f64" },
   dlpk_py_wrap_as: { args: ["f64", "f64"], returns: "f64" },
+  // toPython of a known whole TypedArray: dlpk_export_array's export in a new DLPackTensor (0:
+  // a Python exception, the export deleted; minus a status: nothing made).
+  dlpk_py_wrap_array: { args: ["buffer", "f64", "f64", "f64", "u32"], returns: "f64" },
   dlpk_py_check_object: { args: ["f64"], returns: "i32" },
   // Into this thread's scratch, as the imports write it.
   dlpk_py_from: {

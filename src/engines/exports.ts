@@ -162,10 +162,7 @@ export function exportWholeArray(
   if (shared && !onMainThread) return exportDescribedArray(x, info, byteLength, versioned, flags);
   const id = newPinId();
   const realm = realmAddress();
-  // The elements are the bytes' (whole arrays only); everything else in one word.
-  const word = (info.dl.code | (info.dl.bits << ArrayWord.bitsShift) | (flags << ArrayWord.flagsShift) |
-    ((versioned ? EXPORT_VERSIONED : 0) << ArrayWord.optionsShift)) >>> 0;
-  const made = core().dlpk_export_array(x, realm, id, byteLength, word);
+  const made = core().dlpk_export_array(x, realm, id, byteLength, wholeArrayWord(info, flags, versioned));
   // This entry writes no refusal details into the scratch: only out-of-memory is a caller's
   // situation; anything else means the facts read here disagreed with each other.
   if (made <= 0) throw arrayRefusal(made, byteLength);
@@ -176,8 +173,15 @@ export function exportWholeArray(
   return capsule;
 }
 
+/** The facts of a whole-array export other than its extent, in the one word `dlpk_export_array`
+ * takes: the elements are the bytes' (whole arrays only), everything else is here. */
+export function wholeArrayWord(info: DTypeInfo, flags: number, versioned: boolean): number {
+  return (info.dl.code | (info.dl.bits << ArrayWord.bitsShift) | (flags << ArrayWord.flagsShift) |
+    ((versioned ? EXPORT_VERSIONED : 0) << ArrayWord.optionsShift)) >>> 0;
+}
+
 /** The error of a whole-array export that made nothing (`made`: minus its status). */
-function arrayRefusal(made: number, byteLength: number): DLPackError {
+export function arrayRefusal(made: number, byteLength: number): DLPackError {
   if (-made === Status.outOfMemory) return exportError(-made, scratch, `${byteLength} bytes`);
   return new DLPackError("library", `the native export refused the facts of ${byteLength} bytes (status ${-made})`);
 }

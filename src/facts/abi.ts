@@ -9,7 +9,7 @@
  */
 
 /** `dlpk_abi_version()`: bumped whenever a symbol, a signature or a shared layout changes. */
-export const ABI_VERSION = 22;
+export const ABI_VERSION = 23;
 
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;

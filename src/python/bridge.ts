@@ -346,8 +346,10 @@ export class PyObject {
     }
     this.#handle = handle;
     this.#py = py;
-    this.#slot = registry.add(this, handle);
     brandPythonObject(this);
+    // Last: once the backstop holds the object nothing here may throw, or the caller, which drops
+    // the reference of an object it could not make, and the backstop would both release it.
+    this.#slot = registry.add(this, handle);
   }
 
   /** Whether `dispose()` ran. */

@@ -24,9 +24,13 @@ import {
   type RequiredView,
   stateOf as viewState,
 } from "../view/view.ts";
-import { deferredDisposalCount, deferredDisposals, retryQuietly } from "../native/journal.ts";
+import { deferredDisposalCount, deferredDisposals, releaseDeferred, retryQuietly } from "../native/journal.ts";
 import { takeCapsule } from "../native/capsule.ts";
-import { callWith, isArray, isInteger, isSafeInt, Uint8ArrayCtor } from "../facts/intrinsics.ts";
+import { newPinId, pinsRecorded, realmAddress, recordPin } from "../native/pins.ts";
+import { knownWholeArray } from "../engines/arrays.ts";
+import { arrayRefusal, wholeArrayWord } from "../engines/exports.ts";
+import type { AnyTypedArray } from "../facts/dtypes.ts";
+import { callWith, isArray, isInteger, isSafeInt, typedArrayByteLength, Uint8ArrayCtor } from "../facts/intrinsics.ts";
 import {
   bridge,
   type BridgeState,
@@ -387,6 +391,10 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
   // TypedArrays first: ArrayBuffer.isView is one cheap builtin, while the view's brand check costs
   // a private-field lookup that misses on every TypedArray.
   const typed = isView(x);
+  if (typed && opts === undefined) {
+    const made = wrapWholeArray(x as AnyTypedArray, py);
+    if (made !== undefined) return made;
+  }
   const view = !typed && isBufferView(x);
   if (!view && !typed) {
     throw new DLPackError("argument", `toPython(x, py) takes a BufferView or a TypedArray, got ${shown(x)}`);
@@ -411,6 +419,41 @@ export function toPython(x: Exportable, py: Python, opts?: ToPythonOptions): PyO
     if (made === 0) core().dlpk_managed_delete(template, 1);
   }
   if (made === 0) throw pythonError(target === 0 ? "DLPackTensor" : "toPython() option as");
+  return holdPython(made, py);
+}
+
+/**
+ * `toPython` of a TypedArray exported before as a whole (no options): the export and its
+ * DLPackTensor in one native call. undefined for an array this path does not take.
+ */
+function wrapWholeArray(x: AnyTypedArray, py: Python): PyObject | undefined {
+  const known = knownWholeArray(x);
+  if (known === undefined) return undefined;
+  const byteLength = typedArrayByteLength(x);
+  if (byteLength <= 0) return undefined;
+  releaseDeferred();
+  const id = newPinId();
+  const realm = realmAddress();
+  holdGil();
+  const made = core().dlpk_py_wrap_array(x, realm, id, byteLength, wholeArrayWord(known, 0, true));
+  if (made < 0) throw arrayRefusal(made, byteLength);
+  // The export was deleted natively: its pin comes back through the queue, never recorded.
+  if (made === 0) throw pythonError("DLPackTensor");
+  try {
+    // The pin keeps the TypedArray reachable until Python releases the export.
+    recordPin(id, x);
+    const obj = new PyObject(made, py, INTERNAL);
+    pinsRecorded();
+    return obj;
+  } catch (error) {
+    // Releases the export too, and with it the pin (recorded or not).
+    core().dlpk_py_decref(made);
+    throw error;
+  }
+}
+
+/** A PyObject holding the new reference `made`; the reference is dropped if that throws. */
+function holdPython(made: number, py: Python): PyObject {
   try {
     return new PyObject(made, py, INTERNAL);
   } catch (error) {

@@ -153,6 +153,21 @@ export fn dlpk_export_array(
     pin_bytes: f64,
     word: u32,
 ) f64 {
+    const made = exportArray(buffer, realm_address, pin_id, pin_bytes, word);
+    if (made > 0) owed(abi.structEntry(@intFromFloat(made), word >> abi.array_word.options_shift &
+        export_option.versioned != 0));
+    return made;
+}
+
+/// `dlpk_export_array` without the journal entry: for a caller that hands the struct on in the
+/// same native call.
+pub fn exportArray(
+    buffer: ?[*]u8,
+    realm_address: f64,
+    pin_id: f64,
+    pin_bytes: f64,
+    word: u32,
+) f64 {
     const refused: f64 = -@as(f64, @floatFromInt(invalid));
     const base = buffer orelse return refused;
     const realm = realmAt(realm_address) orelse return refused;
@@ -171,7 +186,6 @@ export fn dlpk_export_array(
         .bits = @intCast(bits),
         .lanes = 1,
     }, flags, options) catch return -@as(f64, @floatFromInt(code(.out_of_memory)));
-    owed(abi.structEntry(managed, options & export_option.versioned != 0));
     return @floatFromInt(managed);
 }
 

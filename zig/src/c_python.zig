@@ -8,6 +8,7 @@ const c_core = @import("c_core.zig");
 const c_cuda = @import("c_cuda.zig");
 const cpython = @import("cpython.zig");
 const describe = @import("describe.zig");
+const dlpack = @import("dlpack.zig");
 const lend = @import("lend.zig");
 const exports = @import("exports.zig");
 const python = @import("python.zig");
@@ -123,6 +124,29 @@ export fn dlpk_py_wrap(template: f64, readonly: u32) f64 {
     const t = abi.addressFromF64(template) orelse return 0;
     if (!isStruct(t)) return 0;
     return @floatFromInt(tensor.make(t, readonly != 0));
+}
+
+/// `toPython` of a whole TypedArray in one call: the export `dlpk_export_array` makes from the
+/// same arguments (`word` must ask for a versioned struct), held by a new `DLPackTensor`. Returns
+/// the new reference; 0 with the exception pending when the object could not be made (the export
+/// is then deleted, which queues its pin's release as any deleter does); or minus a status code
+/// when nothing was made.
+export fn dlpk_py_wrap_array(
+    buffer: ?[*]u8,
+    realm_address: f64,
+    pin_id: f64,
+    pin_bytes: f64,
+    word: u32,
+) f64 {
+    if (word >> abi.array_word.options_shift & abi.export_option.versioned == 0) {
+        return -@as(f64, @floatFromInt(invalid));
+    }
+    const made = c_core.exportArray(buffer, realm_address, pin_id, pin_bytes, word);
+    if (made <= 0) return made;
+    const template: usize = @intFromFloat(made);
+    const object = tensor.make(template, false);
+    if (object == 0) dlpack.deleteManaged(template, true);
+    return @floatFromInt(object);
 }
 
 /// `toPython(x, py, { as })`: the object `kind`'s DLPack C exchange table makes from a versioned

@@ -293,22 +293,23 @@ fn quarantine(record: *Record) void {
     memory.destroyBytes(Record, old.allocation());
 }
 
-/// A thread's quarantine ring and its spare record. Only its thread touches it, so a release
+/// A thread's quarantine ring and its spare records. Only its thread touches it, so a release
 /// costs no locked instruction; the record a release displaces (quarantined for the thread's
-/// last `quarantine_count` releases) becomes the spare that the thread's next export of a pooled
-/// rank reuses instead of a malloc. Records stay records while pooled: a stale address reads a
+/// last `quarantine_count` releases) becomes a spare that a later export of a pooled rank on the
+/// thread reuses instead of a malloc. Records stay records while pooled: a stale address reads a
 /// poisoned or a live export of this library, never foreign data. The thread's end frees them.
 const Pool = struct {
     ring: [quarantine_count]?*Record = @splat(null),
     next: u32 = 0,
-    spare: ?*Record = null,
+    spares: [spare_max]*Record = undefined,
+    spare_count: u8 = 0,
     state: enum(u8) { unset, on, closed } = .unset,
 
-    /// The spare, for a record of rank `ndim`; null when there is none or the rank is too large.
+    /// A spare, for a record of rank `ndim`; null when there is none or the rank is too large.
     fn reuse(self: *Pool, ndim: usize) ?*Record {
-        if (ndim > pooled_rank) return null;
-        const record = self.spare orelse return null;
-        self.spare = null;
+        if (ndim > pooled_rank or self.spare_count == 0) return null;
+        self.spare_count -= 1;
+        const record = self.spares[self.spare_count];
         assert(record.ndim <= pooled_rank);
         return record;
     }
@@ -324,8 +325,9 @@ const Pool = struct {
         };
         slot.* = record;
         assert(evicted != record);
-        if (self.spare == null and evicted.ndim <= pooled_rank) {
-            self.spare = evicted;
+        if (self.spare_count < spare_max and evicted.ndim <= pooled_rank) {
+            self.spares[self.spare_count] = evicted;
+            self.spare_count += 1;
         } else memory.destroyBytes(Record, evicted.allocation());
         return true;
     }
@@ -349,10 +351,16 @@ const Pool = struct {
             if (slot.*) |record| memory.destroyBytes(Record, record.allocation());
             slot.* = null;
         }
-        if (self.spare) |record| memory.destroyBytes(Record, record.allocation());
-        self.spare = null;
+        for (self.spares[0..self.spare_count]) |record| {
+            memory.destroyBytes(Record, record.allocation());
+        }
+        self.spare_count = 0;
     }
 };
+
+/// Spares a thread keeps: two, because exports are often released in pairs (a DLPackTensor's
+/// template and the clone its consumer held), each pair followed by two new exports.
+const spare_max = 2;
 
 const pool_hooks = builtin.os.tag != .windows and builtin.link_libc;
 threadlocal var pool: Pool = .{};

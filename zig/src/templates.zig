@@ -31,6 +31,10 @@ pub const capsule_flag = struct {
 /// (a consumer renames the capsule and takes over the deleter).
 fn capsuleDestructor(capsule: *PyObject) callconv(.c) void {
     const a = cpython.api orelse return;
+    // A consumer that took the export renamed the capsule ("used_..."): one byte says so, without
+    // the two name comparisons below (a capsule is legal here, so GetName raises nothing).
+    const name = a.PyCapsule_GetName(capsule) orelse return;
+    if (name[0] != name_legacy[0]) return;
     if (a.PyCapsule_IsValid(capsule, name_versioned) != 0) {
         dlpack.deleteManaged(@intFromPtr(a.PyCapsule_GetPointer(capsule, name_versioned)), true);
     } else if (a.PyCapsule_IsValid(capsule, name_legacy) != 0) {

@@ -528,9 +528,33 @@ fn checkStream(a: Api, template: usize, device: dlpack.Device, stream: ?*PyObjec
 /// Null with the exception set.
 fn wantsVersioned(a: Api, max_version: ?*PyObject) ?bool {
     const given = max_version orelse return false;
+    // numpy passes the same tuple on every call: the last tuple of two ints read is kept (a
+    // reference held here, so no other object can take its address) with its answer. A tuple's
+    // items cannot change, and ints are immutable: the same object means the same answer.
+    if (given == last_version.tuple) return last_version.versioned;
     const pair = intPair(a, given, "max_version") orelse return null;
-    return pair[0] >= 1;
+    const versioned = pair[0] >= 1;
+    if (!isExactly(a, given, a.PyTuple_Type)) return versioned;
+    // Items that are not ints may answer __index__ differently each time.
+    for (0..2) |i| if (!isExactly(a, a.PyTuple_GetItem(given, @intCast(i)).?, a.PyLong_Type)) {
+        return versioned;
+    };
+    a.Py_IncRef(given);
+    const old = last_version.tuple;
+    last_version = .{ .tuple = given, .versioned = versioned };
+    // After the swap: the old tuple's release runs no Python code, but comes last all the same.
+    if (old) |o| a.Py_DecRef(o);
+    return versioned;
 }
+
+fn isExactly(a: Api, object: *PyObject, kind: *PyObject) bool {
+    const found = a.PyObject_Type(object).?;
+    a.Py_DecRef(found); // the object holds its type
+    return found == kind;
+}
+
+/// The last exact-tuple `max_version` `__dlpack__` read (a reference held) and its answer.
+var last_version: struct { tuple: ?*PyObject = null, versioned: bool = false } = .{};
 
 test "dtypeName: every dtype of the table by its name, others as code and bits" {
     var buffer: [40]u8 = undefined;
