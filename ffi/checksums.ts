@@ -2,13 +2,13 @@
 // tools/test.sh rebuilds them (the builds are byte-reproducible) and fails when this table is stale.
 
 /** The version the release artifacts are named after (deno.json "version"). */
-export const RELEASE_VERSION = "0.2.0";
+export const RELEASE_VERSION = "0.3.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.2.0-darwin-aarch64.dylib": "c832e6573f15768665c78eb51c1519ac8231f5f40c419531496d92061bb71d93",
-  "libdlpack-0.2.0-darwin-x86_64.dylib": "aebbc87458596a478cfc975370f436969db3ddf72bd64b4479e90aa3dd923cea",
-  "libdlpack-0.2.0-linux-aarch64.so": "52ba44aa74f252240146205cb37fb43057afeea4d70111057d7d9e898868d637",
-  "libdlpack-0.2.0-linux-x86_64.so": "31056b8678bae0ebfe5621662d360f4754c4c6d17e700195a8c7d307909c646c",
-  "libdlpack-0.2.0-windows-x86_64.dll": "8dc8ceb3bba60f4550f4ecdbad604b31660332645ec18454f38a5a1de25703b9",
+  "libdlpack-0.3.0-darwin-aarch64.dylib": "6dbd49221f7f527f5f2456fd2737b54aa502faf7f01327016900b65e5a0b9600",
+  "libdlpack-0.3.0-darwin-x86_64.dylib": "986dc674eab62895ab77c4423652856a5c82eb014d3179c98587d2f505caa9e8",
+  "libdlpack-0.3.0-linux-aarch64.so": "ee3176f1abea6edbb36e3847b12e57a0225a20eab82201703fad41bf9987f639",
+  "libdlpack-0.3.0-linux-x86_64.so": "9384e62f5f82804edf42f9919e8ce7366c0568d2c8868d338ea68220cfa2be45",
+  "libdlpack-0.3.0-windows-x86_64.dll": "a6e286e89c89ca790b6c771ed9b1194f8fce18aa07071137307c118fd8069108",
 });
