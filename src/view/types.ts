@@ -9,12 +9,14 @@ export type Tuple<T, N extends number> = number extends N ? T[] : BuildTuple<T, 
 /** Builds {@link Tuple} one element at a time. */
 export type BuildTuple<T, N extends number, R extends T[]> = R["length"] extends N ? R : BuildTuple<T, N, [...R, T]>;
 
-/** `N - K` for small literal ranks (number when either is not a literal). */
+/** `N - K` for small literal ranks (number when either is not a literal, or when `K` exceeds `N`:
+ * never there would make every type built on the rank, `Tuple<number, never>` first, recurse
+ * without end). */
 export type Minus<N extends number, K extends number> = number extends N ? number
   : number extends K ? number
   : Tuple<unknown, N> extends [...Tuple<unknown, K>, ...infer R] ? R["length"] extends infer L extends number ? L
     : number
-  : never;
+  : number;
 /** `N + 1` for literal ranks. */
 export type Plus1<N extends number> = number extends N ? number
   : [...Tuple<unknown, N>, unknown]["length"] extends infer L extends number ? L

@@ -127,3 +127,16 @@ test("astype, flip, T, ravel, flatten, item and the varargs forms are typed", ()
   // @ts-expect-error astype takes a dtype name
   assert.throws(() => m.astype("float33"));
 });
+
+test("a 0-d view of a literal rank is a BufferView like any other, and at() past its rank is of unknown rank", () => {
+  using scalar = zeros([], "float32");
+  expectType<Equal<typeof scalar, TypedView<"float32", 0>>>(true);
+  // Assigning it once made TypeScript give up ("excessively deep"): one rank below 0 was never.
+  const general: BufferView = scalar;
+  assert.equal(general.ndim, 0);
+  using plane = zeros([2, 3], "uint8");
+  using point = plane.slice(1, -1);
+  const alsoGeneral: BufferView = point;
+  assert.equal(alsoGeneral.size, 1);
+  expectType<Equal<ReturnType<typeof scalar.at<[0]>>, TypedView<"float32", number>>>(true);
+});
