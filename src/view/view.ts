@@ -543,7 +543,6 @@ export class BufferView<D extends DType = DType, N extends number = number> {
   as<E extends DType, M extends number>(dtype: E, ndim: M): BufferView<E, M> {
     if (!(#owner in asObject(this))) throw notAView(this, "as()");
     const checked = asRequirements(dtype, ndim);
-    this.#live();
     refuseAs(this.#state(), checked, dtype, ndim);
     return this as unknown as BufferView<E, M>;
   }
