@@ -1,8 +1,8 @@
-// Reading one element of a foreign tensor: import + get(1, 2) + dispose of a 2 x 3 float32,
-// against the same import + dispose without the read, and against a reader written by hand with the
-// runtime's own FFI (the struct's data pointer read, the float read at its offset, the producer's
-// deleter called), in thread CPU time, the cases interleaved batch by batch. Benchmark code only:
-// the library itself reaches the runtime through ffi/.
+// Reading one element of a foreign tensor: get(1, 2) of a live 2 x 3 float32 view, and import +
+// get(1, 2) + dispose of one against the same import + dispose without the read and against a reader
+// written by hand with the runtime's own FFI (the struct's data pointer read, the float read at its
+// offset, the producer's deleter called), in thread CPU time, the cases interleaved batch by batch.
+// Benchmark code only: the library itself reaches the runtime through ffi/.
 import { importDLPack } from "../mod.ts";
 import { tp } from "../tests/support/producer.ts";
 import { interleaved } from "./measure.ts";
@@ -55,7 +55,12 @@ export function elementCases(out: Figures): void {
   const source = { versioned: address };
   const read = byHandReader(address);
   let sink = 0;
+  // The read alone, from a view that stays live through every batch.
+  const live = importDLPack({ versioned: tp.tp_static_tensor(24, 2) });
   const cases: Record<string, () => void> = {
+    get_live_ns: () => {
+      sink += live.get(1, 2) as number;
+    },
     import_get_dispose_ns: () => {
       const v = importDLPack(source);
       sink += v.get(1, 2) as number;
@@ -67,5 +72,6 @@ export function elementCases(out: Figures): void {
     },
   };
   Object.assign(out, interleaved(cases, BATCH));
+  live.dispose();
   out.element_read_checksum = sink;
 }

@@ -78,6 +78,7 @@ export function bunRuntime(): Runtime {
     arrayBuffer(address: number, byteLength: number): ArrayBuffer {
       return toArrayBuffer(address, 0, byteLength);
     },
+    // bun:ffi's reads are the engine's own loads, cheaper than any call.
     reads(): MemoryReads {
       return reads;
     },

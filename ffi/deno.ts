@@ -7,6 +7,7 @@
 import { DLPackError } from "../src/facts/errors.ts";
 import type { MemoryReads, OpenLibrary, PermissionKind, Runtime, SymbolTable } from "./types.ts";
 import { bindSymbols } from "./results.ts";
+import { Load } from "../src/facts/abi.ts";
 
 declare const pointerBrand: unique symbol;
 /** Deno's pointer object, opaque here. */
@@ -25,16 +26,8 @@ interface ForeignFunction {
   readonly optional: boolean;
 }
 
-/** The reads of an `UnsafePointerView`, each at a byte offset from its pointer. */
+/** The reads of an `UnsafePointerView` used here, each at a byte offset from its pointer. */
 interface PointerView {
-  getUint8(offset: number): number;
-  getInt8(offset: number): number;
-  getUint16(offset: number): number;
-  getInt16(offset: number): number;
-  getUint32(offset: number): number;
-  getInt32(offset: number): number;
-  getFloat32(offset: number): number;
-  getFloat64(offset: number): number;
   getBigInt64(offset: number): bigint;
   getBigUint64(offset: number): bigint;
 }
@@ -132,49 +125,35 @@ export function denoRuntime(): Runtime {
   const { create, of, value: pointerValueOf } = Deno.UnsafePointer;
   const { getArrayBuffer, getCString } = Deno.UnsafePointerView;
   const PointerViewCtor = Deno.UnsafePointerView;
-  const {
-    getUint8,
-    getInt8,
-    getUint16,
-    getInt16,
-    getUint32,
-    getInt32,
-    getFloat32,
-    getFloat64,
-    getBigInt64,
-    getBigUint64,
-  } = PointerViewCtor.prototype;
+  const { getBigInt64, getBigUint64 } = PointerViewCtor.prototype;
   // One pointer object made at load, which getArrayBuffer offsets: making a pointer object per
   // call costs more than the ArrayBuffer itself. Nothing is ever mapped below BASE.
   const BASE = 4096;
   let base: Pointer | null | undefined;
   let reads: MemoryReads | undefined;
-  /** The scalar reads, over one pointer view of BASE that each offsets (a view per read would cost
-   * a pointer object each): made on first use, as making the pointer needs the FFI permission.
-   * perf(import+get+dispose) */
-  const makeReads = (): MemoryReads => {
-    let view: PointerView;
-    try {
-      view = new PointerViewCtor(base ??= create(BASE)!);
-    } catch (error) {
-      throw refused(error);
-    }
+  /** The scalar reads: numbers through libdlpack's `dlpk_load` (one fast FFI call, where each
+   * `UnsafePointerView` read costs several times that), 64-bit integers over one pointer view of
+   * BASE that each offsets (a view per read would cost a pointer object each), made on first use,
+   * as making the pointer needs the FFI permission. perf(import+get+dispose) */
+  const makeReads = (load: (address: number, kind: number) => number): MemoryReads => {
+    let view: PointerView | undefined;
     const at = <T>(get: (this: PointerView, offset: number) => T) => (address: number): T => {
       try {
-        return applyFn(get, view, [address - BASE]);
+        return applyFn(get, view ??= new PointerViewCtor(base ??= create(BASE)!), [address - BASE]);
       } catch (error) {
         throw refused(error);
       }
     };
+    const loads = (kind: number) => (address: number): number => load(address, kind);
     return Object.freeze({
-      u8: at(getUint8),
-      i8: at(getInt8),
-      u16: at(getUint16),
-      i16: at(getInt16),
-      u32: at(getUint32),
-      i32: at(getInt32),
-      f32: at(getFloat32),
-      f64: at(getFloat64),
+      u8: loads(Load.u8),
+      i8: loads(Load.i8),
+      u16: loads(Load.u16),
+      i16: loads(Load.i16),
+      u32: loads(Load.u32),
+      i32: loads(Load.i32),
+      f32: loads(Load.f32),
+      f64: loads(Load.f64),
       i64: at(getBigInt64),
       u64: at(getBigUint64),
     });
@@ -209,8 +188,8 @@ export function denoRuntime(): Runtime {
         throw refused(error);
       }
     },
-    reads(): MemoryReads {
-      return reads ??= makeReads();
+    reads(load: (address: number, kind: number) => number): MemoryReads {
+      return reads ??= makeReads(load);
     },
     addressOf(view: ArrayBufferView): number {
       try {

@@ -48,6 +48,9 @@ export const symbols = {
   dlpk_is_own_export: { args: ["f64", "u32"], returns: "u32" },
   dlpk_alloc: { args: ["f64", "f64", "u32", "f64"], returns: "i32" },
   dlpk_copy: { args: ["f64", "f64", "u32"], returns: "i32" },
+  // One scalar of host memory (src/facts/abi.ts `Load`: its type), where the runtime's own pointer
+  // reads cost more than this call (Deno).
+  dlpk_load: { args: ["f64", "u32"], returns: "f64" },
   // The embedded-Python bridge (GIL held by the caller).
   dlpk_py_load: { args: ["buffer"], returns: "i32" },
   dlpk_py_load_error: { args: ["buffer", "u32"], returns: "u32" },

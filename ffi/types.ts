@@ -75,8 +75,10 @@ export interface Runtime {
   open<T extends SymbolTable>(path: string, table: T): OpenLibrary<T>;
   /** A zero-copy ArrayBuffer over native memory. The caller guarantees the memory outlives it. */
   arrayBuffer(address: number, byteLength: number): ArrayBuffer;
-  /** The scalar reads of host memory (made on first use: they may need the FFI permission). */
-  reads(): MemoryReads;
+  /** The scalar reads of host memory (made on first use: they may need the FFI permission), built
+   * on the runtime's own pointer reads or, where those cost more, on `load` (libdlpack's
+   * `dlpk_load`: the number at an address, its type a `Load` code). */
+  reads(load: (address: number, kind: number) => number): MemoryReads;
   /** The address of a TypedArray's first byte (stable while the array is reachable). */
   addressOf(view: ArrayBufferView): number;
   /** Whether the runtime's FFI hands out addresses as pointer objects (Deno's `PointerObject`), which

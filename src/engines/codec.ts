@@ -337,7 +337,7 @@ function float16Of(bits: number): number {
 export function readAt(facts: ViewFacts, address: number, at: number): Scalar {
   requireHost(facts, "get()");
   const info = facts.info;
-  const m = reads ??= runtime().reads();
+  const m = reads ??= runtime().reads(core().dlpk_load);
   // Elements from element 0 (negative strides put some before it).
   const e = at + facts.minOffset;
   const bits = info.bits;
@@ -426,7 +426,7 @@ function writeCode(facts: ViewFacts, address: number, e: number, code: number): 
     store(address + e, 1);
     return;
   }
-  const m = reads ??= runtime().reads();
+  const m = reads ??= runtime().reads(core().dlpk_load);
   const bit = e * slot;
   const byte = floor(bit / 8);
   const shift = bit - byte * 8;

@@ -9,7 +9,7 @@
  */
 
 /** `dlpk_abi_version()`: bumped whenever a symbol, a signature or a shared layout changes. */
-export const ABI_VERSION = 23;
+export const ABI_VERSION = 24;
 
 /** Bytes of the native `Description` record every native call reads or writes. */
 export const DESCRIPTION_BYTES = 1144;
@@ -120,6 +120,18 @@ export const PythonStatus = {
   notLoaded: 16,
   arrayInterface: 40,
   raised: 41,
+} as const;
+
+/** The scalar types of `dlpk_load`. */
+export const Load = {
+  u8: 0,
+  i8: 1,
+  u16: 2,
+  i16: 3,
+  u32: 4,
+  i32: 5,
+  f32: 6,
+  f64: 7,
 } as const;
 
 /** Results of `dlpk_py_check_object`: 0, or the part of a `{ handle }` object that is not in readable memory. */

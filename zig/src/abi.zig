@@ -10,7 +10,7 @@ const dlpack = @import("dlpack.zig");
 
 /// Bumped whenever a symbol, a signature or a shared struct layout changes. The TS loader refuses a
 /// library whose number differs from its own.
-pub const version: u32 = 23;
+pub const version: u32 = 24;
 
 /// The option bits of `dlpk_import`, `dlpk_describe`, `dlpk_py_consume` and `dlpk_py_from`.
 pub const import_option = struct {
@@ -100,6 +100,19 @@ pub const PythonStatus = enum(i32) {
     array_interface = 40,
     /// The call into Python raised: the exception is pending.
     raised = 41,
+};
+
+/// The scalar types `dlpk_load` reads, each returned as an f64 (exact for all of them; 64-bit
+/// integers are not among them: an f64 cannot hold every value).
+pub const Load = enum(u32) {
+    u8 = 0,
+    i8 = 1,
+    u16 = 2,
+    i16 = 3,
+    u32 = 4,
+    i32 = 5,
+    f32 = 6,
+    f64 = 7,
 };
 
 /// Results of `dlpk_py_check_object`: whether a `PyObject*` that did not come from the bridge can

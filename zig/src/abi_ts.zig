@@ -110,6 +110,7 @@ const entries = .{
         "(`Description.status`)." },
     .{ "PythonStatus", abi.PythonStatus, "Statuses of the Python bridge beyond `Status` (kept " ++
         "clear of its numbers: `dlpk_py_from` returns both)." },
+    .{ "Load", abi.Load, "The scalar types of `dlpk_load`." },
     .{ "ObjectCheck", abi.ObjectCheck, "Results of `dlpk_py_check_object`: 0, or the part of a " ++
         "`{ handle }` object that is not in readable memory." },
     .{ "CudaStatus", abi.CudaStatus, "Negative statuses of the CUDA calls; a positive status is " ++

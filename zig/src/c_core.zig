@@ -249,6 +249,18 @@ export fn dlpk_copy(spec_address: f64, dst_address: f64, itemsize: u32) i32 {
     return code(memory.copyDescribed(spec, dst, itemsize));
 }
 
+/// The scalar of type `kind` (`abi.Load`) at `address`, any alignment, for runtimes whose own
+/// pointer reads cost several FFI calls (Deno's `UnsafePointerView`). The caller guarantees the
+/// bytes are readable (a live view's element); NaN for an address outside user space or an
+/// unknown kind.
+export fn dlpk_load(address: f64, kind: u32) f64 {
+    const nan = std.math.nan(f64);
+    const at = abi.addressFromF64(address) orelse return nan;
+    if (at < abi.address_min or at >= abi.address_limit) return nan;
+    const load = std.meta.intToEnum(abi.Load, kind) catch return nan;
+    return memory.loadScalar(at, load);
+}
+
 fn ownerAt(value: f64) ?*owner.Owner {
     const address = abi.addressFromF64(value) orelse return null;
     if (address == 0 or address % @alignOf(owner.Owner) != 0) return null;
@@ -627,4 +639,14 @@ test "journaled releases end their entry, whatever it holds" {
     try testing.expectEqual(@as(f64, 0), dlpk_export_dispose(0));
     try testing.expectEqual(@as(i32, 0), j.count);
     try testing.expectEqual(@intFromPtr(j), @as(usize, @intFromFloat(dlpk_journal())));
+}
+
+test "dlpk_load reads a scalar in place and refuses what is no user-space address" {
+    const value: f32 = 0.25;
+    const address: f64 = @floatFromInt(@intFromPtr(&value));
+    try std.testing.expectEqual(@as(f64, 0.25), dlpk_load(address, @intFromEnum(abi.Load.f32)));
+    try std.testing.expect(std.math.isNan(dlpk_load(address, 8)));
+    try std.testing.expect(std.math.isNan(dlpk_load(0, @intFromEnum(abi.Load.u8))));
+    try std.testing.expect(std.math.isNan(dlpk_load(address + 0.5, @intFromEnum(abi.Load.u8))));
+    try std.testing.expect(std.math.isNan(dlpk_load(-4096, @intFromEnum(abi.Load.u8))));
 }

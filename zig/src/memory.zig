@@ -375,6 +375,48 @@ pub fn copyDescribed(spec: *const abi.Description, dst: usize, itemsize: u32) ab
     return .ok;
 }
 
+/// The scalar of type `load` at `address` (any alignment) as an f64, which holds every value of
+/// each of those types exactly. The caller guarantees the bytes are readable.
+pub fn loadScalar(address: usize, load: abi.Load) f64 {
+    assert(address >= abi.address_min and address < abi.address_limit);
+    return switch (load) {
+        .u8 => @floatFromInt(loaded(u8, address)),
+        .i8 => @floatFromInt(loaded(i8, address)),
+        .u16 => @floatFromInt(loaded(u16, address)),
+        .i16 => @floatFromInt(loaded(i16, address)),
+        .u32 => @floatFromInt(loaded(u32, address)),
+        .i32 => @floatFromInt(loaded(i32, address)),
+        .f32 => @floatCast(loaded(f32, address)),
+        .f64 => loaded(f64, address),
+    };
+}
+
+inline fn loaded(comptime T: type, address: usize) T {
+    const at: *align(1) const T = @ptrFromInt(address);
+    return at.*;
+}
+
+test "scalar loads of every type, at unaligned addresses" {
+    var bytes: [16]u8 align(8) = undefined;
+    const at = @intFromPtr(&bytes) + 1;
+    const values = [_]struct { abi.Load, []const u8, f64 }{
+        .{ .u8, &.{0xfe}, 254 },
+        .{ .i8, &.{0xfe}, -2 },
+        .{ .u16, &std.mem.toBytes(@as(u16, 65_000)), 65_000 },
+        .{ .i16, &std.mem.toBytes(@as(i16, -30_000)), -30_000 },
+        .{ .u32, &std.mem.toBytes(@as(u32, 4_000_000_000)), 4_000_000_000 },
+        .{ .i32, &std.mem.toBytes(@as(i32, -2_000_000_000)), -2_000_000_000 },
+        .{ .f32, &std.mem.toBytes(@as(f32, -1.5)), -1.5 },
+        .{ .f64, &std.mem.toBytes(@as(f64, 1e300)), 1e300 },
+    };
+    for (values) |v| {
+        @memcpy(bytes[1..][0..v[1].len], v[1]);
+        try std.testing.expectEqual(v[2], loadScalar(at, v[0]));
+    }
+    @memcpy(bytes[1..5], &std.mem.toBytes(std.math.nan(f32)));
+    try std.testing.expect(std.math.isNan(loadScalar(at, .f32)));
+}
+
 test "allocation is aligned and zeroed on request" {
     for ([_]usize{ 1, 8, 256, alignment_max_bytes }) |alignment| {
         const memory = try alloc(100, alignment, true);
