@@ -51,6 +51,8 @@ export const symbols = {
   // One scalar of host memory (src/facts/abi.ts `Load`: its type), where the runtime's own pointer
   // reads cost more than this call (Deno).
   dlpk_load: { args: ["f64", "u32"], returns: "f64" },
+  // set()'s element, staged in JS memory, copied into the view (1-16 bytes).
+  dlpk_store: { args: ["f64", "f64", "u32"], returns: "i32" },
   // The embedded-Python bridge (GIL held by the caller).
   dlpk_py_load: { args: ["buffer"], returns: "i32" },
   dlpk_py_load_error: { args: ["buffer", "u32"], returns: "u32" },

@@ -20,7 +20,6 @@ import {
 import { ArrayBufferCtor, ceil, floor, isArray, slots, typedArrayLength } from "../facts/intrinsics.ts";
 import { bfloat16ToNumber, decodeMiniFloat, encodeMiniFloat, numberToBfloat16 } from "../facts/scalars.ts";
 import { nextOffset } from "../facts/layout.ts";
-import { I32, scratch } from "../native/scratch.ts";
 import { Flag, TypeCode } from "../facts/abi.ts";
 import type { ViewFacts } from "./state.ts";
 import { formatDevice, isHostAccessible } from "../facts/devices.ts";
@@ -439,12 +438,9 @@ function writeCode(facts: ViewFacts, address: number, e: number, code: number): 
   store(address + byte, two ? 2 : 1);
 }
 
-/** Copies the first `bytes` staged bytes to `dst` (one 0-d element of that size, natively). */
+/** Copies the first `bytes` staged bytes to `dst` (one element of that size, natively). */
 function store(dst: number, bytes: number): void {
-  const s = scratch;
-  s.setAddress(stagedAt ||= runtime().addressOf(stagedBytes));
-  s.i32[I32.ndim] = 0;
-  const status = core().dlpk_copy(s.at, dst, bytes);
+  const status = core().dlpk_store(dst, stagedAt ||= runtime().addressOf(stagedBytes), bytes);
   if (status !== 0) throw new DLPackError("library", `the native copy of one element refused it (status ${status})`);
 }
 

@@ -261,6 +261,17 @@ export fn dlpk_load(address: f64, kind: u32) f64 {
     return memory.loadScalar(at, load);
 }
 
+/// Copies the element `set()` staged at `src_address` (`bytes`: 1-16) to `dst_address`, any
+/// alignment: one call with no description to fill, where the general `dlpk_copy` takes one.
+export fn dlpk_store(dst_address: f64, src_address: f64, bytes: u32) i32 {
+    const dst = abi.addressFromF64(dst_address) orelse return invalid;
+    const src = abi.addressFromF64(src_address) orelse return invalid;
+    if (bytes == 0 or bytes > memory.element_bytes_max) return invalid;
+    if (dst < abi.address_min or src < abi.address_min) return invalid;
+    memory.storeElement(dst, src, bytes);
+    return 0;
+}
+
 fn ownerAt(value: f64) ?*owner.Owner {
     const address = abi.addressFromF64(value) orelse return null;
     if (address == 0 or address % @alignOf(owner.Owner) != 0) return null;
@@ -649,4 +660,17 @@ test "dlpk_load reads a scalar in place and refuses what is no user-space addres
     try std.testing.expect(std.math.isNan(dlpk_load(0, @intFromEnum(abi.Load.u8))));
     try std.testing.expect(std.math.isNan(dlpk_load(address + 0.5, @intFromEnum(abi.Load.u8))));
     try std.testing.expect(std.math.isNan(dlpk_load(-4096, @intFromEnum(abi.Load.u8))));
+}
+
+test "dlpk_store copies one element and refuses a bad width or address" {
+    const src: [2]f64 = .{ 1.5, -2.5 };
+    var dst: [2]f64 = .{ 0, 0 };
+    const from: f64 = @floatFromInt(@intFromPtr(&src));
+    const to: f64 = @floatFromInt(@intFromPtr(&dst));
+    try std.testing.expectEqual(@as(i32, 0), dlpk_store(to, from, 16));
+    try std.testing.expectEqual(src, dst);
+    try std.testing.expectEqual(invalid, dlpk_store(to, from, 0));
+    try std.testing.expectEqual(invalid, dlpk_store(to, from, 17));
+    try std.testing.expectEqual(invalid, dlpk_store(0, from, 4));
+    try std.testing.expectEqual(invalid, dlpk_store(to, 0.5, 4));
 }

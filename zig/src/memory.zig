@@ -391,9 +391,34 @@ pub fn loadScalar(address: usize, load: abi.Load) f64 {
     };
 }
 
+/// Copies one element of `bytes` bytes (1-16) from `src` to `dst`, any alignment, byte by byte
+/// (defined even if the two overlapped).
+pub fn storeElement(dst: usize, src: usize, bytes: u32) void {
+    assert(bytes >= 1 and bytes <= element_bytes_max);
+    assert(dst >= abi.address_min and src >= abi.address_min);
+    const to: [*]u8 = @ptrFromInt(dst);
+    const from: [*]const u8 = @ptrFromInt(src);
+    for (0..bytes) |i| to[i] = from[i];
+}
+
+/// The widest element: a complex128.
+pub const element_bytes_max = 16;
+
 inline fn loaded(comptime T: type, address: usize) T {
     const at: *align(1) const T = @ptrFromInt(address);
     return at.*;
+}
+
+test "element stores of every width, unaligned" {
+    var src: [17]u8 = undefined;
+    for (&src, 0..) |*b, i| b.* = @intCast(i + 1);
+    for (1..element_bytes_max + 1) |n| {
+        var dst = [_]u8{0} ** 18;
+        storeElement(@intFromPtr(&dst) + 1, @intFromPtr(&src) + 1, @intCast(n));
+        try std.testing.expectEqual(@as(u8, 0), dst[0]);
+        try std.testing.expectEqualSlices(u8, src[1..][0..n], dst[1..][0..n]);
+        try std.testing.expectEqual(@as(u8, 0), dst[1 + n]);
+    }
 }
 
 test "scalar loads of every type, at unaligned addresses" {
