@@ -2,13 +2,13 @@
 // tools/test.sh rebuilds them (the builds are byte-reproducible) and fails when this table is stale.
 
 /** The version the release artifacts are named after (deno.json "version"). */
-export const RELEASE_VERSION = "0.3.0";
+export const RELEASE_VERSION = "0.4.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.3.0-darwin-aarch64.dylib": "6dbd49221f7f527f5f2456fd2737b54aa502faf7f01327016900b65e5a0b9600",
-  "libdlpack-0.3.0-darwin-x86_64.dylib": "986dc674eab62895ab77c4423652856a5c82eb014d3179c98587d2f505caa9e8",
-  "libdlpack-0.3.0-linux-aarch64.so": "ee3176f1abea6edbb36e3847b12e57a0225a20eab82201703fad41bf9987f639",
-  "libdlpack-0.3.0-linux-x86_64.so": "9384e62f5f82804edf42f9919e8ce7366c0568d2c8868d338ea68220cfa2be45",
-  "libdlpack-0.3.0-windows-x86_64.dll": "a6e286e89c89ca790b6c771ed9b1194f8fce18aa07071137307c118fd8069108",
+  "libdlpack-0.4.0-darwin-aarch64.dylib": "4af6ea633748fec844770e58dc764ae1f2e706b245cb5a82894a510fe29e4a78",
+  "libdlpack-0.4.0-darwin-x86_64.dylib": "aa16a295a3e7d757b131f6e39b2227929d703e92719ede6921156a02659b6e3e",
+  "libdlpack-0.4.0-linux-aarch64.so": "67aa107e24e48ba33ab44ba4541d88c02b30216f2120c8f0180a6fb47dcafc5d",
+  "libdlpack-0.4.0-linux-x86_64.so": "597c915fde7b3659833a4a036247c86f399f8900c5c136e94722e8c0ea9376d8",
+  "libdlpack-0.4.0-windows-x86_64.dll": "1d4d2ed7f1944fbbd7da65fd5ca1e23135af0de1af7433bb73a36717d5c0c0de",
 });
