@@ -8,7 +8,7 @@
  * @module
  */
 import { DLPackError } from "../facts/errors.ts";
-import { quote } from "../facts/intrinsics.ts";
+import { objectSlots, quote } from "../facts/intrinsics.ts";
 
 const ReflectApply = Reflect.apply;
 const fromCharCode = String.fromCharCode;
@@ -89,14 +89,24 @@ export class JsonReader {
     if (this.peek() !== 0x7b) this.expect(0x7b, `${label(what)} (a JSON object)`);
     this.at++;
     if (this.take(0x7d)) return;
-    // A prototype-less object as the set of keys seen: any key works, nothing of a caller's is read.
-    const seen = { __proto__: null } as unknown as Record<string, true | undefined>;
+    // The keys seen: the first FEW in an array searched linearly (a header's entries have three
+    // keys, and a prototype-less object, which V8 makes a dictionary, costs more to make than to
+    // search); beyond them, a prototype-less object as the set (any key works, nothing of a
+    // caller's is read).
+    const few = ["", "", "", "", "", "", "", ""];
+    let count = 0;
+    let seen: Record<string, true | undefined> | undefined;
     for (;;) {
       const at = this.peek() === QUOTE ? this.at : -1;
       if (at < 0) throw this.fail(`expected a key (a string) in ${label(what)}, found ${this.found()}`);
       const key = this.string();
-      if (seen[key] === true) throw this.fail(`key ${quoted(key)} appears twice in ${label(what)}`, at);
-      seen[key] = true;
+      let twice = false;
+      for (let i = 0; i < count && i < FEW; i++) twice ||= few[i] === key;
+      if (seen !== undefined) twice ||= seen[key] === true;
+      if (twice) throw this.fail(`key ${quoted(key)} appears twice in ${label(what)}`, at);
+      if (count < FEW) few[count] = key;
+      else (seen ??= { __proto__: null } as unknown as Record<string, true | undefined>)[key] = true;
+      count++;
       this.expect(0x3a, "':'");
       member(key, at);
       if (this.take(0x7d)) return;
@@ -148,19 +158,32 @@ export class JsonReader {
     this.expect(QUOTE, "a string");
     // Most strings (names, dtypes, keys) are plain ASCII: built from their bytes directly.
     const bytes = this.bytes;
-    let end = this.at;
-    let out = "";
+    const start = this.at;
+    let end = start;
+    let hash = 0;
     while (end < this.end) {
       const b = bytes[end]!;
       if (b < 0x20 || b >= 0x80 || b === QUOTE || b === BACKSLASH) break;
-      out += fromCharCode(b);
+      hash = (hash * 31 + b) & (INTERNED - 1);
       end++;
     }
-    if (end < this.end && bytes[end] === QUOTE) {
-      this.at = end + 1;
-      return out;
+    if (end >= this.end || bytes[end] !== QUOTE) return this.slowString();
+    this.at = end + 1;
+    // Short strings recur (every entry's "dtype", "shape", "data_offsets", its dtype's name): one
+    // seen before is found by its bytes instead of made again.
+    const n = end - start;
+    if (n > INTERNED_BYTES) return asciiText(bytes, start, end);
+    const slot = hash * INTERNED_BYTES;
+    if (internedLength[hash] === n) {
+      let same = true;
+      for (let i = 0; i < n && same; i++) same = internedBytes[slot + i] === bytes[start + i];
+      if (same) return internedText[hash]!;
     }
-    return this.slowString();
+    const text = asciiText(bytes, start, end);
+    for (let i = 0; i < n; i++) internedBytes[slot + i] = bytes[start + i]!;
+    internedLength[hash] = n;
+    internedText[hash] = text;
+    return text;
   }
 
   /** {@link JsonReader.string} byte by byte, after its opening quote. */
@@ -327,6 +350,25 @@ export class JsonReader {
 }
 
 const MAX_SAFE_INTEGER = 2 ** 53 - 1;
+
+/** How many keys an object's first check holds in an array (see {@link JsonReader.object}). */
+const FEW = 8;
+
+/** Slots of the cache of short ASCII strings (a power of 2), and the longest string it holds. */
+const INTERNED = 256;
+const INTERNED_BYTES = 16;
+/** Each slot's string, its bytes (INTERNED_BYTES a slot) and their count: every slot starts as "". */
+const internedText = objectSlots<string>(INTERNED) as string[];
+for (let i = 0; i < INTERNED; i++) internedText[i] = "";
+const internedBytes = new Uint8Array(INTERNED * INTERNED_BYTES);
+const internedLength = new Uint8Array(INTERNED);
+
+/** The string of the ASCII bytes `[start, end)`. */
+function asciiText(bytes: Uint8Array, start: number, end: number): string {
+  let out = "";
+  for (let i = start; i < end; i++) out += fromCharCode(bytes[i]!);
+  return out;
+}
 
 function named(what: Label, index: number): string {
   return index < 0 ? label(what) : `${label(what)}[${index}]`;

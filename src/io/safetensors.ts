@@ -135,9 +135,11 @@ export function headerLength(bytes: Uint8Array, fileBytes: number, where: string
 export function parseHeader(bytes: Uint8Array, fileBytes: number, where: string): SafetensorsHeader {
   const n = headerLength(bytes, fileBytes, where);
   const reader = new JsonReader(bytes, PREFIX_BYTES, PREFIX_BYTES + n, where);
-  // Grown by doubling into own elements (an index write past the end could reach a setter a
-  // caller put on Array.prototype).
-  let found = objectSlots<TensorEntry>(16) as TensorEntry[];
+  // Chained as they are read, then moved into one array of own elements of the exact length (an
+  // index write past an array's end could reach a setter a caller put on Array.prototype, and
+  // growing one by copies costs more than the chain).
+  let first: Chained | undefined;
+  let last: Chained | undefined;
   let count = 0;
   let metadata: Record<string, string> | null = null;
   reader.object("the header", (key, at) => {
@@ -145,19 +147,35 @@ export function parseHeader(bytes: Uint8Array, fileBytes: number, where: string)
       metadata = readMetadata(reader);
       return;
     }
-    if (count === found.length) found = grown(found);
-    found[count++] = readEntry(reader, key, at);
+    const link: Chained = { entry: readEntry(reader, key, at), next: undefined };
+    if (last === undefined) first = link;
+    else last.next = link;
+    last = link;
+    count++;
   });
   if (reader.peek() !== -1) throw reader.fail(`expected the end of the header, found ${reader.found()}`);
-  const tensors = sortByOffsets(found, count);
+  const found = objectSlots<TensorEntry>(count) as TensorEntry[];
+  let inOrder = true;
+  let link = first;
+  for (let i = 0; link !== undefined; i++, link = link.next) {
+    found[i] = link.entry;
+    if (i > 0 && !before(found[i - 1]!, link.entry)) inOrder = false;
+  }
+  // Entries that come in the order of their data (as this library writes them) need no sort.
+  const tensors = inOrder ? found : sortByOffsets(found, count);
   checkCover(tensors, fileBytes - PREFIX_BYTES - n, where);
   return freeze({ dataStart: PREFIX_BYTES + n, tensors: freeze(tensors), metadata });
 }
 
-function grown(entries: TensorEntry[]): TensorEntry[] {
-  const out = objectSlots<TensorEntry>(entries.length * 2) as TensorEntry[];
-  for (let i = 0; i < entries.length; i++) out[i] = entries[i]!;
-  return out;
+/** An entry read, and the one read after it. */
+interface Chained {
+  readonly entry: TensorEntry;
+  next: Chained | undefined;
+}
+
+/** Whether `a` comes first in the order of the data (begin, then end). */
+function before(a: TensorEntry, b: TensorEntry): boolean {
+  return a.begin < b.begin || (a.begin === b.begin && a.end <= b.end);
 }
 
 function readMetadata(reader: JsonReader): Record<string, string> {
@@ -259,7 +277,6 @@ function sortByOffsets(entries: TensorEntry[], n: number): TensorEntry[] {
   let from = objectSlots<TensorEntry>(n) as TensorEntry[];
   for (let i = 0; i < n; i++) from[i] = entries[i]!;
   let to = objectSlots<TensorEntry>(n) as TensorEntry[];
-  const before = (a: TensorEntry, b: TensorEntry) => a.begin < b.begin || (a.begin === b.begin && a.end <= b.end);
   for (let width = 1; width < n; width *= 2) {
     for (let lo = 0; lo < n; lo += 2 * width) {
       const mid = min(lo + width, n);

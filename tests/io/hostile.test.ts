@@ -95,6 +95,25 @@ const SAFETENSORS_CASES: Array<[string, Uint8Array, RegExp]> = [
     /key "a" appears twice/,
   ],
   [
+    // The first 8 keys of an object are checked in a list, the later ones in a set: both halves.
+    "a duplicate name among many, the second beyond the eighth key",
+    safetensors(
+      `{${Array.from({ length: 10 }, (_, i) => `"t${i}": ${entry("U8", "[1]", `[${i}, ${i + 1}]`)}`).join(", ")}, ` +
+        `"t2": ${entry("U8", "[1]", "[10, 11]")}}`,
+      11,
+    ),
+    /key "t2" appears twice/,
+  ],
+  [
+    "a duplicate name, both beyond the eighth key",
+    safetensors(
+      `{${Array.from({ length: 10 }, (_, i) => `"t${i}": ${entry("U8", "[1]", `[${i}, ${i + 1}]`)}`).join(", ")}, ` +
+        `"t9": ${entry("U8", "[1]", "[10, 11]")}}`,
+      11,
+    ),
+    /key "t9" appears twice/,
+  ],
+  [
     "a metadata value that is no string",
     safetensors('{"__metadata__": {"n": 1}}'),
     /__metadata__ "n" must be a string/,

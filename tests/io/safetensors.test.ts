@@ -331,6 +331,30 @@ test("saveSafetensors refuses what the format cannot hold, and leaves the old fi
   nothingLeft(folder.dir);
 });
 
+test("entries listed out of the order of their data are read by their offsets", () => {
+  // The header lists "c" (last bytes), "a" (first), "b": the data order is a, b, c.
+  const json = '{"c": {"dtype": "U8", "shape": [2], "data_offsets": [3, 5]}, ' +
+    '"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, ' +
+    '"b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}}';
+  const header = new TextEncoder().encode(json);
+  const bytes = new Uint8Array(8 + header.length + 5);
+  new DataView(bytes.buffer).setBigUint64(0, BigInt(header.length), true);
+  bytes.set(header, 8);
+  bytes.set([10, 20, 21, 30, 31], 8 + header.length);
+  const path = folder.path("unordered.safetensors");
+  writeFileSync(path, bytes);
+  const file = loadSafetensors(path);
+  try {
+    assert.deepEqual(Object.keys(file.tensors), ["a", "b", "c"]);
+    assert.deepEqual([file.tensors.a!.get(0)], [10]);
+    assert.deepEqual([file.tensors.b!.get(0), file.tensors.b!.get(1)], [20, 21]);
+    assert.deepEqual([file.tensors.c!.get(0), file.tensors.c!.get(1)], [30, 31]);
+  } finally {
+    file.dispose();
+  }
+  nothingLeft();
+});
+
 test("nothing is left behind: no mapping, no temporary file", () => {
   nothingLeft(folder.dir);
   folder.cleanup();
