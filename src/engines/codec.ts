@@ -316,6 +316,12 @@ export function elementAt(facts: ViewFacts, index: readonly number[], what: stri
 }
 
 let reads: MemoryReads | undefined;
+
+/** The runtime's scalar reads of host memory (made on first use), given libdlpack's loader to
+ * build on where the runtime's own reads cost more. */
+function memoryReads(): MemoryReads {
+  return reads ??= runtime().reads(core().dlpk_load);
+}
 // A float16 element's bits become what array() holds for it (the number where the runtime has
 // Float16Array, else the bits themselves, as its Uint16Array holds them).
 const halfBuffer = new ArrayBufferCtor(2);
@@ -336,7 +342,7 @@ function float16Of(bits: number): number {
 export function readAt(facts: ViewFacts, address: number, at: number): Scalar {
   requireHost(facts, "get()");
   const info = facts.info;
-  const m = reads ??= runtime().reads(core().dlpk_load);
+  const m = memoryReads();
   // Elements from element 0 (negative strides put some before it).
   const e = at + facts.minOffset;
   const bits = info.bits;
@@ -425,7 +431,7 @@ function writeCode(facts: ViewFacts, address: number, e: number, code: number): 
     store(address + e, 1);
     return;
   }
-  const m = reads ??= runtime().reads(core().dlpk_load);
+  const m = memoryReads();
   const bit = e * slot;
   const byte = floor(bit / 8);
   const shift = bit - byte * 8;

@@ -42,6 +42,12 @@ function npy(header: string, data = 0, major = 1, magic = "\x93NUMPY"): Uint8Arr
 const entry = (dtype: string, shape: string, offsets: string) =>
   `{"dtype":"${dtype}","shape":${shape},"data_offsets":${offsets}}`;
 
+/** A file of ten one-byte tensors t0..t9, then `name` (one of them) again over the eleventh byte. */
+function tenAndAgain(name: string): Uint8Array {
+  const ten = Array.from({ length: 10 }, (_, i) => `"t${i}": ${entry("U8", "[1]", `[${i}, ${i + 1}]`)}`);
+  return safetensors(`{${ten.join(", ")}, "${name}": ${entry("U8", "[1]", "[10, 11]")}}`, 11);
+}
+
 const SAFETENSORS_CASES: Array<[string, Uint8Array, RegExp]> = [
   ["too short", new Uint8Array([1, 2, 3]), /3 bytes is too short for a safetensors file/],
   ["header length beyond the file", safetensors("{}", 0, 1000n), /header length 1000 is beyond the file \(10 bytes\)/],
@@ -94,25 +100,9 @@ const SAFETENSORS_CASES: Array<[string, Uint8Array, RegExp]> = [
     safetensors(`{"a": ${entry("U8", "[1]", "[0, 1]")}, "a": ${entry("U8", "[1]", "[1, 2]")}}`, 2),
     /key "a" appears twice/,
   ],
-  [
-    // The first 8 keys of an object are checked in a list, the later ones in a set: both halves.
-    "a duplicate name among many, the second beyond the eighth key",
-    safetensors(
-      `{${Array.from({ length: 10 }, (_, i) => `"t${i}": ${entry("U8", "[1]", `[${i}, ${i + 1}]`)}`).join(", ")}, ` +
-        `"t2": ${entry("U8", "[1]", "[10, 11]")}}`,
-      11,
-    ),
-    /key "t2" appears twice/,
-  ],
-  [
-    "a duplicate name, both beyond the eighth key",
-    safetensors(
-      `{${Array.from({ length: 10 }, (_, i) => `"t${i}": ${entry("U8", "[1]", `[${i}, ${i + 1}]`)}`).join(", ")}, ` +
-        `"t9": ${entry("U8", "[1]", "[10, 11]")}}`,
-      11,
-    ),
-    /key "t9" appears twice/,
-  ],
+  // The first 8 keys of an object are checked in a list, the later ones in a set: both halves.
+  ["a duplicate name among many, the second beyond the eighth key", tenAndAgain("t2"), /key "t2" appears twice/],
+  ["a duplicate name, both beyond the eighth key", tenAndAgain("t9"), /key "t9" appears twice/],
   [
     "a metadata value that is no string",
     safetensors('{"__metadata__": {"n": 1}}'),
