@@ -5,7 +5,7 @@
  */
 
 /** A constructor that returns its argument: a subclass's private fields land on that object. */
-class Stamp {
+export class Stamp {
   constructor(target: object) {
     return target;
   }

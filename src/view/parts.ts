@@ -4,6 +4,7 @@
  * @module
  */
 import { DLPackError, shown } from "../facts/errors.ts";
+import { Stamp } from "../facts/brands.ts";
 import type { AnyTypedArray } from "../facts/dtypes.ts";
 import { freeze, newSet, ObjectCtor } from "../facts/intrinsics.ts";
 import type { Owner, Releasable } from "../native/shares.ts";
@@ -13,11 +14,6 @@ import { readonlyReason } from "../engines/copy.ts";
 /** Ties a handed-out ArrayBuffer to its view: the view (and its memory) lives while the buffer does.
  * A private field stamped onto the buffer (the constructor returns the buffer itself): unlike a
  * property, no setter or Proxy a caller puts on ArrayBuffer.prototype's chain can intercept it. */
-class Stamp {
-  constructor(target: object) {
-    return target;
-  }
-}
 export class BufferLink extends Stamp {
   #view: object;
   constructor(buffer: ArrayBuffer, view: object) {
