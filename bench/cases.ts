@@ -62,28 +62,33 @@ out.import_dispose_ns = measure(200_000, () => importDLPack(small).dispose());
   }
   for (const m of bySize) out[`import_dispose_${m.size}_ns`] = m.perCall.sort((a, b) => a - b)[SAMPLES >> 1]!;
 }
-/** Median ns per `make()` over SAMPLES batches, each of `batch` calls; what `make()` returns is
- * disposed after the batch, outside the timed region. */
-function measureMade(batch: number, make: () => { dispose(): void }): number {
+/** Median ns per `make()` of each case over `batches` batches of `batch` calls, the cases
+ * interleaved batch by batch: the collection the garbage of earlier batches costs lands in any of
+ * them alike (in Bun a single one moved a case's median by 2x from run to run). What `make()`
+ * returns is disposed after its batch, outside the timed region. */
+function measureMade(
+  batch: number,
+  cases: Record<string, () => { dispose(): void }>,
+  batches = 21,
+): Record<string, number> {
   const made = new Array<{ dispose(): void }>(batch);
-  const perCall: number[] = [];
-  for (let s = 0; s < SAMPLES + 3; s++) {
-    const t0 = performance.now();
-    for (let i = 0; i < batch; i++) made[i] = make();
-    const t = ((performance.now() - t0) * 1e6) / batch;
-    for (let i = 0; i < batch; i++) made[i]!.dispose();
-    if (s >= 3) perCall.push(t); // the first batches warm the JIT up
+  const perCall: Record<string, number[]> = {};
+  for (const name in cases) perCall[name] = [];
+  for (let s = 0; s < batches + 3; s++) {
+    for (const name in cases) {
+      const make = cases[name]!;
+      const t0 = performance.now();
+      for (let i = 0; i < batch; i++) made[i] = make();
+      const t = ((performance.now() - t0) * 1e6) / batch;
+      for (let i = 0; i < batch; i++) made[i]!.dispose();
+      if (s >= 3) perCall[name]!.push(t); // the first batches warm the JIT up
+    }
   }
-  perCall.sort((a, b) => a - b);
-  return perCall[Math.floor(perCall.length / 2)]!;
+  const medians: Record<string, number> = {};
+  for (const name in cases) medians[name] = perCall[name]!.sort((a, b) => a - b)[batches >> 1]!;
+  return medians;
 }
 
-// The issue's case is "import + array()": the view's dispose is timed in import_dispose_ns.
-out.import_array_ns = measureMade(2_000, () => {
-  const v = importDLPack(small);
-  v.array();
-  return v;
-});
 out.import_array_dispose_ns = measure(100_000, () => {
   const v = importDLPack(small);
   v.array();
@@ -92,17 +97,26 @@ out.import_array_dispose_ns = measure(100_000, () => {
 {
   const v = importDLPack(small);
   const floor = bareArrayBuffer(Number(v.address), KiB);
-  out.bare_arraybuffer_ns = measureMade(2_000, () => {
-    floor();
-    return { dispose() {} };
+  const figures = measureMade(2_000, {
+    // The issue's case is "import + array()": the view's dispose is timed in import_dispose_ns.
+    import_array_ns: () => {
+      const made = importDLPack(small);
+      made.array();
+      return made;
+    },
+    bare_arraybuffer_ns: () => {
+      floor();
+      return { dispose() {} };
+    },
+    // What array() cannot do without: the import, then the bare ArrayBuffer and a TypedArray on it.
+    import_bare_array_ns: () => {
+      const made = importDLPack(small);
+      void new Float32Array(floor());
+      return made;
+    },
   });
+  Object.assign(out, figures);
   v.dispose();
-  // What array() cannot do without: the import, then the bare ArrayBuffer and a TypedArray on it.
-  out.import_bare_array_ns = measureMade(2_000, () => {
-    const made = importDLPack(small);
-    void new Float32Array(floor());
-    return made;
-  });
 }
 
 const exported = new Float32Array(256);
