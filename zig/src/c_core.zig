@@ -255,19 +255,25 @@ export fn dlpk_copy(spec_address: f64, dst_address: f64, itemsize: u32) i32 {
 /// unknown kind.
 export fn dlpk_load(address: f64, kind: u32) f64 {
     const nan = std.math.nan(f64);
-    const at = abi.addressFromF64(address) orelse return nan;
-    if (at < abi.address_min or at >= abi.address_limit) return nan;
+    const at = elementAddress(address) orelse return nan;
     const load = std.meta.intToEnum(abi.Load, kind) catch return nan;
     return memory.loadScalar(at, load);
+}
+
+/// The address of one element that `dlpk_load` or `dlpk_store` is handed: a whole number from the
+/// first page up (below 2^53, the most an f64 holds exactly, and so inside `abi.address_limit`).
+fn elementAddress(value: f64) ?usize {
+    comptime assert(abi.exact_max_float <= @as(f64, @floatFromInt(abi.address_limit)));
+    const address = abi.addressFromF64(value) orelse return null;
+    return if (address >= abi.address_min) address else null;
 }
 
 /// Copies the element `set()` staged at `src_address` (`bytes`: 1-16) to `dst_address`, any
 /// alignment: one call with no description to fill, where the general `dlpk_copy` takes one.
 export fn dlpk_store(dst_address: f64, src_address: f64, bytes: u32) i32 {
-    const dst = abi.addressFromF64(dst_address) orelse return invalid;
-    const src = abi.addressFromF64(src_address) orelse return invalid;
+    const dst = elementAddress(dst_address) orelse return invalid;
+    const src = elementAddress(src_address) orelse return invalid;
     if (bytes == 0 or bytes > memory.element_bytes_max) return invalid;
-    if (dst < abi.address_min or src < abi.address_min) return invalid;
     memory.storeElement(dst, src, bytes);
     return 0;
 }
@@ -660,6 +666,8 @@ test "dlpk_load reads a scalar in place and refuses what is no user-space addres
     try std.testing.expect(std.math.isNan(dlpk_load(0, @intFromEnum(abi.Load.u8))));
     try std.testing.expect(std.math.isNan(dlpk_load(address + 0.5, @intFromEnum(abi.Load.u8))));
     try std.testing.expect(std.math.isNan(dlpk_load(-4096, @intFromEnum(abi.Load.u8))));
+    try std.testing.expect(std.math.isNan(dlpk_load(4095, @intFromEnum(abi.Load.u8))));
+    try std.testing.expect(std.math.isNan(dlpk_load(0x1p53, @intFromEnum(abi.Load.u8))));
 }
 
 test "dlpk_store copies one element and refuses a bad width or address" {
@@ -673,4 +681,6 @@ test "dlpk_store copies one element and refuses a bad width or address" {
     try std.testing.expectEqual(invalid, dlpk_store(to, from, 17));
     try std.testing.expectEqual(invalid, dlpk_store(0, from, 4));
     try std.testing.expectEqual(invalid, dlpk_store(to, 0.5, 4));
+    try std.testing.expectEqual(invalid, dlpk_store(to, 4095, 4));
+    try std.testing.expectEqual(invalid, dlpk_store(0x1p53, from, 4));
 }
