@@ -262,8 +262,9 @@ fn offsetPtr(base: [*]const u8, offset: i64) [*]const u8 {
 /// Not inlined (nor `copyRunStreamed`): inlined, LLVM hoists the set-up of their vectorised
 /// gathers (512-bit multiplies where the target has AVX-512) to the top of `copyStrided`, where
 /// every copy ran it, and on that Intel VM a 1 MiB contiguous copy right after ran 40 instead of
-/// 38.4 us (the core clocked down for the wide multiplies). A call per run costs nothing
-/// measurable: 262144 runs of 4 float32 took 432 us either way.
+/// 38.4 us (the same memcpy, so most likely the core clocked down for the wide multiplies; the
+/// clock was not read). A call per run costs nothing measurable: 262144 runs of 4 float32 took
+/// 432 us either way.
 noinline fn copyRun(
     dst: [*]u8,
     src: [*]const u8,
