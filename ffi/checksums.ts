@@ -2,13 +2,13 @@
 // tools/test.sh rebuilds them (the builds are byte-reproducible) and fails when this table is stale.
 
 /** The version the release artifacts are named after (deno.json "version"). */
-export const RELEASE_VERSION = "0.4.0";
+export const RELEASE_VERSION = "0.5.0";
 
 /** SHA-256 of every release artifact, by file name. */
 export const RELEASE_CHECKSUMS: Readonly<Record<string, string>> = Object.freeze({
-  "libdlpack-0.4.0-darwin-aarch64.dylib": "4af6ea633748fec844770e58dc764ae1f2e706b245cb5a82894a510fe29e4a78",
-  "libdlpack-0.4.0-darwin-x86_64.dylib": "aa16a295a3e7d757b131f6e39b2227929d703e92719ede6921156a02659b6e3e",
-  "libdlpack-0.4.0-linux-aarch64.so": "67aa107e24e48ba33ab44ba4541d88c02b30216f2120c8f0180a6fb47dcafc5d",
-  "libdlpack-0.4.0-linux-x86_64.so": "597c915fde7b3659833a4a036247c86f399f8900c5c136e94722e8c0ea9376d8",
-  "libdlpack-0.4.0-windows-x86_64.dll": "1d4d2ed7f1944fbbd7da65fd5ca1e23135af0de1af7433bb73a36717d5c0c0de",
+  "libdlpack-0.5.0-darwin-aarch64.dylib": "b25cfaa4a8d0f1d6e94ed4c30c203f68423e9504031e25c37ec6a60f46f7b4bd",
+  "libdlpack-0.5.0-darwin-x86_64.dylib": "4a4fa1d97707ff167e417d4d653101117e5834c5a8181be5cfcbfea291d9448d",
+  "libdlpack-0.5.0-linux-aarch64.so": "64a609e1a028da2c4a81a117fe6c905abdc7650ea5606bc266453a8c6c209dcb",
+  "libdlpack-0.5.0-linux-x86_64.so": "1c1685843faa7af663b10acc3025f3929f5fc84e7d7612be4738303ee7f2cf49",
+  "libdlpack-0.5.0-windows-x86_64.dll": "317c2094c469c4b5f47da44d73883fc2171efdbfa32fdd4b9ad778356ce788dc",
 });
