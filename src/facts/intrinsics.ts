@@ -283,7 +283,10 @@ export function isDetached(buffer: ArrayBuffer): boolean {
   return abByteLength(buffer) === 0;
 }
 
-/** Detaches an ArrayBuffer the library made: every TypedArray over it reads length 0 afterwards. */
+/** Detaches an ArrayBuffer the library made: every TypedArray over it reads length 0 afterwards.
+ * Into an empty buffer (`transfer(0)`): a same-length `transfer()` of memory the engine does not
+ * own copies it into a buffer of the engine's in Bun (350 us for 1 MiB), and costs Deno a new
+ * external buffer (250-450 ns against 0-50). */
 export const detach: (buffer: ArrayBuffer) => void = abTransfer !== undefined
   ? (buffer) => {
     ReflectApply(abTransfer, buffer, ZERO_ARGS);
