@@ -98,9 +98,9 @@ const band_rows = 1024;
 /// Intel Xeon VM (64 MiB float32, huge pages, thread CPU time, interleaved, medians), against a
 /// streamed contiguous copy: one 16-column tile 0.72-0.79 (10.1 GB/s), 32 columns 0.86-0.88
 /// (11.4-11.7 GB/s), 48 columns 0.77-0.79, 64 columns 0.62-0.64; a float64 transpose of 64 MiB
-/// 0.75-0.76 with one 8-column tile, 0.95-1.0 with 32 columns. In the benchmark's rows, which
-/// interleave copies into fresh memory, a float32 copyFrom of a.T gained less: 0.68-0.74 (median
-/// of 11 runs 0.70) to 0.68-0.78 (median of 17 runs 0.73) of a contiguous copyFrom. Neither
+/// 0.75-0.76 with one 8-column tile, 0.95-1.0 with 32 columns. Interleaved with copies into fresh
+/// 64 MiB, a float32 copyFrom of a.T gained less: 0.68-0.74 (median of 11 runs 0.70) to 0.68-0.78
+/// (median of 17 runs 0.73) of a contiguous copyFrom; 0.83-0.91 without them (the bench). Neither
 /// software prefetch of the next tiles' source lines (0.74 one tile ahead, 0.69 four) nor
 /// AVX-512's 64-byte registers and streamed stores (0.69-0.77) helped.
 const strip_cols = 32;
