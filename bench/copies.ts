@@ -39,8 +39,8 @@ export function copyCases(out: Figures): void {
     copy_every_other_column_GBps: [() => everyOther.copy().dispose(), bytes / 2],
   };
   // Each group interleaved on its own (every ratio is within one): a 64 MiB allocation mapped and
-  // unmapped between two copies into touched memory left the transpose at 0.70-0.78 of the
-  // contiguous copy, against 0.87 with the copies into touched memory alone.
+  // unmapped between two copies into touched memory left the transpose at 0.68-0.78 of the
+  // contiguous copy, against 0.87-0.91 with the copies into touched memory alone.
   for (const cases of [into, fresh]) {
     const ns = interleaved(Object.fromEntries(Object.entries(cases).map(([name, [fn]]) => [name, fn])), 1, SAMPLES);
     for (const name in cases) out[name] = cases[name]![1] / ns[name]!;
